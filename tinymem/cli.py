@@ -1,0 +1,121 @@
+"""``tinymem info | figures | bench`` (also ``python -m tinymem``)."""
+import argparse
+import os
+import sys
+import time
+
+
+def cmd_info(args):
+    import numpy as np
+
+    from . import __version__, backend
+
+    print(f"tinymem     {__version__}")
+    print(f"python      {sys.version.split()[0]}")
+    print(f"numpy       {np.__version__}")
+    try:
+        config = np.show_config(mode="dicts")
+        blas = config.get("Build Dependencies", {}).get("blas", {})
+        print(f"BLAS        {blas.get('name', '?')} {blas.get('version', '')}".rstrip())
+    except Exception:  # older NumPy has no dict mode; the BLAS line is informative only
+        print("BLAS        (unknown)")
+    print(f"device      {backend.default_device()} (default, from TINYMEM_DEVICE)")
+    try:
+        cupy = backend.get_cupy()
+        print(f"cupy        {cupy.__version__}, {cupy.cuda.runtime.getDeviceCount()} GPU(s)")
+    except backend.DeviceError as exc:
+        print(f"cupy        unavailable: {str(exc).split(';')[0]}")
+    try:
+        import torch
+        print(f"torch       {torch.__version__} (reference tests will run)")
+    except ImportError:
+        print("torch       not installed (reference tests will skip)")
+    try:
+        import mpi4py
+        print(f"mpi4py      {mpi4py.__version__}")
+    except ImportError:
+        print("mpi4py      not installed (pip install .[dist] for the partitioning lessons)")
+    return 0
+
+
+def cmd_figures(args):
+    from tqdm import tqdm
+
+    from . import backend
+    from .experiments import families
+    from .experiments._records import meta, write_records
+
+    device = backend.check_device(args.device)
+    outdir = args.out or ("figures" if device == "cpu" else os.path.join("figures", "cuda"))
+    found = families()
+    names = args.only or list(found)
+    unknown = [n for n in names if n not in found]
+    if unknown:
+        print(f"unknown figure family {unknown}; known: {', '.join(found)}", file=sys.stderr)
+        return 2
+    written = []
+    for name in tqdm(names, desc="figure families", unit="family"):
+        module = found[name]
+        start = time.perf_counter()
+        records = module.run(quick=args.quick, device=device)
+        records["meta"] = dict(meta(device, args.quick), seconds=round(time.perf_counter() - start, 2))
+        write_records(records, outdir, name)
+        written += module.plot(records, outdir)
+    for path in written:
+        print(path)
+    return 0
+
+
+def cmd_bench(args):
+    from .benchmarks import benchmarks
+
+    found = benchmarks()
+    names = args.names or list(found)
+    unknown = [n for n in names if n not in found]
+    if unknown:
+        print(f"unknown benchmark {unknown}; known: {', '.join(found)}", file=sys.stderr)
+        return 2
+    for name in names:
+        print(f"\n== {name}: {found[name].DESCRIPTION}")
+        rows = found[name].run(quick=args.quick)
+        print_table(rows)
+    return 0
+
+
+def print_table(rows):
+    if not rows:
+        return
+    cols = list(rows[0])
+    cells = [[_fmt(r.get(c, "")) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+
+
+def _fmt(value):
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="tinymem", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="versions, backend, devices").set_defaults(fn=cmd_info)
+    fig = sub.add_parser("figures", help="regenerate the figures and their JSON records")
+    fig.add_argument("--quick", action="store_true", help="small sizes, for CI (minutes)")
+    fig.add_argument("--only", nargs="+", metavar="NAME", help="only these families")
+    fig.add_argument("--device", default=None, help="cpu or cuda (default: $TINYMEM_DEVICE or cpu)")
+    fig.add_argument("--out", default=None, help="output folder (default figures/, figures/cuda/ on a GPU)")
+    fig.set_defaults(fn=cmd_figures)
+    bench = sub.add_parser("bench", help="side-by-side benchmarks against NumPy and PyTorch")
+    bench.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
+    bench.add_argument("--quick", action="store_true", help="small sizes")
+    bench.set_defaults(fn=cmd_bench)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    return args.fn(args)

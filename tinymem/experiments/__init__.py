@@ -1,0 +1,26 @@
+"""Figure families: one module per family, found automatically.
+
+A family module defines
+    NAME     the family's name (``tinymem figures --only NAME``)
+    ORDER    a number that places it in the run (foundation first, the course last)
+    FIGURES  the PNG file names it writes
+    run(quick, device) -> dict   the sweep; returns JSON-able records (config, memory, time, quality)
+    plot(records, outdir) -> list[str]   draws the PNGs from the records alone
+so every figure can be redrawn from its JSON without rerunning the sweep. Adding a family is
+adding a file; nothing else needs editing.
+"""
+import importlib
+import pkgutil
+
+
+def families():
+    """``{name: module}`` for every family, in run order."""
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(module, "run") and hasattr(module, "NAME"):
+            found.append(module)
+    found.sort(key=lambda m: (getattr(m, "ORDER", 50), m.NAME))
+    return {m.NAME: m for m in found}

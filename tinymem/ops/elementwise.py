@@ -1,0 +1,224 @@
+"""Elementwise ops: arithmetic, exp/log/sqrt, activations, where.
+
+Memory: each op allocates one output of the broadcast shape. What it saves for backward is in
+its docstring; an op that can recompute its derivative from its *output* saves the output,
+which the next op usually keeps alive anyway (PyTorch does the same for exp, tanh, sigmoid and
+relu), so saving it costs nothing extra.
+"""
+import math
+
+from ..autograd import Function
+from ..backend import array_module
+
+
+class Add(Function):
+    """a + b. Saves nothing."""
+
+    def forward(ctx, a, b):
+        return a + b
+
+    def backward(ctx, g):
+        return g, g
+
+
+class Sub(Function):
+    """a - b. Saves nothing."""
+
+    def forward(ctx, a, b):
+        return a - b
+
+    def backward(ctx, g):
+        return g, (-g if ctx.needs_input_grad[1] else None)
+
+
+class Mul(Function):
+    """a * b. Saves the inputs whose partner needs a gradient."""
+
+    def forward(ctx, a, b):
+        ga, gb = ctx.needs_input_grad
+        ctx.save_for_backward(b if ga else None, a if gb else None)
+        return a * b
+
+    def backward(ctx, g):
+        b, a = ctx.saved_tensors
+        return (g * b if b is not None else None), (g * a if a is not None else None)
+
+
+class Div(Function):
+    """a / b. Saves b (and a when b needs a gradient)."""
+
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b)
+        return a / b
+
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        ga = g / b if ctx.needs_input_grad[0] else None
+        gb = -g * a / (b * b) if ctx.needs_input_grad[1] else None
+        return ga, gb
+
+
+class Neg(Function):
+    def forward(ctx, a):
+        return -a
+
+    def backward(ctx, g):
+        return -g
+
+
+class Pow(Function):
+    """a ** b for a tensor or constant exponent. Saves a, b and the output."""
+
+    def forward(ctx, a, b):
+        y = a ** b
+        ctx.save_for_backward(a, b if ctx.needs_input_grad[1] else None, y if ctx.needs_input_grad[1] else None)
+        ctx.scalar_exp = b if not hasattr(b, "shape") else None
+        return y
+
+    def backward(ctx, g):
+        a, b, y = ctx.saved_tensors
+        xp = array_module(g)
+        ga = gb = None
+        if ctx.needs_input_grad[0]:
+            exp = ctx.scalar_exp if ctx.scalar_exp is not None else b
+            ga = g * exp * a ** (exp - 1)
+        if ctx.needs_input_grad[1]:
+            gb = g * y * xp.log(a)
+        return ga, gb
+
+
+class Exp(Function):
+    """Saves the output (d exp = exp)."""
+
+    def forward(ctx, a):
+        y = array_module(a).exp(a)
+        ctx.save_for_backward(y)
+        return y
+
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y
+
+
+class Log(Function):
+    """Saves the input."""
+
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return array_module(a).log(a)
+
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g / a
+
+
+class Sqrt(Function):
+    """Saves the output (d sqrt(a) = 1 / (2 sqrt(a)))."""
+
+    def forward(ctx, a):
+        y = array_module(a).sqrt(a)
+        ctx.save_for_backward(y)
+        return y
+
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g / (2 * y)
+
+
+class Tanh(Function):
+    """Saves the output (1 - y^2)."""
+
+    def forward(ctx, a):
+        y = array_module(a).tanh(a)
+        ctx.save_for_backward(y)
+        return y
+
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * (1 - y * y)
+
+
+class Sigmoid(Function):
+    """Saves the output (y (1 - y)). Written with tanh to avoid overflow in exp."""
+
+    def forward(ctx, a):
+        y = 0.5 * (array_module(a).tanh(0.5 * a) + 1)
+        ctx.save_for_backward(y)
+        return y
+
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y * (1 - y)
+
+
+class ReLU(Function):
+    """max(a, 0). Saves the output: its sign is the mask."""
+
+    def forward(ctx, a):
+        y = array_module(a).maximum(a, 0)
+        ctx.save_for_backward(y)
+        return y
+
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * (y > 0)
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+class GELU(Function):
+    """GELU, tanh approximation: 0.5 a (1 + tanh(c (a + 0.044715 a^3))). Saves the input."""
+
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        xp = array_module(a)
+        return 0.5 * a * (1 + xp.tanh(_GELU_C * (a + 0.044715 * a * a * a)))
+
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        t = array_module(a).tanh(_GELU_C * (a + 0.044715 * a * a * a))
+        dt = (1 - t * t) * _GELU_C * (1 + 3 * 0.044715 * a * a)
+        return g * (0.5 * (1 + t) + 0.5 * a * dt)
+
+
+class Where(Function):
+    """where(cond, a, b). Saves the condition (1 byte per element)."""
+
+    def forward(ctx, cond, a, b):
+        ctx.save_for_backward(cond)
+        return array_module(cond).where(cond, a, b)
+
+    def backward(ctx, g):
+        (cond,) = ctx.saved_tensors
+        zero = g.dtype.type(0)
+        return (None, g * cond if ctx.needs_input_grad[1] else None,
+                array_module(g).where(cond, zero, g) if ctx.needs_input_grad[2] else None)
+
+
+class Abs(Function):
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return array_module(a).abs(a)
+
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g * array_module(a).sign(a)
+
+
+class Clamp(Function):
+    """clip(a, lo, hi). Saves a 1-byte mask of the elements inside the range."""
+
+    def forward(ctx, a, lo=None, hi=None):
+        xp = array_module(a)
+        inside = xp.ones(a.shape, bool)
+        if lo is not None:
+            inside &= a >= lo
+        if hi is not None:
+            inside &= a <= hi
+        ctx.save_for_backward(inside)
+        return xp.clip(a, lo, hi)
+
+    def backward(ctx, g):
+        (inside,) = ctx.saved_tensors
+        return g * inside

@@ -1,0 +1,103 @@
+"""The optimizer base class: parameter groups, per-parameter state in the ledger, save/load.
+
+Subclasses write ``_update(p, grad, state, group)`` for one parameter and create their state
+arrays with :meth:`Optimizer._state_array`, which registers them in the ledger's ``optimizer``
+bucket. :meth:`state_bytes` is then the exact size of the state, which the tests check against
+the ledger and against each optimizer's bytes-per-parameter formula.
+"""
+import numpy as np
+
+from .. import backend, memory
+
+
+class Optimizer:
+    """Base class with PyTorch's shape: ``param_groups``, ``state``, ``step()``, ``zero_grad()``."""
+
+    defaults = {}
+
+    def __init__(self, params, **hyper):
+        for key, value in hyper.items():
+            if key == "lr" and (not isinstance(value, (int, float)) or value < 0):
+                raise ValueError(f"invalid learning rate {value!r}: it must be a number >= 0")
+        params = list(params)
+        if not params:
+            raise ValueError("optimizer got an empty parameter list")
+        groups = params if isinstance(params[0], dict) else [{"params": params}]
+        self.param_groups = []
+        for group in groups:
+            full = dict(hyper)
+            full.update(group)
+            full["params"] = list(full["params"])
+            self.param_groups.append(full)
+        self.state = {}
+
+    # -- the loop --------------------------------------------------------------------------
+    def zero_grad(self, set_to_none=True):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad.data[...] = 0
+
+    def step(self):
+        """Update every parameter that has a gradient (in place: its array keeps its identity)."""
+        memory.mark("optimizer")
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state.setdefault(p, {})
+                self._update(p, p.grad.data, state, group)
+
+    def _update(self, p, grad, state, group):
+        raise NotImplementedError(f"{type(self).__name__} must define _update")
+
+    # -- state -----------------------------------------------------------------------------
+    def _state_array(self, like, dtype=None, shape=None, fill=0):
+        """A new state array registered in the ``optimizer`` bucket."""
+        xp = backend.array_module(like)
+        array = xp.full(like.shape if shape is None else shape, fill,
+                        dtype=like.dtype if dtype is None else dtype)
+        return memory.register(array, "optimizer")
+
+    def state_bytes(self):
+        """Bytes held by the optimizer state (arrays only; step counters are Python ints)."""
+        return sum(v.nbytes for s in self.state.values() for v in s.values() if hasattr(v, "nbytes"))
+
+    def state_dict(self):
+        """``{"state": {index: {name: array or number}}, "param_groups": [...]}`` as PyTorch.
+
+        Parameters are named by their position across the groups; arrays are copied to the CPU.
+        """
+        index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        state = {}
+        for p, s in self.state.items():
+            state[index[id(p)]] = {k: (backend.to_numpy(v).copy() if hasattr(v, "shape") else v)
+                                   for k, v in s.items()}
+        groups = []
+        for g in self.param_groups:
+            entry = {k: v for k, v in g.items() if k != "params"}
+            entry["params"] = [index[id(p)] for p in g["params"]]
+            groups.append(entry)
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        params = [p for g in self.param_groups for p in g["params"]]
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups) or any(
+                len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
+            raise ValueError("load_state_dict: the saved optimizer has a different parameter layout")
+        for mine, saved in zip(self.param_groups, groups):
+            mine.update({k: v for k, v in saved.items() if k != "params"})
+        self.state = {}
+        for i, s in state_dict["state"].items():
+            p = params[int(i)]
+            restored = {}
+            for k, v in s.items():
+                if isinstance(v, np.ndarray) and v.ndim > 0:
+                    arr = backend.to_device(np.array(v), p.device)
+                    restored[k] = memory.register(arr, "optimizer")
+                else:
+                    restored[k] = v.item() if isinstance(v, np.ndarray) else v
+            self.state[p] = restored

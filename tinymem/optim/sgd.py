@@ -1,0 +1,33 @@
+"""Stochastic gradient descent with momentum, dampening, Nesterov and weight decay.
+
+The update is PyTorch's ``torch.optim.SGD``:
+    g = grad + weight_decay * p
+    buf = g (first step) or momentum * buf + (1 - dampening) * g
+    g = g + momentum * buf (nesterov) or buf
+    p -= lr * g
+State: none without momentum; one buffer the size of the parameter with it (4 bytes per
+float32 parameter).
+"""
+from .optimizer import Optimizer
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0):
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum needs momentum > 0 and dampening = 0")
+        super().__init__(params, lr=lr, momentum=momentum, dampening=dampening,
+                         nesterov=nesterov, weight_decay=weight_decay)
+
+    def _update(self, p, grad, state, group):
+        wd, momentum = group["weight_decay"], group["momentum"]
+        g = grad + wd * p.data if wd else grad
+        if momentum:
+            if "momentum_buffer" not in state:
+                buf = state["momentum_buffer"] = self._state_array(p.data)
+                buf[...] = g
+            else:
+                buf = state["momentum_buffer"]
+                buf *= momentum
+                buf += (1 - group["dampening"]) * g
+            g = g + momentum * buf if group["nesterov"] else buf
+        p.data -= group["lr"] * g
