@@ -31,6 +31,7 @@ class _State(threading.local):
     def __init__(self):
         self.grad_enabled = True
         self.hooks = []
+        self.recomputing = False
 
 
 _state = _State()
@@ -38,6 +39,26 @@ _state = _State()
 
 def is_grad_enabled():
     return _state.grad_enabled
+
+
+def is_recomputing():
+    """True while a checkpoint re-runs a forward inside backward.
+
+    Layers with side effects in forward (BatchNorm's running statistics) check this so that
+    recomputation does not apply them a second time.
+    """
+    return _state.recomputing
+
+
+class recomputing:
+    """Context manager that marks a forward as a recomputation (used by checkpointing)."""
+
+    def __enter__(self):
+        self.prev = _state.recomputing
+        _state.recomputing = True
+
+    def __exit__(self, *exc):
+        _state.recomputing = self.prev
 
 
 class _GradMode:
