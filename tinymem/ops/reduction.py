@@ -4,7 +4,9 @@ Memory: a reduction's output is small; ``sum``/``mean`` save nothing (only the i
 ``max`` saves a 1-byte mask of the winners. ``matmul`` saves both inputs (unless one needs no
 gradient, then only the other).
 """
-from ..autograd import Function
+import numpy as np
+
+from ..autograd import Function, sum_to
 from ..backend import array_module
 
 
@@ -78,29 +80,22 @@ class MatMul(Function):
     def forward(ctx, a, b):
         ga, gb = ctx.needs_input_grad
         ctx.save_for_backward(a if gb else None, b if ga else None)
-        ctx.nd = (a.ndim, b.ndim)
+        ctx.shapes = (a.shape, b.shape)
         return a @ b
 
     def backward(ctx, g):
         a, b = ctx.saved_tensors
         xp = array_module(g)
-        nda, ndb = ctx.nd
-        # Promote 1-D operands to matrices the way matmul does, then undo it.
-        if nda == 1:
-            g = xp.expand_dims(g, -2)
-        if ndb == 1:
-            g = xp.expand_dims(g, -1)
+        sa, sb = ctx.shapes
+        # Promote 1-D operands to matrices as matmul does: (k,) -> (1, k) on the left,
+        # (k,) -> (k, 1) on the right; the output gets the matching unit axes back.
+        pa = (1,) + sa if len(sa) == 1 else sa
+        pb = sb + (1,) if len(sb) == 1 else sb
+        batch = np.broadcast_shapes(pa[:-2], pb[:-2])  # shapes are host tuples on both backends
+        g = g.reshape(tuple(batch) + (pa[-2], pb[-1]))
         ga = gb = None
         if b is not None:
-            bm = b.reshape(-1, 1) if ndb == 1 else b
-            ga = g @ xp.swapaxes(bm, -1, -2)
-            if nda == 1:
-                ga = ga.reshape(ga.shape[:-2] + (ga.shape[-1],))
-                ga = ga.reshape(-1, ga.shape[-1]).sum(0) if ga.ndim > 1 else ga
+            ga = sum_to(g @ xp.swapaxes(b.reshape(pb), -1, -2), pa).reshape(sa)
         if a is not None:
-            am = a.reshape(1, -1) if nda == 1 else a
-            gb = xp.swapaxes(am, -1, -2) @ g
-            if ndb == 1:
-                gb = gb.reshape(gb.shape[:-1])
-                gb = gb.reshape(-1, gb.shape[-1]).sum(0) if gb.ndim > 1 else gb
+            gb = sum_to(xp.swapaxes(a.reshape(pa), -1, -2) @ g, pb).reshape(sb)
         return ga, gb

@@ -1,0 +1,194 @@
+"""The op table drives the gradient tests (minitorch's MathTest, tinygrad's helper_test_op).
+
+Each row: an op written for tinymem, the same op written for PyTorch, and its input shapes and
+domain. Every row is checked against float64 central differences and against PyTorch autograd
+(values and gradients). A new op is one new row.
+"""
+import numpy as np
+import pytest
+
+import tinymem as tm
+import tinymem.functional as F
+from conftest import requires_torch
+from gradcheck import numeric_grads, tinymem_grads, torch_grads
+
+TARGETS = np.array([2, 0, 1, 2])
+EMB_IDX = np.array([[0, 2, 2], [4, 1, 0]])
+
+
+def _tF():
+    import torch.nn.functional as tF
+    return tF
+
+
+# name: (tinymem fn, torch fn, shapes, domain) ; domain "pos" = inputs in (0.5, 2)
+OPS = {
+    "add_broadcast": (lambda a, b: a + b, lambda a, b: a + b, [(2, 1, 4), (3, 1)], None),
+    "sub_broadcast": (lambda a, b: a - b, lambda a, b: a - b, [(3, 4), (4,)], None),
+    "mul_broadcast": (lambda a, b: a * b, lambda a, b: a * b, [(2, 3, 4), (3, 1)], None),
+    "div": (lambda a, b: a / b, lambda a, b: a / b, [(3, 4), (3, 4)], "pos"),
+    "neg": (lambda a: -a, lambda a: -a, [(3, 4)], None),
+    "scalar_ops": (lambda a: (2.0 - a) * 3.0 / 1.5 + 1.0, lambda a: (2.0 - a) * 3.0 / 1.5 + 1.0, [(3, 2)], None),
+    "rdiv": (lambda a: 1.0 / a, lambda a: 1.0 / a, [(4,)], "pos"),
+    "pow_scalar": (lambda a: a ** 2.5, lambda a: a ** 2.5, [(3, 4)], "pos"),
+    "pow_tensor": (lambda a, b: a ** b, lambda a, b: a ** b, [(3, 4), (4,)], "pos"),
+    "matmul_2d": (lambda a, b: a @ b, lambda a, b: a @ b, [(3, 4), (4, 5)], None),
+    "matmul_batched": (lambda a, b: a @ b, lambda a, b: a @ b, [(2, 3, 4), (4, 5)], None),
+    "matmul_broadcast": (lambda a, b: a @ b, lambda a, b: a @ b, [(2, 1, 3, 4), (5, 4, 2)], None),
+    "matmul_vec_mat": (lambda a, b: a @ b, lambda a, b: a @ b, [(4,), (4, 5)], None),
+    "matmul_mat_vec": (lambda a, b: a @ b, lambda a, b: a @ b, [(2, 3, 4), (4,)], None),
+    "matmul_vec_vec": (lambda a, b: a @ b, lambda a, b: a @ b, [(4,), (4,)], None),
+    "exp": (F.exp, lambda a: a.exp(), [(3, 4)], None),
+    "log": (F.log, lambda a: a.log(), [(3, 4)], "pos"),
+    "sqrt": (F.sqrt, lambda a: a.sqrt(), [(3, 4)], "pos"),
+    "tanh": (F.tanh, lambda a: a.tanh(), [(3, 4)], None),
+    "sigmoid": (F.sigmoid, lambda a: a.sigmoid(), [(3, 4)], None),
+    "relu": (F.relu, lambda a: a.relu(), [(3, 4)], "away0"),
+    "gelu": (F.gelu, lambda a: _tF().gelu(a, approximate="tanh"), [(3, 4)], None),
+    "abs": (F.abs, lambda a: a.abs(), [(3, 4)], "away0"),
+    "clamp": (lambda a: F.clamp(a, -0.5, 0.7), lambda a: a.clamp(-0.5, 0.7), [(4, 5)], "away_edges"),
+    "sum_all": (lambda a: a.sum(), lambda a: a.sum(), [(3, 4)], None),
+    "sum_axis_keepdims": (lambda a: a.sum(axis=1, keepdims=True), lambda a: a.sum(1, keepdim=True), [(2, 3, 4)], None),
+    "mean_axes": (lambda a: a.mean(axis=(0, 2)), lambda a: a.mean((0, 2)), [(2, 3, 4)], None),
+    "max_axis": (lambda a: a.max(axis=1), lambda a: a.amax(1), [(3, 5)], None),
+    "max_all": (lambda a: a.max(), lambda a: a.amax(), [(3, 5)], None),
+    "reshape": (lambda a: a.reshape(4, 3) * 1.5, lambda a: a.reshape(4, 3) * 1.5, [(3, 4)], None),
+    "transpose": (lambda a: a.transpose(0, 2) * 2.0, lambda a: a.transpose(0, 2) * 2.0, [(2, 3, 4)], None),
+    "permute": (lambda a: a.permute(2, 0, 1) * 2.0, lambda a: a.permute(2, 0, 1) * 2.0, [(2, 3, 4)], None),
+    "getitem_slice": (lambda a: a[1:, ::2] * 2.0, lambda a: a[1:, ::2] * 2.0, [(3, 5)], None),
+    "getitem_advanced_repeats": (lambda a: a[np.array([0, 2, 0])] * 2.0,
+                                 lambda a: a[[0, 2, 0]] * 2.0, [(3, 4)], None),
+    "getitem_mixed": (lambda a: a[:, np.array([1, 1, 3])] * 2.0, lambda a: a[:, [1, 1, 3]] * 2.0, [(3, 4)], None),
+    "concatenate": (lambda a, b: F.concatenate([a, b], axis=1), lambda a, b: __import__("torch").cat([a, b], 1),
+                    [(2, 3), (2, 2)], None),
+    "stack": (lambda a, b: F.stack([a, b], axis=1), lambda a, b: __import__("torch").stack([a, b], 1),
+              [(2, 3), (2, 3)], None),
+    "where": (lambda a, b: F.where(np.array([[True, False, True]]), a, b),
+              lambda a, b: __import__("torch").where(__import__("torch").tensor([[True, False, True]]), a, b),
+              [(2, 3), (2, 3)], None),
+    "softmax_last": (F.softmax, lambda a: a.softmax(-1), [(3, 5)], None),
+    "softmax_axis0": (lambda a: F.softmax(a, axis=0), lambda a: a.softmax(0), [(3, 5)], None),
+    "log_softmax": (F.log_softmax, lambda a: a.log_softmax(-1), [(3, 5)], None),
+    "cross_entropy": (lambda a: F.cross_entropy(a, TARGETS), lambda a: _tF().cross_entropy(
+        a, __import__("torch").tensor(TARGETS)), [(4, 3)], None),
+    "cross_entropy_sum": (lambda a: F.cross_entropy(a, TARGETS, reduction="sum"), lambda a: _tF().cross_entropy(
+        a, __import__("torch").tensor(TARGETS), reduction="sum"), [(4, 3)], None),
+    "mse_loss": (F.mse_loss, lambda a, b: _tF().mse_loss(a, b), [(3, 4), (3, 4)], None),
+    "linear": (F.linear, lambda x, w, b: _tF().linear(x, w, b), [(2, 3, 4), (5, 4), (5,)], None),
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, 4, w, b), lambda x, w, b: _tF().layer_norm(x, (4,), w, b),
+                   [(3, 4), (4,), (4,)], None),
+    "embedding": (lambda w: F.embedding(EMB_IDX, w), lambda w: _tF().embedding(__import__("torch").tensor(EMB_IDX), w),
+                  [(5, 3)], None),
+}
+
+
+def _inputs(shapes, domain, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for shape in shapes:
+        if domain == "pos":
+            a = rng.uniform(0.5, 2.0, shape)
+        else:
+            a = rng.standard_normal(shape)
+            if domain == "away0":
+                a = np.where(np.abs(a) < 0.1, 0.3, a)
+            if domain == "away_edges":
+                a = np.where((np.abs(a + 0.5) < 0.05) | (np.abs(a - 0.7) < 0.05), 0.1, a)
+        out.append(a)
+    return out
+
+
+def _numpy_fn(fn):
+    def run(*arrays):
+        with tm.no_grad():
+            return fn(*[tm.tensor(a) for a in arrays]).numpy()
+    return run
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_gradient_matches_finite_differences(name):
+    fn, _, shapes, domain = OPS[name]
+    arrays = _inputs(shapes, domain)
+    w, expected = numeric_grads(_numpy_fn(fn), arrays)
+    _, got = tinymem_grads(fn, arrays, w)
+    for i, (g, e) in enumerate(zip(got, expected)):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-7, err_msg=f"{name}: input {i}")
+
+
+@requires_torch
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_value_and_gradient_match_pytorch(name):
+    fn, torch_fn, shapes, domain = OPS[name]
+    arrays = _inputs(shapes, domain, seed=1)
+    w = np.random.default_rng(7).standard_normal(np.shape(_numpy_fn(fn)(*arrays)))
+    out, got = tinymem_grads(fn, arrays, w)
+    ref_out, expected = torch_grads(torch_fn, arrays, w)
+    np.testing.assert_allclose(out.numpy(), ref_out, rtol=1e-10, atol=1e-12, err_msg=f"{name}: value")
+    for i, (g, e) in enumerate(zip(got, expected)):
+        np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-11, err_msg=f"{name}: grad of input {i}")
+
+
+@requires_torch
+@pytest.mark.parametrize("name", ["matmul_broadcast", "layer_norm", "cross_entropy", "gelu", "softmax_last"])
+def test_float32_matches_pytorch_float32(name):
+    import torch
+
+    fn, torch_fn, shapes, domain = OPS[name]
+    arrays = [a.astype(np.float32) for a in _inputs(shapes, domain, seed=2)]
+    ours = [tm.tensor(a, requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    out, ref = fn(*ours), torch_fn(*theirs)
+    assert out.dtype == np.float32
+    out.sum().backward()
+    ref.sum().backward()
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for o, t in zip(ours, theirs):
+        np.testing.assert_allclose(o.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_dropout_gradient_is_the_mask_it_drew():
+    x = tm.tensor(np.ones((50, 40)), requires_grad=True)
+    tm.manual_seed(3)
+    y = F.dropout(x, p=0.3)
+    y.sum().backward()
+    kept = y.numpy() != 0
+    np.testing.assert_allclose(x.grad.numpy(), kept / 0.7)
+    assert 0.6 < kept.mean() < 0.8
+    tm.manual_seed(3)
+    np.testing.assert_array_equal(F.dropout(x, p=0.3).numpy(), y.numpy())  # the seed replays the mask
+
+
+def test_dropout_is_identity_in_eval_and_p0():
+    x = tm.tensor(np.ones((3, 3)))
+    assert F.dropout(x, 0.5, training=False) is x
+    assert F.dropout(x, 0.0) is x
+    with pytest.raises(ValueError, match="dropout probability"):
+        F.dropout(x, 1.0)
+
+
+def test_float32_stays_float32_through_ops_with_python_scalars():
+    x = tm.tensor(np.ones((2, 2), np.float32), requires_grad=True)
+    y = F.gelu(x * 2.0 + 1.0) / 3.0
+    assert y.dtype == np.float32
+    y.sum().backward()
+    assert x.grad.dtype == np.float32
+
+
+def test_shape_mismatch_names_op_and_shapes():
+    a, b = tm.tensor(np.ones((3, 4))), tm.tensor(np.ones((5,)))
+    with pytest.raises(ValueError, match=r"add: shapes \(3, 4\) and \(5,\)"):
+        a + b
+    with pytest.raises(ValueError, match=r"matmul: shapes \(3, 4\) and \(5,\)"):
+        a @ b
+    with pytest.raises(ValueError, match="linear"):
+        F.linear(a, tm.tensor(np.ones((2, 3))))
+    with pytest.raises(ValueError, match="cross_entropy"):
+        F.cross_entropy(a, np.array([0, 1]))
+
+
+def test_cross_entropy_is_stable_for_huge_logits():
+    logits = tm.tensor(np.array([[1000.0, 0.0], [-1000.0, 1000.0]]), requires_grad=True)
+    loss = F.cross_entropy(logits, np.array([0, 1]))
+    assert np.isfinite(loss.item()) and abs(loss.item()) < 1e-6
+    loss.backward()
+    assert np.all(np.isfinite(logits.grad.numpy()))
