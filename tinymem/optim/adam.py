@@ -26,13 +26,22 @@ class Adam(Optimizer):
             state["exp_avg_sq"] = self._state_array(p.data)
         state["step"] += 1
         t = state["step"]
-        g = grad + group["weight_decay"] * p.data if group["weight_decay"] else grad
+        g = self._scratch(grad + group["weight_decay"] * p.data) if group["weight_decay"] else grad
         m, v = state["exp_avg"], state["exp_avg_sq"]
+        # In-place updates with one temporary at a time: the step's extra peak is two
+        # parameter-sized arrays (denom and the update), both counted in workspace.
         m *= beta1
-        m += (1 - beta1) * g
+        m += self._scratch((1 - beta1) * g)
         v *= beta2
-        v += (1 - beta2) * (g * g)
+        sq = self._scratch(g * g)
+        sq *= 1 - beta2
+        v += sq
+        del sq
         xp = backend.array_module(p.data)
         step_size = group["lr"] / (1 - beta1 ** t)
-        denom = xp.sqrt(v) / math.sqrt(1 - beta2 ** t) + group["eps"]
-        p.data -= step_size * (m / denom)
+        denom = self._scratch(xp.sqrt(v))
+        denom /= math.sqrt(1 - beta2 ** t)
+        denom += group["eps"]
+        update = self._scratch(m / denom)
+        update *= step_size
+        p.data -= update

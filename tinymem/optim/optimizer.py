@@ -61,6 +61,15 @@ class Optimizer:
                         dtype=like.dtype if dtype is None else dtype)
         return memory.register(array, "optimizer")
 
+    @staticmethod
+    def _scratch(array):
+        """Count a temporary of the update (``lr * grad``, say) in ``workspace``.
+
+        Temporaries the size of a parameter are what pushes the step's peak above the sum of
+        the buckets; registering them keeps the ledger's peak honest against the allocator's.
+        """
+        return memory.register(array, "workspace")
+
     def state_bytes(self):
         """Bytes held by the optimizer state (arrays only; step counters are Python ints)."""
         return sum(v.nbytes for s in self.state.values() for v in s.values() if hasattr(v, "nbytes"))

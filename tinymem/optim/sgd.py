@@ -19,8 +19,8 @@ class SGD(Optimizer):
                          nesterov=nesterov, weight_decay=weight_decay)
 
     def _update(self, p, grad, state, group):
-        wd, momentum = group["weight_decay"], group["momentum"]
-        g = grad + wd * p.data if wd else grad
+        wd, momentum, dampening = group["weight_decay"], group["momentum"], group["dampening"]
+        g = self._scratch(grad + wd * p.data) if wd else grad
         if momentum:
             if "momentum_buffer" not in state:
                 buf = state["momentum_buffer"] = self._state_array(p.data)
@@ -28,6 +28,6 @@ class SGD(Optimizer):
             else:
                 buf = state["momentum_buffer"]
                 buf *= momentum
-                buf += (1 - group["dampening"]) * g
-            g = g + momentum * buf if group["nesterov"] else buf
-        p.data -= group["lr"] * g
+                buf += self._scratch((1 - dampening) * g) if dampening else g
+            g = self._scratch(g + momentum * buf) if group["nesterov"] else buf
+        p.data -= self._scratch(group["lr"] * g)

@@ -1,0 +1,30 @@
+import numpy as np
+import pytest
+
+from tinymem import data
+
+
+def test_digits_are_standardised_and_split_reproducibly():
+    x_tr, y_tr, x_te, y_te = data.load_digits()
+    assert x_tr.shape[1] == 64 and len(x_tr) + len(x_te) == 1797
+    assert abs(len(x_te) - 0.2 * 1797) <= 1
+    assert x_tr.dtype == np.float32 and y_tr.dtype == np.int64
+    np.testing.assert_allclose(x_tr.mean(0), 0, atol=1e-5)
+    again = data.load_digits()
+    np.testing.assert_array_equal(again[1], y_tr)
+    assert set(np.unique(y_te)) == set(range(10))
+
+
+def test_loader_shuffles_by_seed_and_covers_every_sample():
+    x = np.arange(10).reshape(10, 1).astype(np.float32)
+    y = np.arange(10)
+    first = [b[1].numpy().tolist() for b in data.DataLoader((x, y), batch_size=4, seed=3)]
+    second = [b[1].numpy().tolist() for b in data.DataLoader((x, y), batch_size=4, seed=3)]
+    assert first == second and [len(b) for b in first] == [4, 4, 2]
+    assert sorted(sum(first, [])) == list(range(10))
+    loader = data.DataLoader((x, y), batch_size=4, seed=3, drop_last=True)
+    epoch1 = [b[1].numpy().tolist() for b in loader]
+    epoch2 = [b[1].numpy().tolist() for b in loader]
+    assert len(loader) == 2 and epoch1 != epoch2  # a new order each epoch
+    with pytest.raises(ValueError, match="different lengths"):
+        data.DataLoader((x, y[:5]))

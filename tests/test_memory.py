@@ -1,0 +1,151 @@
+"""The ledger against the arrays it claims to count, and against the allocator."""
+import gc
+
+import numpy as np
+import pytest
+
+import tinymem as tm
+import tinymem.functional as F
+from tinymem import memory
+
+
+def _step(model, x, y, opt=None):
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    if opt is not None:
+        opt.step()
+    return loss
+
+
+def _data(batch, n_in, n_out, seed=0):
+    rng = np.random.default_rng(seed)
+    x = tm.tensor(rng.standard_normal((batch, n_in)).astype(np.float32))
+    y = tm.tensor(rng.integers(0, n_out, batch))
+    return x, y
+
+
+def test_bucket_bytes_equal_the_arrays_alive_in_them():
+    base = {b: memory.live_bytes(b) for b in memory.BUCKETS}
+    model = tm.models.MLP([32, 64, 64, 10])
+    opt = tm.optim.Adam(model.parameters())
+    x, y = _data(16, 32, 10)
+    _step(model, x, y, opt)
+    params = sum(p.data.nbytes for p in model.parameters())
+    grads = sum(p.grad.data.nbytes for p in model.parameters())
+    state = sum(a.nbytes for s in opt.state.values() for a in s.values() if hasattr(a, "nbytes"))
+    table = memory.format_table(memory.LEDGER.by_bucket())
+    assert memory.live_bytes("parameter") - base["parameter"] == params, table
+    assert memory.live_bytes("gradient") - base["gradient"] == grads, table
+    assert memory.live_bytes("optimizer") - base["optimizer"] == state == opt.state_bytes(), table
+    assert memory.live_bytes("activation") == 0, table
+
+
+def test_activation_bytes_are_exactly_what_the_forward_saved():
+    model = tm.models.MLP([8, 16, 4])  # Linear saves x; ReLU saves its output; Linear saves it
+    x, y = _data(5, 8, 4)
+    before = memory.live_bytes("activation")
+    loss = F.cross_entropy(model(x), y)
+    # x (5x8) + relu out (5x16), both float32, + softmax probs (5x4 float32) + targets (5 int64)
+    expected = 4 * (5 * 8 + 5 * 16 + 5 * 4) + 8 * 5
+    assert memory.live_bytes("activation") - before == expected, memory.format_table(memory.LEDGER.by_bucket())
+    loss.backward()
+    assert memory.live_bytes("activation") == before
+
+
+def test_ledger_peak_agrees_with_tracemalloc_on_a_width_512_step():
+    model = tm.models.MLP([512, 512, 512, 512, 10])
+    opt = tm.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x, y = _data(256, 512, 10)
+    _step(model, x, y, opt)  # the first step creates the momentum buffers; measure a later one
+    model.zero_grad()
+    gc.collect()
+    with memory.track() as t:
+        _step(model, x, y, opt)
+    ledger, measured = t.peak_delta(), t.measured_peak()
+    assert ledger > 2**20
+    assert abs(measured - ledger) <= 0.10 * ledger, (
+        f"ledger peak growth {ledger:,} B vs tracemalloc {measured:,} B\n{t.table()}")
+
+
+def test_budget_raises_out_of_memory_with_the_bucket_table():
+    model = tm.models.MLP([64, 256, 10])
+    x, y = _data(128, 64, 10)
+    with pytest.raises(tm.OutOfMemoryError) as info:
+        with memory.track(budget=memory.live_bytes() + 50_000):
+            _step(model, x, y)
+    message = str(info.value)
+    del info  # its traceback holds the frames, and they hold the half-built graph
+    assert "budget" in message and "parameter" in message and "activation" in message
+    gc.collect()
+    assert memory.live_bytes("activation") == 0  # the failed step gave its bytes back
+
+
+def test_budget_accepts_strings_and_a_step_fits_a_large_enough_one():
+    model = tm.models.MLP([16, 32, 4])
+    x, y = _data(8, 16, 4)
+    with memory.track(budget="64MB") as t:
+        _step(model, x, y)
+    assert t.peak() <= 64_000_000
+    assert memory.parse_bytes("1.5KiB") == 1536
+    with pytest.raises(ValueError, match="cannot read"):
+        memory.parse_bytes("lots")
+
+
+def test_timeline_records_forward_backward_and_optimizer_in_order():
+    model = tm.models.MLP([16, 32, 4])
+    opt = tm.optim.Adam(model.parameters())
+    x, y = _data(8, 16, 4)
+    with memory.track() as t:
+        memory.mark("forward")
+        _step(model, x, y, opt)
+    events = t.timeline()
+    labels = [e["label"] for e in events if e["kind"] == "mark"]
+    assert labels == ["forward", "backward", "optimizer"]
+    times = [e["t"] for e in events]
+    assert times == sorted(times)
+    last = events[-1]["live"]
+    assert last == t.current_by_bucket()
+    assert max(sum(e["live"].values()) for e in events) == t.peak()
+
+
+def test_peak_by_bucket_sums_to_peak_and_views_count_once():
+    a = tm.tensor(np.zeros((100, 100), np.float32))
+    view = a.reshape(10000)
+    memory.register(view.data)
+    with memory.track() as t:
+        b = a.transpose(0, 1) * 1.0
+    assert sum(t.peak_by_bucket().values()) == t.peak()
+    assert t.peak_delta() == b.nbytes  # the transpose is a view: no bytes; the product is new
+
+
+def test_no_tensor_of_a_step_survives_with_gc_disabled():
+    model = tm.models.MLP([16, 32, 32, 4], dropout=0.1)
+    opt = tm.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = _data(8, 16, 4)
+    _step(model, x, y, opt)
+    gc.collect()
+    gc.disable()
+    try:
+        before = {id(o) for o in gc.get_objects() if issubclass(type(o), tm.Tensor)}
+        live = memory.live_bytes()
+        for _ in range(3):
+            opt.zero_grad()
+            loss = _step(model, x, y, opt)
+            del loss
+        assert memory.live_bytes("activation") == 0
+        assert memory.live_bytes() == live, memory.format_table(memory.LEDGER.by_bucket())
+        after = [o for o in gc.get_objects() if issubclass(type(o), tm.Tensor) and id(o) not in before]
+        leaked = [o for o in after if not isinstance(o, tm.nn.Parameter) and o.shape != (16,) and o is not x]
+        assert [o for o in leaked if o._ctx is not None] == []
+    finally:
+        gc.enable()
+
+
+def test_a_graph_dropped_without_backward_releases_its_activations():
+    model = tm.models.MLP([16, 32, 4])
+    x, _ = _data(8, 16, 4)
+    before = memory.live_bytes("activation")
+    out = model(x)
+    assert memory.live_bytes("activation") > before
+    del out
+    assert memory.live_bytes("activation") == before
