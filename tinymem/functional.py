@@ -9,6 +9,8 @@ from .ops import elementwise as E
 from .ops import nn_ops as N
 from .ops import reduction as R
 from .ops import shape as S
+from .ops.attention import chunked_attention, scaled_dot_product_attention  # noqa: F401
+from .ops.embedding_bag import embedding_bag  # noqa: F401
 
 
 def _t(x):

@@ -275,3 +275,5 @@ class Embedding(Module):
 
     def forward(self, indices):
         return F.embedding(indices, self.weight)
+
+from .nn_seq import EmbeddingBag, MultiheadAttention  # noqa: E402,F401

@@ -14,6 +14,8 @@ class Optimizer:
     """Base class with PyTorch's shape: ``param_groups``, ``state``, ``step()``, ``zero_grad()``."""
 
     defaults = {}
+    # Whether _update takes a tinymem.sparse.RowSparse gradient (embedding_bag(sparse=True)).
+    accepts_sparse_grad = False
 
     def __init__(self, params, **hyper):
         for key, value in hyper.items():
@@ -47,6 +49,10 @@ class Optimizer:
             for p in group["params"]:
                 if p.grad is None:
                     continue
+                if getattr(p.grad.data, "is_sparse", False) and not self.accepts_sparse_grad:
+                    raise TypeError(
+                        f"{type(self).__name__} does not take sparse gradients (parameter of shape "
+                        f"{tuple(p.shape)}): use optim.RowWiseAdagrad, or make the lookup with sparse=False")
                 state = self.state.setdefault(p, {})
                 self._update(p, p.grad.data, state, group)
 

@@ -1,0 +1,81 @@
+"""Embedding bags: the sum or mean of a variable number of table rows per sample.
+
+``input`` (B, N) gives B bags of N row ids each; or ``input`` (n,) with ``offsets`` (B,) gives
+bag b = ``input[offsets[b]:offsets[b+1]]`` (PyTorch's layout; an empty bag gives zeros).
+
+Memory: saves the row ids and their bag ids, 16·n bytes (int64) for n lookups, never the
+gathered rows. The gradient of the table is either dense, 4·R·D bytes for R rows of size D in
+float32 however few rows the batch touched, or (``sparse=True``) a :class:`~tinymem.sparse.RowSparse`
+of the touched rows only: 8·u + 4·u·D bytes for u distinct ids. Forward gathers the n rows
+(a transient 4·n·D bytes).
+"""
+from ..autograd import Function
+from ..backend import array_module, scatter_add
+from ..sparse import RowSparse
+
+MODES = ("sum", "mean")
+
+
+def _bags(xp, input, offsets):
+    """Flat row ids, the bag of each, and the number of bags."""
+    if input.dtype.kind not in "iu":
+        raise TypeError(f"embedding_bag ids must be integers, got {input.dtype}")
+    if input.ndim == 2:
+        if offsets is not None:
+            raise ValueError("embedding_bag: offsets must be None when input is 2-D (B, N)")
+        B, N = input.shape
+        return input.reshape(-1), xp.repeat(xp.arange(B), N), B
+    if input.ndim != 1 or offsets is None or offsets.ndim != 1:
+        raise ValueError(f"embedding_bag expects input (B, N), or input (n,) with offsets (B,); "
+                         f"got input {input.shape} and offsets "
+                         f"{None if offsets is None else offsets.shape}")
+    n, B = len(input), len(offsets)
+    if B and (int(offsets[0]) != 0 or bool((offsets[1:] < offsets[:-1]).any()) or int(offsets[-1]) > n):
+        raise ValueError("embedding_bag offsets must start at 0, not decrease and stay <= len(input)")
+    starts = xp.zeros(n, xp.int64)
+    if B > 1:
+        # +1 at every bag start after the first; a running sum then numbers the bags.
+        scatter_add(xp, starts, offsets[1:][offsets[1:] < n], 1)
+    return input, xp.cumsum(starts), B
+
+
+class EmbeddingBag(Function):
+    def forward(ctx, input, weight, offsets=None, mode="mean", sparse=False):
+        xp = array_module(weight)
+        if mode not in MODES:
+            raise ValueError(f"embedding_bag mode {mode!r} is not supported; choose one of {MODES}")
+        ids, bag, B = _bags(xp, input, offsets)
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= weight.shape[0]):
+            raise IndexError(f"embedding_bag ids must be in [0, {weight.shape[0]}), "
+                             f"got [{int(ids.min())}, {int(ids.max())}]")
+        out = xp.zeros((B,) + weight.shape[1:], weight.dtype)
+        scatter_add(xp, out, bag, weight[ids])
+        counts = xp.bincount(bag, minlength=B).astype(weight.dtype) if ids.size else xp.zeros(B, weight.dtype)
+        if mode == "mean":
+            out /= xp.maximum(counts, 1)[:, None]
+        ctx.mode, ctx.sparse, ctx.table_shape = mode, bool(sparse), weight.shape
+        ctx.save_for_backward(ids, bag, counts if mode == "mean" else None)
+        return out
+
+    def backward(ctx, g):
+        ids, bag, counts = ctx.saved_tensors
+        xp = array_module(g)
+        rows = g[bag]
+        if ctx.mode == "mean":
+            rows /= counts[bag][:, None]
+        if ctx.sparse:
+            return None, RowSparse(ids.copy(), rows, ctx.table_shape).coalesce()
+        table = xp.zeros(ctx.table_shape, g.dtype)
+        scatter_add(xp, table, ids, rows)
+        return None, table
+
+
+def embedding_bag(input, weight, offsets=None, mode="mean", sparse=False):
+    """PyTorch's ``F.embedding_bag(input, weight, offsets, mode=..., sparse=...)`` for sum and
+    mean: (B, D) bag sums or means of the rows of ``weight`` named by ``input``."""
+    from ..autograd import Tensor
+
+    def raw(x):
+        return x.data if isinstance(x, Tensor) else x
+
+    return EmbeddingBag.apply(raw(input), weight, raw(offsets), mode=mode, sparse=sparse)

@@ -1,0 +1,48 @@
+"""Row-wise Adagrad: one accumulator per table row, the optimizer of large embedding tables.
+
+Adagrad keeps a running sum of squared gradients per parameter, 4 bytes per float32 weight, as
+large as the table itself. Row-wise Adagrad (FBGEMM's ``rowwise_adagrad``, used by DLRM-style
+recommenders) keeps one number per *row* instead, the running mean over the row of g²:
+
+    s_r += mean_j(g_rj²)                 (one float per row r)
+    w_rj -= lr · g_rj / (sqrt(s_r) + eps)
+
+State: 4·R bytes for a table of R rows, a D-th of Adagrad's 4·R·D and a 2D-th of Adam's 8·R·D.
+A parameter is read as rows along its first dimension (a 1-D bias: one row per element, so
+there it is plain Adagrad).
+
+It takes sparse gradients (:class:`tinymem.sparse.RowSparse`): only the touched rows are read
+and written, so a step costs O(touched rows), not O(table). A row with zero gradient is left
+unchanged either way, so sparse and dense gradients give the same weights.
+"""
+from .. import backend
+from .optimizer import Optimizer
+
+
+class RowWiseAdagrad(Optimizer):
+    accepts_sparse_grad = True
+
+    def __init__(self, params, lr=1e-2, eps=1e-10, weight_decay=0.0, initial_accumulator_value=0.0):
+        if eps < 0 or initial_accumulator_value < 0:
+            raise ValueError(f"eps ({eps}) and initial_accumulator_value ({initial_accumulator_value}) must be >= 0")
+        super().__init__(params, lr=lr, eps=eps, weight_decay=weight_decay,
+                         initial_accumulator_value=initial_accumulator_value)
+
+    def _update(self, p, grad, state, group):
+        xp = backend.array_module(p.data)
+        rows = p.data.reshape(p.shape[0], -1)  # a view: parameters are contiguous
+        if "sum" not in state:
+            state["step"] = 0
+            state["sum"] = self._state_array(p.data, shape=(p.shape[0],),
+                                             fill=group["initial_accumulator_value"])
+        state["step"] += 1
+        if getattr(grad, "is_sparse", False):
+            grad = grad.coalesce()
+            index, g = grad.indices, grad.values.reshape(len(grad.indices), -1)
+        else:
+            index, g = slice(None), grad.reshape(p.shape[0], -1)
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * rows[index]
+        acc = state["sum"]
+        acc[index] += (g * g).mean(axis=1)
+        rows[index] -= (group["lr"] * g) / (xp.sqrt(acc[index]) + group["eps"])[:, None]

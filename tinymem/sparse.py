@@ -1,0 +1,90 @@
+"""Row-sparse gradients: the gradient of an embedding table that only a few rows received.
+
+An embedding lookup touches the rows its batch names and no others, so the gradient of a table
+of R rows x D features is zero except on those rows. A dense gradient spends 4·R·D bytes (float32)
+to say so; :class:`RowSparse` keeps only the touched rows: ``indices`` (n,) int64 and ``values``
+(n, D), 8·n + 4·n·D bytes, with n at most the number of lookups in the batch. For a table of a
+million rows and a batch touching a few thousand, that is hundreds of times smaller. This is what
+PyTorch's ``sparse=True`` embeddings produce (a ``torch.sparse_coo_tensor``), in its simplest form.
+
+Contract:
+- It appears as ``param.grad.data`` of a table whose lookup was made with ``sparse=True``
+  (``param.grad`` is the usual Tensor around it); ``.indices``, ``.values``, ``.shape``,
+  ``.to_dense()`` read it. Gradients of two backward passes add up (indices concatenate, then
+  :meth:`coalesce` sums repeated rows).
+- Its arrays count in the ledger's ``gradient`` bucket from the moment it is made.
+- Only optimizers written for it take it (``accepts_sparse_grad``: :class:`~tinymem.optim.RowWiseAdagrad`);
+  the others raise a clear error, as PyTorch's Adam does. Sparse gradients reach the table only
+  when the table is a leaf: a cast or a view of the table in between densifies nothing and is
+  not supported.
+"""
+from . import memory
+from .backend import array_module, device_of, scatter_add
+
+
+class RowSparse:
+    """A gradient of ``shape`` (R, ...) that is zero except on rows ``indices``: ``values[i]`` is row ``indices[i]``."""
+
+    is_sparse = True
+
+    def __init__(self, indices, values, shape):
+        if indices.ndim != 1 or values.shape != (len(indices),) + tuple(shape[1:]):
+            raise ValueError(f"RowSparse needs indices (n,) and values (n, *{tuple(shape[1:])}), "
+                             f"got {indices.shape} and {values.shape}")
+        self.indices, self.values, self.shape = indices, values, tuple(shape)
+        memory.register(indices, "gradient")
+        memory.register(values, "gradient")
+
+    @property
+    def dtype(self):
+        return self.values.dtype
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def nbytes(self):
+        return self.indices.nbytes + self.values.nbytes
+
+    @property
+    def device(self):
+        return device_of(self.values)
+
+    def coalesce(self):
+        """The same gradient with each row at most once (repeated rows summed), rows sorted."""
+        xp = array_module(self.values)
+        rows, inverse = xp.unique(self.indices, return_inverse=True)
+        if len(rows) == len(self.indices):
+            order = xp.argsort(self.indices)
+            return RowSparse(self.indices[order], self.values[order], self.shape)
+        values = xp.zeros((len(rows),) + self.values.shape[1:], self.values.dtype)
+        scatter_add(xp, values, inverse.reshape(-1), self.values)
+        return RowSparse(rows, values, self.shape)
+
+    def to_dense(self):
+        """The full (R, ...) array: 4·R·D bytes in float32, the thing this class avoids."""
+        xp = array_module(self.values)
+        out = xp.zeros(self.shape, self.values.dtype)
+        scatter_add(xp, out, self.indices, self.values)
+        return out
+
+    def astype(self, dtype):
+        return RowSparse(self.indices, self.values.astype(dtype), self.shape)
+
+    def __add__(self, other):
+        if isinstance(other, RowSparse):
+            if other.shape != self.shape:
+                raise ValueError(f"cannot add row-sparse gradients of shapes {self.shape} and {other.shape}")
+            xp = array_module(self.values)
+            return RowSparse(xp.concatenate([self.indices, other.indices]),
+                             xp.concatenate([self.values, other.values]), self.shape).coalesce()
+        # A dense gradient plus a sparse one is dense.
+        out = other.copy()
+        scatter_add(array_module(out), out, self.indices, self.values)
+        return out
+
+    __radd__ = __add__
+
+    def __repr__(self):
+        return f"RowSparse(shape={self.shape}, rows={len(self.indices)}, dtype={self.dtype})"
