@@ -235,7 +235,8 @@ class Tracker:
     is compared with); :meth:`peak_delta` only what came on top of the bytes live on entry.
     :meth:`measured_peak` asks the allocator (tracemalloc on NumPy, the CuPy memory pool on the
     GPU) and is, like :meth:`peak_delta`, the growth above entry: the allocator cannot see
-    arrays born before the window opened.
+    arrays born before the window opened. Pitfall: tracemalloc also ignores the *freeing* of
+    such arrays, so free last step's gradients before opening a window you want to compare.
     """
 
     def __init__(self, budget=None, measure=True, timeline=True, device=None):
