@@ -17,6 +17,7 @@ from . import autograd  # noqa: E402
 from .backend import DeviceError, cuda_available  # noqa: E402
 from .memory import OutOfMemoryError  # noqa: E402
 from .random import get_rng_state, manual_seed, set_rng_state  # noqa: E402
+from .serialization import CheckpointError, load, save  # noqa: E402
 
 float16, float32, float64 = "float16", "float32", "float64"
 int8, uint8, int32, int64 = "int8", "uint8", "int32", "int64"
