@@ -54,6 +54,6 @@ def stacked_timeline(ax, timeline, title=None):
             ax.text(e["t"] * 1e3, top * 1.02, e["label"], fontsize=7, rotation=0)
     ax.set_xlabel("time in the step (ms)")
     ax.set_ylabel("device memory (MiB)")
-    ax.legend(loc="upper left", fontsize=7)
+    ax.legend(loc="center left", fontsize=7)
     if title:
         ax.set_title(title)
