@@ -1,0 +1,1 @@
+"""Memory-saving techniques, one file per technique; each plugs into one seam of the engine."""

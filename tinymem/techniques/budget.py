@@ -1,0 +1,126 @@
+"""Choose a checkpointing schedule for a byte budget on activations.
+
+Users of ``torch.utils.checkpoint`` keep asking for "give me a memory budget, not a segment
+count". Here the answer is three steps:
+
+1. :func:`profile_layers` runs each layer once, alone, with its graph recorded, and reads from
+   the ledger how many ``activation`` bytes it saves and how big its output state is. Memory of
+   the profile: one layer's graph at a time (never the whole network's).
+2. :func:`predict_segments` and :func:`predict_revolve` turn those sizes into the activation
+   peak a schedule will reach. They are upper bounds: a layer that saves its input saves the
+   same buffer the schedule keeps, and the ledger counts a buffer once.
+3. :func:`choose_schedule` takes, of all schedules whose predicted peak fits the budget, the one
+   that recomputes the fewest layer forwards (segment counts 1..n, then revolve with 1..n slots).
+
+Pitfall: the profile is for one input shape; a bigger batch needs a new profile.
+"""
+from collections import namedtuple
+
+from .. import autograd, memory, random
+from ..autograd import Tensor
+from ..memory import OutOfMemoryError, format_bytes
+from .checkpoint import as_layer_list, checkpoint_sequential, record, resolve_segments
+from .revolve import binomial_forwards, checkpoint_revolve, revolve
+
+LayerProfile = namedtuple("LayerProfile", "saved_bytes output_bytes")
+
+
+def profile_layers(functions, input):
+    """Per layer: activation bytes it saves for backward and bytes of its output.
+
+    Runs under :class:`tinymem.autograd.recomputing` (no running statistics are touched) and
+    gives the RNG state back, so profiling does not change the training run.
+    """
+    layers = as_layer_list(functions)
+    rng = random.get_rng_state()
+    state = input.data if isinstance(input, Tensor) else input
+    profile = []
+    try:
+        with autograd.recomputing():
+            for layer in layers:
+                before = memory.live_bytes("activation")
+                outputs, _ = record(layer, [state], [True])
+                saved = memory.live_bytes("activation") - before
+                state = outputs[0].data
+                profile.append(LayerProfile(saved, int(state.nbytes)))
+                del outputs
+    finally:
+        random.set_rng_state(rng)
+    return profile
+
+
+def _state_bytes(profile, input_bytes):
+    """Bytes of x_0 .. x_{n-1}: the input of each layer."""
+    return [input_bytes] + [p.output_bytes for p in profile[:-1]]
+
+
+def predict_segments(profile, input_bytes, segments):
+    """Upper bound on the activation peak of ``checkpoint_sequential(..., segments, ...)``.
+
+    The kept inputs of checkpointed segments 0..m stay while segment m is recomputed; the last
+    segment's saved arrays stay while the kept inputs of all others do.
+    """
+    n = len(profile)
+    k = resolve_segments(segments, n)
+    size = n // k
+    states = _state_bytes(profile, input_bytes)
+    starts = list(range(0, size * (k - 1), size))
+    kept = [states[s] for s in starts]
+    last = sum(p.saved_bytes for p in profile[size * (k - 1):])
+    peak = sum(kept) + last
+    for m, s in enumerate(starts):
+        peak = max(peak, sum(kept[:m + 1]) + sum(p.saved_bytes for p in profile[s:s + size]))
+    return peak
+
+
+def predict_revolve(profile, input_bytes, slots):
+    """Upper bound on the activation peak of ``checkpoint_revolve(..., slots, ...)``: the kept
+    snapshots plus the saved arrays of the layer being reversed, followed along the schedule."""
+    states = _state_bytes(profile, input_bytes)
+    kept = peak = 0
+    for action in revolve(len(profile), slots):
+        if action.kind == "snapshot":
+            kept += states[action.step]
+        elif action.kind == "free":
+            kept -= states[action.step]
+        elif action.kind == "backward":
+            peak = max(peak, kept + profile[action.step].saved_bytes)
+    return peak
+
+
+class Plan(namedtuple("Plan", "kind count predicted_peak recomputed")):
+    """A chosen schedule: ``kind`` is ``"segments"`` or ``"revolve"``, ``count`` the segment
+    count or the slots, ``recomputed`` the layer forwards it adds. Call it like the function it
+    stands for: ``plan(functions, input)``."""
+
+    def __call__(self, functions, input):
+        if self.kind == "segments":
+            return checkpoint_sequential(functions, self.count, input)
+        return checkpoint_revolve(functions, self.count, input)
+
+
+def candidate_plans(profile, input_bytes):
+    """Every segment count and every slot count, with predicted peak and recomputation."""
+    n = len(profile)
+    plans = [Plan("segments", k, predict_segments(profile, input_bytes, k), (k - 1) * (n // k))
+             for k in range(1, n + 1)]
+    plans += [Plan("revolve", s, predict_revolve(profile, input_bytes, s), binomial_forwards(n, s))
+              for s in range(1, n + 1)]
+    return plans
+
+
+def choose_schedule(functions, input, budget):
+    """The plan that fits ``budget`` (bytes or "64MB") in activations with the fewest recomputed
+    layer forwards (ties: the smaller peak). Raises OutOfMemoryError when none fits."""
+    budget = memory.parse_bytes(budget)
+    layers = as_layer_list(functions)
+    input_bytes = int((input.data if isinstance(input, Tensor) else input).nbytes)
+    plans = candidate_plans(profile_layers(layers, input), input_bytes)
+    fitting = [p for p in plans if p.predicted_peak <= budget]
+    if not fitting:
+        smallest = min(plans, key=lambda p: p.predicted_peak)
+        raise OutOfMemoryError(
+            f"no checkpointing schedule fits an activation budget of {format_bytes(budget)}: the "
+            f"smallest ({smallest.kind}={smallest.count}) needs {format_bytes(smallest.predicted_peak)}; "
+            f"raise the budget, shrink the batch or use another technique (offload, half precision)")
+    return min(fitting, key=lambda p: (p.recomputed, p.predicted_peak))
