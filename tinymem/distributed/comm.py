@@ -1,0 +1,275 @@
+"""A thin communicator over mpi4py that counts every byte it moves.
+
+Collectives on arrays (NumPy through MPI; CuPy through NCCL, or staged through host memory):
+
+    all_reduce(a)              a <- sum over ranks (in place)
+    reduce_scatter(full, out)  out <- this rank's 1/N block of the sum of ``full`` over ranks
+    all_gather(shard, out)     out <- every rank's ``shard``, concatenated in rank order
+    broadcast(a, root)         a <- root's a (in place)
+    send(a, dest) / recv(out, source)   point to point (the pipeline's activations)
+
+Two byte counts per rank and per call, kept in :attr:`Communicator.traffic`:
+
+* ``sent`` / ``received``: what a **ring** algorithm moves for that call, the standard cost
+  model behind the ZeRO paper's traffic formulas. For a buffer of n bytes on N ranks:
+  all-reduce 2(N-1)/N·n each way, reduce-scatter and all-gather (N-1)/N·n each way, a
+  broadcast n from every rank but the last of the chain, send/recv n.
+* ``mpi_sent`` / ``mpi_received``: the bytes of the buffers actually handed to MPI (or NCCL)
+  in that call. MPI picks its own algorithm (ring, tree, recursive doubling), so the wire may
+  carry a different amount; these are what this process gave and took.
+
+Failure behaviour: MPI collectives block forever when a peer is gone. Every blocking call runs
+under a watchdog (``timeout`` seconds, ``$TINYMEM_MPI_TIMEOUT`` or 300): when it expires the
+watchdog prints which call on which rank waited too long and calls ``MPI.COMM_WORLD.Abort``,
+which makes ``mpiexec`` stop every rank with a non-zero exit. Pair it with
+:func:`tinymem.distributed.launch.install_excepthook` so that a rank that *raises* aborts the
+job at once instead of leaving its peers to wait for the timeout.
+
+Memory cost: none beyond the caller's buffers, except the host staging copies of the CuPy
+fallback (two host copies of each buffer while the call runs) and reduce-scatter's
+contiguous output on NCCL.
+"""
+import os
+import sys
+import threading
+import time
+
+from .. import backend
+from .flat import address
+
+RING_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+                "all_gather": lambda n: (n - 1) / n}
+
+
+def ring_bytes(kind, nbytes, world_size):
+    """Bytes one rank sends (and receives) in a ring ``kind`` collective over ``nbytes``."""
+    if world_size == 1:
+        return 0.0
+    return RING_FACTORS[kind](world_size) * nbytes
+
+
+class Traffic:
+    """Bytes moved by one rank, per kind of call: ``{kind: {calls, sent, received, mpi_sent, mpi_received}}``."""
+
+    FIELDS = ("calls", "sent", "received", "mpi_sent", "mpi_received")
+
+    def __init__(self):
+        self.by_kind = {}
+
+    def add(self, kind, sent, received, mpi_sent, mpi_received):
+        row = self.by_kind.setdefault(kind, dict.fromkeys(self.FIELDS, 0))
+        for field, value in zip(self.FIELDS, (1, sent, received, mpi_sent, mpi_received)):
+            row[field] += value
+
+    def total(self, field="sent"):
+        return sum(row[field] for row in self.by_kind.values())
+
+    def reset(self):
+        self.by_kind = {}
+
+    def snapshot(self):
+        return {kind: dict(row) for kind, row in self.by_kind.items()}
+
+
+class _Watchdog:
+    """One daemon thread that aborts the job when a blocking call outlives its deadline."""
+
+    def __init__(self, comm, timeout):
+        self.comm, self.timeout = comm, timeout
+        self.deadline, self.what = None, None
+        self.lock = threading.Lock()
+        thread = threading.Thread(target=self._watch, name="tinymem-mpi-watchdog", daemon=True)
+        thread.start()
+
+    def arm(self, what):
+        with self.lock:
+            self.deadline, self.what = time.monotonic() + self.timeout, what
+
+    def disarm(self):
+        with self.lock:
+            self.deadline = None
+
+    def _watch(self):
+        while True:
+            time.sleep(min(1.0, self.timeout / 4))
+            with self.lock:
+                expired = self.deadline is not None and time.monotonic() > self.deadline
+                what = self.what
+            if expired:
+                rank = self.comm.Get_rank()
+                sys.stderr.write(
+                    f"tinymem.distributed: rank {rank} waited more than {self.timeout:g} s in "
+                    f"{what}; another rank has probably died or is stuck. Aborting every rank "
+                    f"(raise TINYMEM_MPI_TIMEOUT if the step is simply slow).\n")
+                sys.stderr.flush()
+                self.comm.Abort(3)
+
+
+class Communicator:
+    """Collectives over ``MPI.COMM_WORLD`` (or ``comm``) with byte accounting and a watchdog.
+
+    ``transport``: ``"auto"`` uses NCCL for CuPy arrays when ``cupy.cuda.nccl`` is available and
+    MPI otherwise; ``"mpi"`` always uses MPI (CuPy arrays are staged through host memory unless
+    ``cuda_aware=True`` says the MPI library reads GPU pointers itself).
+    """
+
+    def __init__(self, comm=None, timeout=None, transport="auto", cuda_aware=False):
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.traffic = Traffic()
+        self.timeout = float(timeout if timeout is not None else os.environ.get("TINYMEM_MPI_TIMEOUT", 300))
+        self.transport, self.cuda_aware = transport, cuda_aware
+        self._watchdog = _Watchdog(self.comm, self.timeout)
+        self._nccl = None
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _blocking(self, what, fn):
+        self._watchdog.arm(f"{what} (rank {self.rank} of {self.size})")
+        try:
+            return fn()
+        finally:
+            self._watchdog.disarm()
+
+    def _use_nccl(self, array):
+        if backend.device_of(array) != "cuda" or self.transport == "mpi":
+            return False
+        if self._nccl is None:
+            from .nccl import NcclBackend
+            self._nccl = NcclBackend(self)
+        return True
+
+    def _host(self, array):
+        """The buffer MPI reads: the array itself, or a host copy of a CuPy array."""
+        if backend.device_of(array) == "cpu" or self.cuda_aware:
+            return array
+        return backend.to_numpy(array)
+
+    @staticmethod
+    def _back(host, array):
+        if host is not array:
+            array[...] = backend.array_module(array).asarray(host)
+
+    @staticmethod
+    def _check_contiguous(what, *arrays):
+        for a in arrays:
+            if not a.flags.c_contiguous:
+                raise ValueError(f"{what}: MPI needs C-contiguous buffers; got one of shape {a.shape} "
+                                 f"with strides {a.strides} (pass xp.ascontiguousarray(...))")
+
+    # -- collectives ------------------------------------------------------------------------
+    def all_reduce(self, array, op="sum"):
+        """Sum (or ``op="max"``) ``array`` over all ranks, in place; returns it."""
+        self._check_contiguous("all_reduce", array)
+        n = array.nbytes
+        if self._use_nccl(array):
+            self._blocking("all_reduce", lambda: self._nccl.all_reduce(array, op))
+        else:
+            host = self._host(array)
+            mpi_op = {"sum": self.MPI.SUM, "max": self.MPI.MAX}[op]
+            self._blocking("all_reduce", lambda: self.comm.Allreduce(self.MPI.IN_PLACE, host, op=mpi_op))
+            self._back(host, array)
+        ring = ring_bytes("all_reduce", n, self.size)
+        self.traffic.add("all_reduce", ring, ring, n, n)
+        return array
+
+    def reduce_scatter(self, full, out):
+        """``out`` <- block ``rank`` of the sum of ``full`` over ranks (``full.size == N·out.size``)."""
+        self._check_contiguous("reduce_scatter", full, out)
+        if full.size != out.size * self.size:
+            raise ValueError(f"reduce_scatter: input of {full.size} elements does not split into "
+                             f"{self.size} blocks of {out.size}; pad it to a multiple of the world size")
+        if self._use_nccl(full):
+            self._blocking("reduce_scatter", lambda: self._nccl.reduce_scatter(full, out))
+        else:
+            src, dst = self._host(full), self._host(out)
+            self._blocking("reduce_scatter", lambda: self.comm.Reduce_scatter_block(src, dst, op=self.MPI.SUM))
+            self._back(dst, out)
+        ring = ring_bytes("reduce_scatter", full.nbytes, self.size)
+        self.traffic.add("reduce_scatter", ring, ring, full.nbytes, out.nbytes)
+        return out
+
+    def all_gather(self, shard, out):
+        """``out`` <- the ``shard`` of every rank in rank order (``out.size == N·shard.size``).
+
+        ``shard`` may be this rank's block of ``out`` itself (a view): the call is then in place.
+        """
+        self._check_contiguous("all_gather", shard, out)
+        if out.size != shard.size * self.size:
+            raise ValueError(f"all_gather: output of {out.size} elements is not {self.size} x {shard.size}")
+        if self._use_nccl(out):
+            self._blocking("all_gather", lambda: self._nccl.all_gather(shard, out))
+        else:
+            dst = self._host(out)
+            block = dst.reshape(-1)[self.rank * shard.size:(self.rank + 1) * shard.size]
+            if address(block) != address(shard):  # not already in place
+                same_place = backend.device_of(block) == backend.device_of(shard)
+                block[...] = (shard if same_place else backend.to_numpy(shard)).reshape(-1)
+            self._blocking("all_gather", lambda: self.comm.Allgather(self.MPI.IN_PLACE, dst))
+            self._back(dst, out)
+        ring = ring_bytes("all_gather", out.nbytes, self.size)
+        self.traffic.add("all_gather", ring, ring, shard.nbytes, out.nbytes)
+        return out
+
+    def broadcast(self, array, root=0):
+        """Copy ``root``'s ``array`` into every rank's ``array`` (in place); returns it."""
+        self._check_contiguous("broadcast", array)
+        if self._use_nccl(array):
+            self._blocking("broadcast", lambda: self._nccl.broadcast(array, root))
+        else:
+            host = self._host(array)
+            self._blocking("broadcast", lambda: self.comm.Bcast(host, root=root))
+            self._back(host, array)
+        n = array.nbytes
+        last = (root - 1) % self.size  # a chain root -> root+1 -> ... -> last
+        sent = n if self.rank != last and self.size > 1 else 0
+        received = n if self.rank != root else 0
+        self.traffic.add("broadcast", sent, received, n if self.rank == root else 0, received)
+        return array
+
+    def send(self, array, dest, tag=0):
+        """Send ``array`` to rank ``dest`` without blocking; returns a request to :meth:`wait`.
+
+        The array must stay alive and unchanged until the request completes.
+        """
+        self._check_contiguous("send", array)
+        if self._use_nccl(array):
+            request = self._nccl.send(array, dest)
+        else:
+            host = self._host(array)
+            request = _Request(self.comm.Isend(host, dest=dest, tag=tag), host)
+        self.traffic.add("send", array.nbytes, 0, array.nbytes, 0)
+        return request
+
+    def recv(self, out, source, tag=0):
+        """Receive into ``out`` from rank ``source`` (blocking, under the watchdog)."""
+        self._check_contiguous("recv", out)
+        if self._use_nccl(out):
+            self._blocking(f"recv from rank {source}", lambda: self._nccl.recv(out, source))
+        else:
+            host = self._host(out)
+            self._blocking(f"recv from rank {source}", lambda: self.comm.Recv(host, source=source, tag=tag))
+            self._back(host, out)
+        self.traffic.add("recv", 0, out.nbytes, 0, out.nbytes)
+        return out
+
+    def wait(self, requests):
+        """Complete send requests (under the watchdog)."""
+        self._blocking("wait for sends", lambda: [r.wait() for r in requests])
+
+    def barrier(self):
+        self._blocking("barrier", self.comm.Barrier)
+
+
+class _Request:
+    """An MPI request plus the buffer it reads, kept alive until the send completes."""
+
+    def __init__(self, request, buffer):
+        self.request, self.buffer = request, buffer
+
+    def wait(self):
+        self.request.Wait()
+        self.buffer = None
+

@@ -1,0 +1,91 @@
+"""Starting ranks with ``mpiexec``, and stopping all of them when one fails.
+
+Launch a script on N processes with the ``mpiexec`` installed next to this Python (the
+``mpich`` wheel of the ``dist`` extra puts it there)::
+
+    mpiexec -n 4 python my_training.py
+    python -c "from tinymem.distributed import launch; launch.run(['my_training.py'], 4)"
+
+Failure behaviour. A collective waits for every rank, so a rank that raises while the others
+wait in an all-reduce would leave them waiting forever. Two guards stop that:
+
+* :func:`install_excepthook` (call it first thing in a rank's script): an uncaught exception
+  prints ``rank r of N failed: ...`` with its traceback and calls ``MPI.COMM_WORLD.Abort``;
+  ``mpiexec`` then kills every rank and exits non-zero.
+* The communicator's watchdog (:mod:`tinymem.distributed.comm`) aborts a rank whose blocking
+  call outlives ``timeout`` seconds: the cure for a peer that died without raising.
+
+:func:`run` adds a third, outside the job: a wall-clock limit after which the whole process
+group of ``mpiexec`` is killed.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import traceback
+
+
+def mpiexec_path():
+    """The ``mpiexec`` next to ``sys.executable`` (else the one on PATH), or ``None``."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.path.exists(here):
+        return here
+    return shutil.which("mpiexec")
+
+
+def mpi_available():
+    """True when mpi4py imports and an ``mpiexec`` is found."""
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return False
+    return mpiexec_path() is not None
+
+
+def install_excepthook():
+    """Make an uncaught exception on any rank abort the whole job with a clear message."""
+    from mpi4py import MPI
+
+    def hook(kind, value, tb):
+        comm = MPI.COMM_WORLD
+        text = "".join(traceback.format_exception(kind, value, tb))
+        sys.stderr.write(f"tinymem.distributed: rank {comm.Get_rank()} of {comm.Get_size()} failed: "
+                         f"{kind.__name__}: {value}\n{text}aborting every rank\n")
+        sys.stderr.flush()
+        comm.Abort(1)
+
+    sys.excepthook = hook
+
+
+class LaunchError(RuntimeError):
+    """mpiexec is missing, a rank failed, or the job ran past its time limit."""
+
+
+def run(argv, nprocs, timeout=300, env=None, cwd=None, check=True):
+    """Run ``python argv...`` on ``nprocs`` ranks; returns the CompletedProcess (text output).
+
+    With ``check`` a non-zero exit or a timeout raises :class:`LaunchError` carrying the end of
+    the output. ``argv`` is what follows ``python``, e.g. ``["-m", "tinymem.distributed.worker", "check"]``.
+    """
+    mpiexec = mpiexec_path()
+    if mpiexec is None:
+        raise LaunchError("mpiexec not found: install the dist extra (pip install .[dist]), "
+                          "which brings mpi4py and the mpich launcher")
+    cmd = [mpiexec, "-n", str(nprocs), sys.executable, *argv]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=cwd, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise LaunchError(f"{' '.join(cmd)} ran past {timeout} s and was killed\n{_tail(out, err)}")
+    result = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    if check and proc.returncode != 0:
+        raise LaunchError(f"{' '.join(cmd)} exited with {proc.returncode}\n{_tail(out, err)}")
+    return result
+
+
+def _tail(out, err, n=3000):
+    return f"--- stdout ---\n{(out or '')[-n:]}\n--- stderr ---\n{(err or '')[-n:]}"

@@ -1,0 +1,99 @@
+"""Running a Sequential model unit by unit, with a separate graph per unit.
+
+Data parallel, ZeRO and the pipeline all need to act *between* layers: gather a layer's
+parameters just before its forward, reduce its gradients just after its backward. The
+engine's backward walks one graph in whatever order its dependencies allow, so instead each
+unit (each child of the Sequential) gets a graph of its own, started at :func:`unit_input`:
+a node that passes the previous unit's output through in forward and, in backward, catches
+the gradient arriving for it. Backward then runs unit by unit, last to first, and the
+gradient of each unit's input is handed to the previous one by hand (or, in the pipeline,
+sent to the previous rank).
+
+The numbers are the same as one graph's: the same ops run on the same arrays; only the order
+in which independent gradient sums finish may differ.
+
+Memory cost: the same as the single graph (the boundary node saves nothing); the gradient
+caught at each boundary is the one the single graph would pass on.
+"""
+import contextlib
+
+from .. import backend, memory
+from ..autograd import Function, Tensor
+
+
+class _UnitInput(Function):
+    """Identity in forward; backward appends the incoming gradient to ``box``."""
+
+    def forward(ctx, anchor, array, box):
+        ctx.box = box
+        return array
+
+    def backward(ctx, grad):
+        ctx.box.append(grad)
+        return (None,)
+
+
+def unit_input(array, box):
+    """A Tensor that starts a new graph at ``array``; its gradient lands in the list ``box``."""
+    xp = backend.array_module(array)
+    anchor = Tensor(xp.zeros((), array.dtype), requires_grad=True)
+    return _UnitInput.apply(anchor, array, box)
+
+
+def split_units(model):
+    """The children of a Sequential model (its units); a plain module is one unit."""
+    children = model.children()
+    return children if children else [model]
+
+
+class Strategy:
+    """The hooks a partitioning strategy puts between units; the defaults do nothing."""
+
+    def before_forward(self, i):
+        pass
+
+    def saving(self, i):
+        """A context around unit ``i``'s forward (ZeRO-3 installs saved-tensor hooks here)."""
+        return contextlib.nullcontext()
+
+    def after_forward(self, i):
+        pass
+
+    def before_backward(self, i):
+        pass
+
+    def after_backward(self, i):
+        pass
+
+
+def forward_backward(units, x, y, loss_fn, strategy):
+    """One forward and backward of ``units`` on ``(x, y)``, unit by unit; returns the loss (float).
+
+    ``strategy``'s hooks run around every unit. When this returns, every parameter that took
+    part holds its gradient (or the strategy has already moved it elsewhere).
+    """
+    memory.mark("forward")
+    outputs, boxes = [], []
+    h = x.data if isinstance(x, Tensor) else x
+    for i, unit in enumerate(units):
+        strategy.before_forward(i)
+        box = []
+        inp = Tensor._wrap(h) if i == 0 else unit_input(h, box)
+        with strategy.saving(i):
+            out = unit(inp)
+        strategy.after_forward(i)
+        outputs.append(out)
+        boxes.append(box)
+        h = out.data
+    head = []
+    loss = loss_fn(unit_input(h, head), y)
+    loss.backward()
+    grad = head[0]
+    for i in reversed(range(len(units))):
+        strategy.before_backward(i)
+        if outputs[i].requires_grad:
+            outputs[i].backward(grad)
+        outputs[i] = None
+        grad = boxes[i][0] if boxes[i] else None
+        strategy.after_backward(i)
+    return float(loss.item())
