@@ -114,6 +114,15 @@ class saved_tensors_hooks:
         _state.hooks.pop()
 
 
+def current_saved_tensors_hooks():
+    """The innermost active ``(pack, unpack)`` pair, or ``None``.
+
+    A hook that handles only some tensors (layer streaming handles the weights it brought in)
+    passes the others on to the pair it shadows, so techniques compose.
+    """
+    return _state.hooks[-1] if _state.hooks else None
+
+
 def _storage(obj):
     """The array inside a packed object that should count as an activation, if any."""
     if isinstance(obj, Tensor):

@@ -185,6 +185,16 @@ hold = LEDGER.hold
 unhold = LEDGER.unhold
 
 
+def locate(array):
+    """``(bucket, place)`` under which the ledger counts ``array``'s buffer, or ``None``.
+
+    Techniques ask it where an array already lives: offload leaves parameters alone (they are
+    resident anyway) and skips the copy for a gradient that is already on the host.
+    """
+    entry = LEDGER.entries.get(id(_root(array)))
+    return None if entry is None else (entry.bucket, entry.place)
+
+
 def live_bytes(bucket=None, place="device"):
     """Bytes live now in ``bucket`` (all buckets when ``None``) at ``place``."""
     return LEDGER.bytes(bucket, place)

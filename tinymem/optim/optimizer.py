@@ -16,6 +16,9 @@ class Optimizer:
     defaults = {}
     # Whether _update takes a tinymem.sparse.RowSparse gradient (embedding_bag(sparse=True)).
     accepts_sparse_grad = False
+    # Where the update runs, so where its state arrays and temporaries are counted. Optimizer-
+    # state offload sets "host" on an instance and hands ``_update`` host arrays.
+    update_place = "device"
 
     def __init__(self, params, **hyper):
         for key, value in hyper.items():
@@ -61,20 +64,19 @@ class Optimizer:
 
     # -- state -----------------------------------------------------------------------------
     def _state_array(self, like, dtype=None, shape=None, fill=0):
-        """A new state array registered in the ``optimizer`` bucket."""
+        """A new state array registered in the ``optimizer`` bucket at :attr:`update_place`."""
         xp = backend.array_module(like)
         array = xp.full(like.shape if shape is None else shape, fill,
                         dtype=like.dtype if dtype is None else dtype)
-        return memory.register(array, "optimizer")
+        return memory.register(array, "optimizer", place=self.update_place)
 
-    @staticmethod
-    def _scratch(array):
+    def _scratch(self, array):
         """Count a temporary of the update (``lr * grad``, say) in ``workspace``.
 
         Temporaries the size of a parameter are what pushes the step's peak above the sum of
         the buckets; registering them keeps the ledger's peak honest against the allocator's.
         """
-        return memory.register(array, "workspace")
+        return memory.register(array, "workspace", place=self.update_place)
 
     def state_bytes(self):
         """Bytes held by the optimizer state (arrays only; step counters are Python ints)."""
