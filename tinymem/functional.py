@@ -5,6 +5,7 @@ face: it accepts Tensors, numbers and arrays, and calls ``Function.apply``. Each
 cost is stated in the docstring of its Function.
 """
 from .autograd import Tensor
+from .layers.conv_functional import avg_pool2d, batch_norm, conv2d, interpolate, max_pool2d  # noqa: F401
 from .ops import elementwise as E
 from .ops import nn_ops as N
 from .ops import reduction as R

@@ -277,3 +277,4 @@ class Embedding(Module):
         return F.embedding(indices, self.weight)
 
 from .nn_seq import EmbeddingBag, MultiheadAttention  # noqa: E402,F401
+from .layers.conv import AvgPool2d, BatchNorm2d, Conv2d, MaxPool2d, Upsample  # noqa: E402,F401
