@@ -28,3 +28,4 @@ class MLP(nn.Sequential):
                     layers.append(nn.Dropout(dropout))
         super().__init__(*layers)
         self.sizes = list(sizes)
+from .unet import UNet, dice_score, segmentation_loss  # noqa: E402,F401

@@ -1,0 +1,1 @@
+"""Procedural data sets that work offline at any size."""
