@@ -41,6 +41,17 @@ def bubble_fraction(stages, micro_batches):
     return (stages - 1) / (micro_batches + stages - 1)
 
 
+def schedule_order(schedule, stage, stages, micro_batches):
+    """What stage ``stage`` runs, in order: a list of ("F", m) forwards and ("B", m) backwards."""
+    if schedule == "gpipe":
+        return [("F", m) for m in range(micro_batches)] + [("B", m) for m in range(micro_batches)]
+    warmup = min(stages - stage - 1, micro_batches)
+    order = [("F", m) for m in range(warmup)]
+    for k in range(micro_batches - warmup):
+        order += [("F", warmup + k), ("B", k)]
+    return order + [("B", k) for k in range(micro_batches - warmup, micro_batches)]
+
+
 def partition(sizes, stages):
     """Contiguous stages minimising the largest stage's parameter count; returns each stage's first unit.
 
@@ -134,17 +145,6 @@ class Pipeline:
         if self.stage > 0:
             sends.append(self.comm.send(box[0], self.stage - 1, tag=2 * m))
 
-    def _order(self):
-        """The list of ("F"|"B", micro-batch) this stage runs, by the schedule."""
-        m_count = self.micro_batches
-        if self.schedule == "gpipe":
-            return [("F", m) for m in range(m_count)] + [("B", m) for m in range(m_count)]
-        warmup = min(self.stages - self.stage - 1, m_count)
-        order = [("F", m) for m in range(warmup)]
-        for k in range(m_count - warmup):
-            order += [("F", warmup + k), ("B", k)]
-        return order + [("B", k) for k in range(m_count - warmup, m_count)]
-
     def step(self, x, y, loss_fn):
         """One training step over the global batch ``(x, y)``."""
         if self.optimizer is not None:
@@ -152,7 +152,7 @@ class Pipeline:
         xs, ys = _split(x, self.micro_batches), _split(y, self.micro_batches)
         inflight, sends, self.losses = {}, [], []
         memory.mark("forward")
-        for kind, m in self._order():
+        for kind, m in schedule_order(self.schedule, self.stage, self.stages, self.micro_batches):
             if kind == "F":
                 self._forward(m, xs, ys, loss_fn, inflight, sends)
             else:
