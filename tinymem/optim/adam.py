@@ -1,10 +1,14 @@
-"""Adam (Kingma and Ba, 2015), as ``torch.optim.Adam`` computes it.
+"""Adam (Kingma and Ba, 2015), as ``torch.optim.Adam`` computes it (AdamW in ``adamw.py``).
 
-    g = grad + weight_decay * p          (L2 penalty; AdamW decouples it instead)
+    g = grad + weight_decay * p          (L2 penalty; decoupled_weight_decay: p *= 1 - lr * wd)
     m = beta1 * m + (1 - beta1) * g
     v = beta2 * v + (1 - beta2) * g^2
+    v_max = max(v_max, v)                (amsgrad only; the denominator then uses v_max)
     p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-State: two buffers the size of the parameter, 8 bytes per float32 parameter, plus a step count.
+
+State: two buffers the size of the parameter, 8 bytes per float32 parameter (12 with amsgrad),
+plus a step count (a Python int). :meth:`Adam._direction` is the arithmetic on its own, shared
+with GaLore (moments of a projected gradient) and Adam8bit (moments dequantized for one step).
 """
 import math
 
@@ -13,23 +17,37 @@ from .optimizer import Optimizer
 
 
 class Adam(Optimizer):
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 amsgrad=False, decoupled_weight_decay=False):
         if not 0.0 <= betas[0] < 1.0 or not 0.0 <= betas[1] < 1.0:
             raise ValueError(f"invalid betas {betas}: each must be in [0, 1)")
-        super().__init__(params, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        if eps < 0 or weight_decay < 0:
+            raise ValueError(f"eps ({eps}) and weight_decay ({weight_decay}) must be >= 0")
+        super().__init__(params, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                         amsgrad=amsgrad, decoupled_weight_decay=decoupled_weight_decay)
 
-    def _update(self, p, grad, state, group):
+    @staticmethod
+    def bytes_for(shape, itemsize, group):
+        """State bytes of one parameter of ``shape``: 2 (3 with amsgrad) full-size buffers."""
+        return (3 if group.get("amsgrad") else 2) * math.prod(shape) * itemsize
+
+    def _decay(self, p, grad, group):
+        """Apply weight decay: coupled (added to the gradient) or decoupled (shrinks ``p``)."""
+        wd = group["weight_decay"]
+        if not wd:
+            return grad
+        if group["decoupled_weight_decay"]:
+            p.data *= 1 - group["lr"] * wd
+            return grad
+        return self._scratch(grad + wd * p.data)
+
+    def _direction(self, m, v, g, step, group, v_max=None):
+        """Update ``m``, ``v`` (and ``v_max``) in place with ``g``; return the step ``p -= result``.
+
+        In-place updates with one temporary at a time: the extra peak is two arrays the size of
+        ``g`` (denom and the update), both counted in workspace.
+        """
         beta1, beta2 = group["betas"]
-        if "exp_avg" not in state:
-            state["step"] = 0
-            state["exp_avg"] = self._state_array(p.data)
-            state["exp_avg_sq"] = self._state_array(p.data)
-        state["step"] += 1
-        t = state["step"]
-        g = self._scratch(grad + group["weight_decay"] * p.data) if group["weight_decay"] else grad
-        m, v = state["exp_avg"], state["exp_avg_sq"]
-        # In-place updates with one temporary at a time: the step's extra peak is two
-        # parameter-sized arrays (denom and the update), both counted in workspace.
         m *= beta1
         m += self._scratch((1 - beta1) * g)
         v *= beta2
@@ -37,11 +55,29 @@ class Adam(Optimizer):
         sq *= 1 - beta2
         v += sq
         del sq
-        xp = backend.array_module(p.data)
-        step_size = group["lr"] / (1 - beta1 ** t)
+        xp = backend.array_module(v)
+        if v_max is not None:
+            xp.maximum(v_max, v, out=v_max)
+            v = v_max
         denom = self._scratch(xp.sqrt(v))
-        denom /= math.sqrt(1 - beta2 ** t)
+        denom /= math.sqrt(1 - beta2 ** step)
         denom += group["eps"]
         update = self._scratch(m / denom)
-        update *= step_size
-        p.data -= update
+        update *= group["lr"] / (1 - beta1 ** step)
+        return update
+
+    def _moments(self, g, state, group):
+        """Adam's step for gradient ``g`` with state shaped like ``g`` (created on first use)."""
+        if "exp_avg" not in state:
+            state["step"] = 0
+            state["exp_avg"] = self._state_array(g)
+            state["exp_avg_sq"] = self._state_array(g)
+            if group["amsgrad"]:
+                state["max_exp_avg_sq"] = self._state_array(g)
+        state["step"] += 1
+        return self._direction(state["exp_avg"], state["exp_avg_sq"], g, state["step"], group,
+                               state.get("max_exp_avg_sq"))
+
+    def _update(self, p, grad, state, group):
+        g = self._decay(p, grad, group)
+        p.data -= self._moments(g, state, group)

@@ -8,6 +8,8 @@ The update is PyTorch's ``torch.optim.SGD``:
 State: none without momentum; one buffer the size of the parameter with it (4 bytes per
 float32 parameter).
 """
+import math
+
 from .optimizer import Optimizer
 
 
@@ -17,6 +19,11 @@ class SGD(Optimizer):
             raise ValueError("Nesterov momentum needs momentum > 0 and dampening = 0")
         super().__init__(params, lr=lr, momentum=momentum, dampening=dampening,
                          nesterov=nesterov, weight_decay=weight_decay)
+
+    @staticmethod
+    def bytes_for(shape, itemsize, group):
+        """State bytes of one parameter of ``shape``: a momentum buffer, or nothing."""
+        return math.prod(shape) * itemsize if group["momentum"] else 0
 
     def _update(self, p, grad, state, group):
         wd, momentum, dampening = group["weight_decay"], group["momentum"], group["dampening"]

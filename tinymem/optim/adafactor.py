@@ -1,0 +1,87 @@
+"""Adafactor (Shazeer and Stern, 2018), following ``torch.optim.Adafactor`` (PyTorch >= 2.5).
+
+For a matrix gradient G (m x n; for more dims, the last two are factored) Adafactor keeps
+only the row means R (m) and column means C (n) of G^2 and rebuilds the second moment as
+their normalised outer product, the best rank-1 fit in I-divergence:
+
+    beta2_t = 1 - t^beta2_decay          (decay -0.8: averages over more steps as t grows)
+    rho_t   = min(lr, 1 / sqrt(t))        (a relative step size)
+    alpha_t = max(eps2, RMS(p)) * rho_t   (steps scale with the parameter's own size)
+    p *= 1 - lr * weight_decay
+    R = R + (1 - beta2_t) (mean_j G^2 - R);  C = C + (1 - beta2_t) (mean_i G^2 - C)
+    V = R C^T / max(mean(R), eps1)        (vectors keep a full V = EMA of g^2 instead)
+    U = G / sqrt(max(V, eps1^2))
+    p -= alpha_t * U / max(1, RMS(U) / d)  (update clipping at threshold d)
+
+State: 4(m + n) bytes for an m x n float32 matrix instead of Adam's 8mn (for 512 x 512,
+0.2% of Adam's); vectors keep 4 bytes per element. No first moment (beta1 = 0), as PyTorch's.
+Differences from the paper, as in PyTorch: no first moment, eps1 defaults to the dtype's
+machine epsilon, and ``lr`` caps the relative step. Time: one m x n outer product per step
+(a temporary of the parameter's size).
+"""
+import math
+
+import numpy as np
+
+from .. import backend
+from .optimizer import Optimizer
+
+
+def _rms(x, xp):
+    """Root mean square, through a norm so that no temporary of x's size is made."""
+    return float(xp.linalg.norm(x.ravel())) / math.sqrt(x.size) if x.size else 0.0
+
+
+class Adafactor(Optimizer):
+    def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0):
+        if beta2_decay > 0:
+            raise ValueError(f"beta2_decay must be <= 0, got {beta2_decay}")
+        if (eps[0] is not None and eps[0] < 0) or eps[1] < 0:
+            raise ValueError(f"eps must be (None or >= 0, >= 0), got {eps}")
+        if d < 1.0:
+            raise ValueError(f"the clipping threshold d must be >= 1, got {d}")
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        super().__init__(params, lr=lr, beta2_decay=beta2_decay, eps=tuple(eps), d=d,
+                         weight_decay=weight_decay)
+
+    @staticmethod
+    def bytes_for(shape, itemsize, group):
+        """State bytes of one parameter: rows + columns for >= 2 dims, a full buffer otherwise."""
+        if len(shape) < 2:
+            return math.prod(shape) * itemsize
+        return (math.prod(shape[:-1]) + math.prod(shape[:-2]) * shape[-1]) * itemsize
+
+    def _update(self, p, grad, state, group):
+        factored = grad.ndim > 1
+        if "step" not in state:
+            state["step"] = 0
+            if factored:
+                state["row_var"] = self._state_array(p.data, shape=grad.shape[:-1] + (1,))
+                state["col_var"] = self._state_array(p.data, shape=grad.shape[:-2] + (1, grad.shape[-1]))
+            else:
+                state["variance"] = self._state_array(p.data)
+        state["step"] += 1
+        t = state["step"]
+        xp = backend.array_module(grad)
+        eps1 = group["eps"][0]
+        if eps1 is None:
+            eps1 = float(np.finfo(p.dtype).eps)
+        lr, weight = group["lr"], t ** group["beta2_decay"]
+        alpha = max(group["eps"][1], _rms(p.data, xp)) * min(lr, 1 / math.sqrt(t))
+        if group["weight_decay"]:
+            p.data *= 1 - lr * group["weight_decay"]
+        if factored:
+            row, col = state["row_var"], state["col_var"]
+            # mean of g^2 along one axis without a full-size g*g temporary
+            row += weight * (xp.einsum("...ij,...ij->...i", grad, grad)[..., None] / grad.shape[-1] - row)
+            col += weight * (xp.einsum("...ij,...ij->...j", grad, grad)[..., None, :] / grad.shape[-2] - col)
+            var = row @ col
+            var /= xp.maximum(row.mean(axis=-2, keepdims=True), eps1)
+        else:
+            v = state["variance"]
+            v += weight * (grad * grad - v)
+            var = v.copy()
+        update = grad / xp.sqrt(xp.maximum(var, eps1 * eps1))
+        denom = max(1.0, _rms(update, xp) / group["d"])
+        p.data -= (alpha / denom) * update
