@@ -76,12 +76,15 @@ class Adafactor(Optimizer):
             # mean of g^2 along one axis without a full-size g*g temporary
             row += weight * (xp.einsum("...ij,...ij->...i", grad, grad)[..., None] / grad.shape[-1] - row)
             col += weight * (xp.einsum("...ij,...ij->...j", grad, grad)[..., None, :] / grad.shape[-2] - col)
-            var = row @ col
+            var = self._scratch(row @ col)
             var /= xp.maximum(row.mean(axis=-2, keepdims=True), eps1)
         else:
             v = state["variance"]
-            v += weight * (grad * grad - v)
-            var = v.copy()
-        update = grad / xp.sqrt(xp.maximum(var, eps1 * eps1))
-        denom = max(1.0, _rms(update, xp) / group["d"])
-        p.data -= (alpha / denom) * update
+            v += self._scratch(weight * (grad * grad - v))
+            var = self._scratch(v.copy())
+        xp.maximum(var, eps1 * eps1, out=var)
+        xp.sqrt(var, out=var)
+        update = self._scratch(grad / var)
+        del var
+        update *= alpha / max(1.0, _rms(update, xp) / group["d"])
+        p.data -= update

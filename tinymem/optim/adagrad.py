@@ -35,9 +35,14 @@ class Adagrad(Optimizer):
             state["sum"] = self._state_array(p.data, fill=group["initial_accumulator_value"])
         state["step"] += 1
         wd = group["weight_decay"]
-        g = grad + wd * p.data if wd else grad
+        g = self._scratch(grad + wd * p.data) if wd else grad
         clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
         total = state["sum"]
-        total += g * g
+        total += self._scratch(g * g)
         xp = backend.array_module(total)
-        p.data -= clr * (g / (xp.sqrt(total) + group["eps"]))
+        std = self._scratch(xp.sqrt(total))
+        std += group["eps"]
+        update = self._scratch(g / std)
+        del std
+        update *= clr
+        p.data -= update

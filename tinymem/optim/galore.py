@@ -47,9 +47,11 @@ class GaLore(Adam):
         if "projector" not in state or state["step"] % group["update_proj_gap"] == 0:
             self._refresh(g, state, group["rank"], right)
         proj = state["projector"]
-        low = g @ proj.T if right else proj.T @ g
+        low = self._scratch(g @ proj.T if right else proj.T @ g)
         step = self._moments(low, state, group)
-        p.data -= group["scale"] * (step @ proj if right else proj @ step)
+        update = self._scratch(step @ proj if right else proj @ step)
+        update *= group["scale"]
+        p.data -= update
 
     def _refresh(self, g, state, rank, right):
         xp = backend.array_module(g)

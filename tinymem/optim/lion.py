@@ -35,9 +35,12 @@ class Lion(Optimizer):
         beta1, beta2 = group["betas"]
         m = state["exp_avg"]
         xp = backend.array_module(m)
-        direction = xp.sign(beta1 * m + (1 - beta1) * grad)
+        direction = self._scratch(beta1 * m + (1 - beta1) * grad)
+        xp.sign(direction, out=direction)
+        direction *= group["lr"]
         if group["weight_decay"]:
             p.data *= 1 - group["lr"] * group["weight_decay"]
-        p.data -= group["lr"] * direction
+        p.data -= direction
+        del direction
         m *= beta2
-        m += (1 - beta2) * grad
+        m += self._scratch((1 - beta2) * grad)

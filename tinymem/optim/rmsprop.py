@@ -43,21 +43,29 @@ class RMSprop(Optimizer):
                 state["grad_avg"] = self._state_array(p.data)
         state["step"] += 1
         alpha, wd = group["alpha"], group["weight_decay"]
-        g = grad + wd * p.data if wd else grad
+        g = self._scratch(grad + wd * p.data) if wd else grad
         v = state["square_avg"]
         v *= alpha
-        v += (1 - alpha) * (g * g)
+        sq = self._scratch(g * g)
+        sq *= 1 - alpha
+        v += sq
+        del sq
         xp = backend.array_module(v)
         if group["centered"]:
             a = state["grad_avg"]
-            a += (1 - alpha) * (g - a)
-            denom = xp.sqrt(v - a * a) + group["eps"]
+            a += self._scratch((1 - alpha) * (g - a))
+            denom = self._scratch(v - a * a)
+            xp.sqrt(denom, out=denom)
         else:
-            denom = xp.sqrt(v) + group["eps"]
+            denom = self._scratch(xp.sqrt(v))
+        denom += group["eps"]
+        update = self._scratch(g / denom)
+        del denom
         if group["momentum"] > 0:
             b = state["momentum_buffer"]
             b *= group["momentum"]
-            b += g / denom
-            p.data -= group["lr"] * b
+            b += update
+            update = self._scratch(group["lr"] * b)
         else:
-            p.data -= group["lr"] * (g / denom)
+            update *= group["lr"]
+        p.data -= update
