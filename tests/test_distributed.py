@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from tinymem import memory
 from tinymem.distributed import calculator, launch
 from tinymem.distributed.comm import ring_bytes
 from tinymem.distributed.pipeline import bubble_fraction, partition
@@ -125,9 +126,35 @@ def test_four_ranks_meet_the_memory_targets(measured):
     dp = rank0["dp"]
     ratio_opt = rank0["zero1"]["optimizer_state_bytes"] / dp["optimizer_state_bytes"]
     ratio_z3 = model_states(rank0["zero3"]) / model_states(dp)
-    assert ratio_opt <= 0.26, rank0["zero1"]
-    assert ratio_z3 <= 0.27, rank0["zero3"]
+    assert ratio_opt <= 0.26, memory.format_table(rank0["zero1"]["at_backward_end"], "ZeRO-1, rank 0")
+    assert ratio_z3 <= 0.27, memory.format_table(rank0["zero3"]["at_backward_end"], "ZeRO-3, rank 0")
     assert model_states(rank0["zero2"]) < model_states(rank0["zero1"]) < model_states(dp)
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_zero3_frees_each_gathered_layer(measured):
+    """Parameters never exceed the shards plus one gathered layer: the saved-tensor hook lets
+    each layer's full weights go after its forward (kept alive, they would pile up to 4P)."""
+    result, rank0 = measured
+    z3, dp = rank0["zero3"], rank0["dp"]
+    shards = z3["at_backward_end"]["parameter"]
+    assert shards <= dp["at_backward_end"]["parameter"] / 4 + 4 * 4 * 5  # padding: < N per layer
+    assert z3["max_by_bucket"]["parameter"] <= shards + z3["largest_unit_bytes"], \
+        memory.format_table(z3["max_by_bucket"], "ZeRO-3 bucket peaks, rank 0")
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_zero2_reduces_each_layer_as_its_backward_ends(measured):
+    """ZeRO-2's gradients peak at the shards plus one layer's full gradient and its flat copy;
+    ZeRO-1 holds every full gradient until the end of backward."""
+    _, rank0 = measured
+    z1, z2 = rank0["zero1"], rank0["zero2"]
+    shards = z2["at_backward_end"]["gradient"]
+    assert z2["max_by_bucket"]["gradient"] <= shards + 2 * z2["largest_unit_bytes"], \
+        memory.format_table(z2["max_by_bucket"], "ZeRO-2 bucket peaks, rank 0")
+    assert z2["max_by_bucket"]["gradient"] < z1["max_by_bucket"]["gradient"]
 
 
 @pytest.mark.mpi

@@ -125,6 +125,19 @@ class Communicator:
         self._watchdog = _Watchdog(self.comm, self.timeout)
         self._nccl = None
 
+    def select_gpu(self):
+        """Make this rank use GPU (local rank mod GPUs per node); call it before building the model.
+
+        Returns the device id. Ranks on one node are counted with MPI's shared-memory split, so
+        4 ranks on each of 2 nodes with 4 GPUs use GPUs 0-3 on both.
+        """
+        cupy = backend.get_cupy()
+        local = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED)
+        device = local.Get_rank() % cupy.cuda.runtime.getDeviceCount()
+        local.Free()
+        cupy.cuda.Device(device).use()
+        return device
+
     # -- plumbing ---------------------------------------------------------------------------
     def _blocking(self, what, fn):
         self._watchdog.arm(f"{what} (rank {self.rank} of {self.size})")

@@ -1,8 +1,9 @@
 """The GPU path of the communicator: CuPy arrays through NCCL (``cupy.cuda.nccl``).
 
 MPI sets the job up (ranks, the NCCL unique id broadcast from rank 0); NCCL then moves the
-data between GPUs directly, without a trip through host memory. Each rank uses the GPU
-``rank % device_count`` of its node. Calls are enqueued on CuPy's current stream and waited for
+data between GPUs directly, without a trip through host memory. Each rank uses the GPU that is
+current when the first collective runs: call ``Communicator.select_gpu()`` before building the
+model, so the arrays and the NCCL communicator are on the same GPU. Calls are enqueued on CuPy's current stream and waited for
 before returning, so they block like their MPI twins and the watchdog can time them out.
 
 Pitfalls: NCCL refuses two ranks on one GPU (run one rank per GPU); NCCL's point-to-point
@@ -30,7 +31,6 @@ class NcclBackend:
                 "CuPy arrays need NCCL for collectives, and cupy.cuda.nccl is not available: "
                 "install NCCL for CuPy, or pass transport='mpi' to stage through host memory") from exc
         self.cupy, self.nccl = cupy, nccl
-        cupy.cuda.Device(communicator.rank % cupy.cuda.runtime.getDeviceCount()).use()
         uid = nccl.get_unique_id() if communicator.rank == 0 else None
         uid = communicator.comm.bcast(uid, root=0)
         self.comm = nccl.NcclCommunicator(communicator.size, uid, communicator.rank)
