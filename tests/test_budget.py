@@ -40,8 +40,8 @@ def test_ledger_peak_within_predicted_bound(kind, count):
         peak, t = activation_peak(lambda m, h: checkpoint_revolve(m, count, h), model, x)
     table = tm.memory.format_table(t.max_by_bucket(), "highest bytes per bucket")
     assert peak <= bound, f"{kind}={count}: peak {peak} above the predicted bound {bound}\n{table}"
-    # The bound is tight: only buffers the ledger counts once (a kept input a layer also saves) differ.
-    assert peak >= 0.75 * bound, f"{kind}={count}: peak {peak} far below the bound {bound}\n{table}"
+    # The prediction counts shared buffers once, as the ledger does: it should be exact here.
+    assert peak >= 0.97 * bound, f"{kind}={count}: peak {peak} far below the bound {bound}\n{table}"
 
 
 def test_sqrt_segments_shrink_the_peak_as_predicted():
@@ -60,6 +60,7 @@ def test_profile_changes_neither_rng_nor_running_statistics():
     profile = profile_layers(layers, x)
     assert np.array_equal(state, tm.get_rng_state()) and stat.updates == 0
     assert [p.output_bytes for p in profile] == [32, 32, 32]
+    assert [(p.saves_input, p.saves_output) for p in profile] == [(True, False), (False, False), (False, False)]
     assert profile[0].saved_bytes == 32 and profile[1].saved_bytes == 8  # the input; a 1-byte mask
 
 

@@ -195,6 +195,12 @@ def locate(array):
     return None if entry is None else (entry.bucket, entry.place)
 
 
+def holds(array):
+    """How many saved-for-backward holds ``array``'s buffer has now (0: nothing saved it)."""
+    entry = LEDGER.entries.get(id(_root(array)))
+    return 0 if entry is None else entry.holds
+
+
 def live_bytes(bucket=None, place="device"):
     """Bytes live now in ``bucket`` (all buckets when ``None``) at ``place``."""
     return LEDGER.bytes(bucket, place)

@@ -7,8 +7,8 @@ count". Here the answer is three steps:
    the ledger how many ``activation`` bytes it saves and how big its output state is. Memory of
    the profile: one layer's graph at a time (never the whole network's).
 2. :func:`predict_segments` and :func:`predict_revolve` turn those sizes into the activation
-   peak a schedule will reach. They are upper bounds: a layer that saves its input saves the
-   same buffer the schedule keeps, and the ledger counts a buffer once.
+   peak a schedule will reach, counting a buffer once where the ledger does (a kept segment
+   input that its first layer also saves; a ReLU's saved output that the next Linear saves).
 3. :func:`choose_schedule` takes, of all schedules whose predicted peak fits the budget, the one
    that recomputes the fewest layer forwards (segment counts 1..n, then revolve with 1..n slots).
 
@@ -22,11 +22,15 @@ from ..memory import OutOfMemoryError, format_bytes
 from .checkpoint import as_layer_list, checkpoint_sequential, record, resolve_segments
 from .revolve import binomial_forwards, checkpoint_revolve, revolve
 
-LayerProfile = namedtuple("LayerProfile", "saved_bytes output_bytes")
+LayerProfile = namedtuple("LayerProfile", "saved_bytes output_bytes own_bytes saves_input saves_output")
+LayerProfile.__doc__ = """What one layer keeps for backward: ``saved_bytes`` in all, of which its input
+(``saves_input``), its output (``saves_output``) and ``own_bytes`` of other arrays (a mask, x-hat).
+Knowing which buffers are states matters: the ledger counts a buffer once, so a ReLU's saved
+output and the next Linear's saved input, or a kept segment input, are the same bytes."""
 
 
 def profile_layers(functions, input):
-    """Per layer: activation bytes it saves for backward and bytes of its output.
+    """Per layer, what it saves for backward (a :class:`LayerProfile`), read from the ledger.
 
     Runs under :class:`tinymem.autograd.recomputing` (no running statistics are touched) and
     gives the RNG state back, so profiling does not change the training run.
@@ -41,21 +45,45 @@ def profile_layers(functions, input):
                 before = memory.live_bytes("activation")
                 outputs, _ = record(layer, [state], [True])
                 saved = memory.live_bytes("activation") - before
-                state = outputs[0].data
-                profile.append(LayerProfile(saved, int(state.nbytes)))
+                saves_input = memory.holds(state) > 0
+                out = outputs[0].data
+                saves_output = memory.holds(out) > 0 and out is not state
+                own = saved - saves_input * state.nbytes - saves_output * out.nbytes
+                profile.append(LayerProfile(saved, int(out.nbytes), own, saves_input, saves_output))
+                state = out
                 del outputs
     finally:
         random.set_rng_state(rng)
     return profile
 
 
-def _state_bytes(profile, input_bytes):
-    """Bytes of x_0 .. x_{n-1}: the input of each layer."""
-    return [input_bytes] + [p.output_bytes for p in profile[:-1]]
+def _states(profile, input_bytes):
+    """Bytes of x_0 .. x_n (x_i is the input of layer i)."""
+    return [input_bytes] + [p.output_bytes for p in profile]
+
+
+def _recorded(profile, states, start, end):
+    """The buffers layers start..end-1 keep when run with their graph, by identity."""
+    live = {}
+    for i in range(start, end):
+        p = profile[i]
+        live[("own", i)] = p.own_bytes
+        if p.saves_input:
+            live[("x", i)] = states[i]
+        if p.saves_output:
+            live[("x", i + 1)] = states[i + 1]
+    return live
+
+
+def _total(*parts):
+    merged = {}
+    for part in parts:
+        merged.update(part)
+    return sum(merged.values())
 
 
 def predict_segments(profile, input_bytes, segments):
-    """Upper bound on the activation peak of ``checkpoint_sequential(..., segments, ...)``.
+    """The activation peak of ``checkpoint_sequential(..., segments, ...)``, from the profile.
 
     The kept inputs of checkpointed segments 0..m stay while segment m is recomputed; the last
     segment's saved arrays stay while the kept inputs of all others do.
@@ -63,28 +91,28 @@ def predict_segments(profile, input_bytes, segments):
     n = len(profile)
     k = resolve_segments(segments, n)
     size = n // k
-    states = _state_bytes(profile, input_bytes)
+    states = _states(profile, input_bytes)
     starts = list(range(0, size * (k - 1), size))
-    kept = [states[s] for s in starts]
-    last = sum(p.saved_bytes for p in profile[size * (k - 1):])
-    peak = sum(kept) + last
+    kept = {("x", s): states[s] for s in starts}
+    peak = _total(kept, _recorded(profile, states, size * (k - 1), n))
     for m, s in enumerate(starts):
-        peak = max(peak, sum(kept[:m + 1]) + sum(p.saved_bytes for p in profile[s:s + size]))
+        kept_now = {("x", t): states[t] for t in starts[:m + 1]}
+        peak = max(peak, _total(kept_now, _recorded(profile, states, s, s + size)))
     return peak
 
 
 def predict_revolve(profile, input_bytes, slots):
-    """Upper bound on the activation peak of ``checkpoint_revolve(..., slots, ...)``: the kept
-    snapshots plus the saved arrays of the layer being reversed, followed along the schedule."""
-    states = _state_bytes(profile, input_bytes)
-    kept = peak = 0
+    """The activation peak of ``checkpoint_revolve(..., slots, ...)``: the kept snapshots plus
+    the saved arrays of the layer being reversed, followed along the schedule."""
+    states = _states(profile, input_bytes)
+    kept, peak = {}, 0
     for action in revolve(len(profile), slots):
         if action.kind == "snapshot":
-            kept += states[action.step]
+            kept[("x", action.step)] = states[action.step]
         elif action.kind == "free":
-            kept -= states[action.step]
+            del kept[("x", action.step)]
         elif action.kind == "backward":
-            peak = max(peak, kept + profile[action.step].saved_bytes)
+            peak = max(peak, _total(kept, _recorded(profile, states, action.step, action.step + 1)))
     return peak
 
 

@@ -1,0 +1,159 @@
+"""Figures: gradient checkpointing's memory against depth, and its time-memory frontier.
+
+``checkpoint_depth.png``: the activation peak of one training step of an n-block MLP (n = 8 to
+256) with no checkpointing (O(n)), sqrt(n) segments (O(sqrt n)) and revolve with 4 slots (O(1)
+in n, paid for in recomputation); the ledger's count, and the ledger's growth beside the
+allocator's (tracemalloc on NumPy, the CuPy pool on a GPU).
+
+``checkpoint_frontier.png``: one 64-block network, every segment count 1..64 and revolve with
+several slot counts: step-time ratio against activation-peak ratio (to the plain step), measured
+points beside the curve predicted from the per-layer profile and the plain step's forward time;
+PyTorch's ``checkpoint_sequential`` on the same network and weights, timed in the same run.
+Timings: one thread, CPU seconds of the process, interleaved, best of the repeats.
+"""
+import time
+
+from .. import plots
+from ..techniques.budget import predict_revolve, predict_segments, profile_layers
+from ..techniques.checkpoint import resolve_segments
+from ..techniques.revolve import binomial_forwards
+from ..benchmarks._timing import interleaved_times
+from ._checkpoint_nets import (batch, deep_mlp, forward, measure_memory, one_thread, step,
+                               torch_activation_peak, torch_step, torch_twin)
+
+NAME = "checkpoint"
+ORDER = 10
+FIGURES = ["checkpoint_depth.png", "checkpoint_frontier.png"]
+SLOTS = 4
+
+
+def _depth_sweep(quick, device):
+    width, size = (64, 16) if quick else (256, 64)
+    depths = [8, 16, 32, 64] if quick else [8, 16, 32, 64, 128, 256]
+    rows = []
+    for n in depths:
+        model = deep_mlp(n, width, device)
+        x, grad = batch(model, size, device)
+        for label, mode in (("none", ("none", 0)), ("sqrt(n) segments", ("segments", resolve_segments("sqrt", n))),
+                            (f"revolve, {SLOTS} slots", ("revolve", SLOTS))):
+            rows.append(dict(depth=n, schedule=label, count=mode[1], **measure_memory(model, x, grad, mode)))
+    return {"width": width, "batch": size, "rows": rows}
+
+
+def _frontier(quick, device):
+    depth, width, size = (16, 64, 16) if quick else (64, 256, 64)
+    segments = [1, 2, 4, 8, 16] if quick else list(range(1, depth + 1))
+    slots = [2, 4, 8] if quick else [2, 3, 4, 6, 8, 12, 16, 24, 32, 64]
+    torch_segments = [1, 2, 4, 8, 16] if quick else [1, 2, 4, 8, 16, 32, 64]
+    model = deep_mlp(depth, width, device)
+    x, grad = batch(model, size, device)
+    profile = profile_layers(model, x)
+    modes = [("segments", k) for k in segments] + [("revolve", s) for s in slots]
+    points = []
+    for kind, count in modes:
+        predicted = (predict_segments if kind == "segments" else predict_revolve)(profile, x.nbytes, count)
+        recomputed = (count - 1) * (depth // count) if kind == "segments" else binomial_forwards(depth, count)
+        points.append(dict(kind=kind, count=count, predicted_peak=predicted, recomputed=recomputed,
+                           **measure_memory(model, x, grad, (kind, count))))
+    fns = {f"{p['kind']} {p['count']}": (lambda mode=(p["kind"], p["count"]): step(model, x, grad, mode))
+           for p in points}
+    fns["forward only"] = lambda: forward(model, x, ("none", 0))
+    torch_points = []
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and device == "cpu":
+        twin = torch_twin(model)
+        xt, gt = torch.tensor(x.numpy(), requires_grad=True), torch.from_numpy(grad)
+        for k in torch_segments:
+            torch_points.append(dict(kind="torch segments", count=k,
+                                     activation_peak=torch_activation_peak(twin, xt, gt, k)))
+            fns[f"torch {k}"] = lambda k=k: torch_step(twin, xt, gt, k)
+    with one_thread():
+        times = interleaved_times(fns, repeats=2 if quick else 3, warmup=1,
+                                  clock=time.process_time if device == "cpu" else time.perf_counter)
+    plain_time, plain_peak = times["segments 1"], points[0]["activation_peak"]
+    forward_per_layer = times["forward only"] / depth
+    for p in points:
+        p["step_seconds"] = times[f"{p['kind']} {p['count']}"]
+        p["time_ratio"] = p["step_seconds"] / plain_time
+        p["memory_ratio"] = p["activation_peak"] / plain_peak
+        p["predicted_memory_ratio"] = p["predicted_peak"] / points[0]["predicted_peak"]
+        p["predicted_time_ratio"] = 1 + p["recomputed"] * forward_per_layer / plain_time
+    for p in torch_points:
+        p["step_seconds"] = times[f"torch {p['count']}"]
+        p["time_ratio"] = p["step_seconds"] / times["torch 1"]
+        p["memory_ratio"] = p["activation_peak"] / torch_points[0]["activation_peak"]
+    return {"depth": depth, "width": width, "batch": size, "plain_step_seconds": plain_time,
+            "forward_seconds": times["forward only"], "points": points, "torch_points": torch_points}
+
+
+def run(quick=False, device="cpu"):
+    return {"config": {"dtype": "float32", "block": "Linear(w, w) -> ReLU", "slots": SLOTS,
+                       "timing": "one thread, process CPU time, interleaved, best of repeats"},
+            "depth": _depth_sweep(quick, device), "frontier": _frontier(quick, device)}
+
+
+_STYLE = {"none": ("#c44e52", "o"), "sqrt(n) segments": ("#4c72b0", "s")}
+
+
+def _plot_depth(records, outdir):
+    data = records["depth"]
+    fig, (ax_act, ax_meas) = plots.new_figure(ncols=2, width=5.6)
+    schedules = list(dict.fromkeys(r["schedule"] for r in data["rows"]))
+    for label in schedules:
+        rows = [r for r in data["rows"] if r["schedule"] == label]
+        color, marker = _STYLE.get(label, ("#55a868", "^"))
+        depths = [r["depth"] for r in rows]
+        ax_act.plot(depths, [r["activation_peak"] / 2**20 for r in rows], marker=marker, color=color, label=label)
+        ax_meas.plot(depths, [r["ledger_peak_delta"] / 2**20 for r in rows], marker=marker, color=color,
+                     label=f"{label}: ledger")
+        measured = [r["measured_peak_delta"] for r in rows]
+        if all(m is not None for m in measured):
+            ax_meas.plot(depths, [m / 2**20 for m in measured], marker=marker, color=color, ls="--",
+                         mfc="none", label=f"{label}: measured")
+    for ax in (ax_act, ax_meas):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("depth n (Linear -> ReLU blocks)")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3, which="both")
+    ax_act.set_ylabel("activation peak (MiB, ledger)")
+    ax_act.set_title(f"Activation peak vs depth (width {data['width']}, batch {data['batch']})", fontsize=9)
+    ax_meas.set_ylabel("peak growth during the step (MiB)")
+    ax_meas.set_title("Ledger growth (solid) vs allocator growth (dashed)", fontsize=9)
+    return plots.save(fig, records, outdir, FIGURES[0])
+
+
+def _plot_frontier(records, outdir):
+    data = records["frontier"]
+    fig, ax = plots.new_figure(width=7.2, height=4.8)
+    for kind, color, marker in (("segments", "#4c72b0", "o"), ("revolve", "#55a868", "^")):
+        pts = sorted((p for p in data["points"] if p["kind"] == kind), key=lambda p: p["predicted_memory_ratio"])
+        name = "segments k" if kind == "segments" else "revolve, s slots"
+        ax.plot([p["predicted_memory_ratio"] for p in pts], [p["predicted_time_ratio"] for p in pts],
+                color=color, lw=1, alpha=0.7, label=f"{name}: predicted")
+        ax.scatter([p["memory_ratio"] for p in pts], [p["time_ratio"] for p in pts], color=color,
+                   marker=marker, s=18, label=f"{name}: measured", zorder=3)
+        for p in pts:
+            if kind == "revolve" or p["count"] in (1, 2, 4, 8, 16, 32, 64):
+                ax.annotate(f"{'k' if kind == 'segments' else 's'}={p['count']}",
+                            (p["memory_ratio"], p["time_ratio"]), fontsize=6, xytext=(3, 3),
+                            textcoords="offset points")
+    if data["torch_points"]:
+        tp = data["torch_points"]
+        ax.scatter([p["memory_ratio"] for p in tp], [p["time_ratio"] for p in tp], facecolors="none",
+                   edgecolors="#dd8452", marker="D", s=40, label="PyTorch checkpoint_sequential (same k)")
+    ax.set_xscale("log")
+    ax.set_xlabel("activation peak / plain step")
+    ax.set_ylabel("step time / plain step")
+    ax.set_title(f"Time-memory frontier: {data['depth']} blocks, width {data['width']}, "
+                 f"batch {data['batch']}", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    return plots.save(fig, records, outdir, FIGURES[1])
+
+
+def plot(records, outdir):
+    return [_plot_depth(records, outdir), _plot_frontier(records, outdir)]
