@@ -1,0 +1,226 @@
+# %% [markdown]
+# # Lesson 1 — Gradient checkpointing
+#
+# In Lesson 0 the ledger showed that between steps activations are zero, but *during* a step
+# they are the biggest bucket of a deep network: every layer keeps what its backward needs
+# (a Linear keeps its input, a ReLU its output) until backward reaches it. Parameters grow with
+# width², activations with **depth × batch × width** — and the batch is what we want to grow.
+#
+# Gradient checkpointing trades time for that memory: keep only a few states, throw the rest
+# away, and recompute them in backward when they are needed. The source is short:
+# `tinymem/techniques/checkpoint.py` (checkpoint, checkpoint_sequential),
+# `tinymem/techniques/revolve.py` (the optimal schedule) and `tinymem/techniques/budget.py`
+# (choose a schedule for a byte budget). On the CPU the "device" is simulated by the ledger.
+
+# %%
+import inspect
+import os
+
+import numpy as np
+
+import tinymem as tm
+from tinymem import memory, plots
+from tinymem.techniques import checkpoint as ckpt
+from tinymem.techniques.budget import choose_schedule
+from tinymem.techniques.checkpoint import checkpoint, checkpoint_sequential
+from tinymem.techniques.revolve import binomial_forwards, checkpoint_revolve, revolve
+
+QUICK = os.environ.get("TINYMEM_QUICK") == "1"
+OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
+WIDTH, BATCH = (32, 16) if QUICK else (256, 128)
+
+
+def deep_mlp(n, width=WIDTH):
+    tm.manual_seed(0)
+    return tm.nn.Sequential(*[tm.nn.Sequential(tm.nn.Linear(width, width), tm.nn.ReLU()) for _ in range(n)])
+
+
+def one_step(model, run):
+    """Buckets at the peak of one forward + backward with ``run(model, x)``."""
+    x = tm.randn(BATCH, model[0][0].in_features, requires_grad=True)
+    with memory.track(measure=False) as t:
+        run(model, x).backward(np.ones(x.shape, np.float32))
+    return t
+
+
+# %% [markdown]
+# ## Why activations dominate
+#
+# A block Linear(w, w) → ReLU at batch B keeps one B×w state for backward (the ReLU's output,
+# which is also the next Linear's input: one buffer, counted once). Its weight is w×w. So
+# activations beat parameters as soon as B·(depth + 1) > w·depth, roughly B > w.
+
+# %%
+model = deep_mlp(32)
+t = one_step(model, lambda m, x: m(x))
+print(memory.format_table(t.max_by_bucket(), "highest bytes per bucket, plain step, 32 blocks"))
+
+# %% [markdown]
+# ## The sqrt(n) argument on paper
+#
+# Cut n layers into k segments. Keep only each segment's input (k states) during forward. In
+# backward, recompute one segment at a time with its graph (n/k states). The peak is about
+# k + n/k states, smallest at k = sqrt(n): **2·sqrt(n)** instead of n. The price: every layer
+# outside the last segment runs its forward twice — about one extra forward pass, +33% when a
+# backward costs two forwards (Chen et al. 2016).
+#
+# ## The code, line by line
+#
+# The checkpoint node is an ordinary `Function`. Its forward runs the segment **without** a
+# graph (`no_grad`) and saves only the inputs and the RNG state:
+
+# %%
+print(inspect.getsource(ckpt.CheckpointFunction.forward))
+
+# %% [markdown]
+# Its backward calls `replay`: restore the RNG (so dropout draws the same mask), mark the run
+# as a recomputation (so BatchNorm-like layers do not update their statistics twice), record
+# the graph from fresh leaves, and run a nested backward through it. The parameters are leaves
+# of that graph: their `.grad` fills up right there.
+
+# %%
+print(inspect.getsource(ckpt.replay))
+
+# %% [markdown]
+# `checkpoint_sequential` has PyTorch's semantics: `segments - 1` checkpointed segments of
+# `n // segments` layers, and a last segment (the remainder) that runs normally — its
+# activations are needed at once, recomputing them would only cost time.
+
+# %%
+print(inspect.getsource(checkpoint_sequential).split('"""')[-1])
+
+# %% [markdown]
+# ## Reproducing the depth figure
+#
+# (`python -m tinymem figures --only checkpoint` draws the full `figures/checkpoint_depth.png`
+# and `figures/checkpoint_frontier.png`, PyTorch beside tinymem.)
+
+# %%
+depths = [4, 8, 16, 32] if QUICK else [8, 16, 32, 64, 128]
+schedules = {"none": lambda m, x: m(x),
+             "sqrt(n) segments": lambda m, x: checkpoint_sequential(m, "sqrt", x),
+             "revolve, 3 slots": lambda m, x: checkpoint_revolve(m, 3, x)}
+peaks = {name: [] for name in schedules}
+for n in depths:
+    model = deep_mlp(n)
+    for name, run in schedules.items():
+        peaks[name].append(one_step(model, run).max_by_bucket()["activation"] / 2**20)
+fig, ax = plots.new_figure()
+for name, ys in peaks.items():
+    ax.plot(depths, ys, marker="o", label=name)
+    print(f"{name:>18}: " + "  ".join(f"{y:.3f}" for y in ys) + " MiB")
+ax.set_xscale("log", base=2)
+ax.set_yscale("log")
+ax.set_xlabel("depth n")
+ax.set_ylabel("activation peak (MiB, ledger)")
+ax.legend()
+plots.save(fig, {"meta": {"machine": "this lesson", "tinymem": tm.__version__, "quick": QUICK}}, OUT, "lesson01_depth.png")
+
+# %% [markdown]
+# ## Revolve: the fewest recomputations for s slots
+#
+# With s slots (the input takes one), Griewank and Walther's binomial checkpointing reverses l
+# steps with the fewest forward recomputations: r·l − C(s+r, s+1), r the smallest integer with
+# C(s+r, s) ≥ l. The schedule advances, keeps a snapshot, reverses the far part with one slot
+# fewer, frees the slot, restores, and reverses the near part. Here is l = 8, s = 3 as a
+# picture: time goes down, each row is one action.
+
+# %%
+schedule = revolve(8, 3)
+print(f"{len(schedule)} actions, {schedule.forwards} recomputed layer forwards "
+      f"(formula: {binomial_forwards(8, 3)}; with 1 slot: {binomial_forwards(8, 1)})")
+fig, ax = plots.new_figure(width=5, height=6)
+colors = {"advance": "#4c72b0", "snapshot": "#55a868", "restore": "#8c8c8c", "free": "#dd8452",
+          "backward": "#c44e52"}
+for row, action in enumerate(schedule):
+    color = colors[action.kind]
+    if action.kind == "advance":
+        ax.annotate("", (action.end, row), (action.step, row), arrowprops=dict(arrowstyle="->", color=color))
+    else:
+        ax.scatter([action.step + (0.5 if action.kind == "backward" else 0)], [row], color=color,
+                   marker={"snapshot": "s", "restore": "o", "free": "x", "backward": "<"}[action.kind], s=40)
+for kind, color in colors.items():
+    ax.scatter([], [], color=color, label=kind)
+ax.invert_yaxis()
+ax.set_xlabel("state index i (x_0 .. x_8)")
+ax.set_ylabel("action")
+ax.legend(fontsize=7, loc="upper right")
+ax.set_title("revolve(8 steps, 3 slots)")
+plots.save(fig, {"meta": {"machine": "this lesson", "tinymem": tm.__version__, "quick": QUICK}}, OUT, "lesson01_revolve.png")
+
+# %% [markdown]
+# ## Give a budget, not a segment count
+#
+# `choose_schedule` profiles each layer once (alone, so it never needs the whole network's
+# memory), predicts the peak of every segment count and every slot count, and picks the
+# cheapest one that fits.
+
+# %%
+model = deep_mlp(16)
+x = tm.randn(BATCH, WIDTH, requires_grad=True)
+plain = one_step(model, lambda m, h: m(h)).max_by_bucket()["activation"]
+for fraction in (0.6, 0.35, 0.2):
+    plan = choose_schedule(model, x, int(plain * fraction))
+    got = one_step(model, lambda m, h: plan(m, h)).max_by_bucket()["activation"]
+    print(f"budget {fraction:.0%} of plain: {plan.kind}={plan.count}, {plan.recomputed} recomputed "
+          f"forwards, predicted {plan.predicted_peak} B, ledger {got} B")
+
+# %% [markdown]
+# ## Pitfalls
+#
+# **RNG.** Recomputing dropout with a fresh random state gives a different mask, and silently
+# wrong gradients. `preserve_rng_state=True` (the default) restores the state:
+
+# %%
+tm.manual_seed(0)
+drop_model = tm.nn.Sequential(*[tm.nn.Sequential(tm.nn.Linear(WIDTH, WIDTH), tm.nn.Dropout(0.5)) for _ in range(6)])
+
+
+def grad_of_input(run):
+    x = tm.tensor(np.ones((4, WIDTH), np.float32), requires_grad=True)
+    tm.manual_seed(1)
+    run(x).sum().backward()
+    return x.grad.numpy()
+
+
+ref = grad_of_input(drop_model)
+print("with RNG replay, identical:", np.array_equal(ref, grad_of_input(lambda h: checkpoint_sequential(drop_model, 3, h))))
+print("without, identical:", np.array_equal(
+    ref, grad_of_input(lambda h: checkpoint_sequential(drop_model, 3, h, preserve_rng_state=False))))
+
+# %% [markdown]
+# **Running statistics.** A layer that updates state in forward (BatchNorm's running mean)
+# would update it twice. It must check `tinymem.autograd.is_recomputing()`:
+
+# %%
+class CountingLayer(tm.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.updates = 0
+
+    def forward(self, h):
+        if not tm.autograd.is_recomputing():
+            self.updates += 1
+        return h
+
+
+counter = CountingLayer()
+checkpoint(tm.nn.Sequential(tm.nn.Linear(WIDTH, WIDTH), counter), tm.randn(2, WIDTH, requires_grad=True)).sum().backward()
+print("forward side effect applied", counter.updates, "time(s)")
+
+# %% [markdown]
+# **The last segment** is never checkpointed (PyTorch does the same): `segments=1` means no
+# checkpointing at all, and with `segments = n` every layer but the last runs twice.
+#
+# **Outputs must be Tensors**, and a plain function that closes over parameters while no
+# input requires grad gives those parameters no gradient (tinymem warns; pass a Module).
+#
+# ## Exercises (`lessons/exercises/ex01.py`, check with
+# `TINYMEM_EXERCISES=student python -m pytest -m exercise_01`)
+#
+# 1. `segment_peak_states(n, k)`: the activation peak of `checkpoint_sequential` on n
+#    Linear → ReLU blocks with k segments, in states. Which k minimises it for n = 64?
+# 2. `revolve_forwards(n_steps, slots)`: the binomial formula. How many slots make revolve
+#    as cheap in time as sqrt(n) segments for n = 64?
+# 3. `checkpoint_one(function, x)`: your own checkpoint `Function` for one input, with the
+#    RNG replay, keeping only x for backward.
