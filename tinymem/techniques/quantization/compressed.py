@@ -7,9 +7,9 @@ the group's minimum and step (two float32 numbers) beside it:
     code = round_or_stochastic((x - min) / step),  step = (max - min) / (2**bits - 1)
     x'   = min + step · code                                      (in backward)
 
-Memory per saved element: bits/8 bytes of codes + 8/group_size bytes of (min, step). With the
-default group of 256: 8 bits -> 1.031 bytes (0.258x of float32), 4 bits -> 0.531 (0.133x),
-2 bits -> 0.281 (0.070x). 4 and 2-bit codes are packed 2 and 4 to a byte. The ledger counts
+Memory per saved element: bits/8 bytes of codes + 12/group_size bytes of (min, start, step).
+With the default group of 256: 8 bits -> 1.047 bytes (0.262x of float32), 4 bits -> 0.547
+(0.137x), 2 bits -> 0.297 (0.074x). 4 and 2-bit codes are packed 2 and 4 to a byte. The ledger counts
 exactly these bytes in ``activation`` (registered with ``memory.register_bytes``) and releases
 them when backward has used them. Parameters (a Linear saves its weight) and integer or
 boolean tensors (targets, dropout masks) are kept as they are: compressing a weight would only
@@ -23,8 +23,9 @@ SGD still converges). Same seed, same noise: restoring the RNG state replays it.
 
 Pitfall: the ReLU reads its mask from its saved output, so a small positive value rounded to 0
 would block its gradient: 0.2 % of flipped mask bits at 8 bits cost 10 % of gradient norm in a
-3-layer MLP. ``keep_sign`` (on by default) never gives code 0 to an element above its group's
-minimum, which keeps every zero zero and every positive positive after a ReLU.
+3-layer MLP. ``keep_sign`` (on by default) keeps code 0 for the group's exact minimum and
+quantizes only the values above it, so after a ReLU every zero stays zero and every positive
+stays positive.
 A tensor saved twice (ReLU's output is also the next Linear's input) is compressed once.
 """
 import weakref
@@ -38,25 +39,27 @@ BITS = (8, 4, 2)
 
 
 class CompressedTensor:
-    """Codes (uint8, packed), per-group min and step (float32), and how to rebuild the array."""
+    """Packed uint8 codes, per-group float32 ``starts`` and ``steps`` (and ``mins`` with
+    ``keep_sign``), and the shape and dtype to rebuild."""
 
-    def __init__(self, codes, mins, steps, shape, dtype, bits):
-        self.codes, self.mins, self.steps = codes, mins, steps
+    def __init__(self, codes, starts, steps, mins, shape, dtype, bits):
+        self.codes, self.starts, self.steps, self.mins = codes, starts, steps, mins
         self.shape, self.dtype, self.bits = shape, dtype, bits
 
     @property
     def nbytes(self):
-        return self.codes.nbytes + self.mins.nbytes + self.steps.nbytes
+        return sum(a.nbytes for a in (self.codes, self.starts, self.steps, self.mins) if a is not None)
 
 
 def compress(x, bits=8, group_size=256, stochastic=False, keep_sign=True):
     """Quantize array ``x`` to ``bits`` per element in groups; returns a :class:`CompressedTensor`.
 
-    ``keep_sign``: an element above its group's minimum never gets code 0, so in a group whose
-    minimum is 0 (after a ReLU) zeros stay zero and positives stay positive: the ReLU mask read
-    from the saved output survives exactly. The price is a bias of at most one step on the
-    elements of the group's first step; ``keep_sign=False`` gives the plain (unbiased, when
-    ``stochastic``) quantizer.
+    Plain (``keep_sign=False``): 2**bits levels spread evenly over each group's [min, max];
+    8 bytes of (start, step) per group. ``keep_sign``: code 0 is reserved for the group's
+    minimum *exactly*, and the other 2**bits - 1 codes spread over [smallest value above the
+    minimum, max]; 12 bytes per group. After a ReLU the minimum is 0, so zeros stay zero and
+    positives stay positive (the ReLU's mask survives exactly) while the positives keep an
+    unbiased stochastic rounding.
     """
     if bits not in BITS:
         raise ValueError(f"bits must be one of {BITS}, got {bits}")
@@ -70,21 +73,31 @@ def compress(x, bits=8, group_size=256, stochastic=False, keep_sign=True):
         flat = xp.concatenate([flat, xp.full(pad, flat[-1] if flat.size else 0, np.float32)])
     groups = flat.reshape(-1, group_size)
     mins = groups.min(axis=1, keepdims=True)
+    top = groups.max(axis=1, keepdims=True)
     levels = 2 ** bits - 1
-    steps = (groups.max(axis=1, keepdims=True) - mins) / np.float32(levels)
-    steps = xp.where(steps > 0, steps, np.float32(1.0)).astype(np.float32)
-    v = (groups - mins) / steps
+    if keep_sign:
+        above = groups > mins
+        low = xp.where(above, groups, top).min(axis=1, keepdims=True)
+        steps = (top - low) / np.float32(levels - 1)
+        steps = xp.where(steps > 0, steps, np.float32(1.0)).astype(np.float32)
+        starts = (low - steps).astype(np.float32)  # code 1 decodes to ``low``
+    else:
+        steps = (top - mins) / np.float32(levels)
+        steps = xp.where(steps > 0, steps, np.float32(1.0)).astype(np.float32)
+        starts = mins
+    v = (groups - starts) / steps
     if stochastic:
         v = xp.floor(v + random.rand(v.shape, backend.device_of(v)))
     else:
         v = xp.rint(v)
     if keep_sign:
-        v = xp.where(groups > mins, xp.maximum(v, 1), v)
+        v = xp.where(above, xp.clip(v, 1, levels), 0)
     codes = xp.clip(v, 0, levels).astype(np.uint8).reshape(-1, per_byte)
     if per_byte > 1:
         shifts = (xp.arange(per_byte, dtype=np.uint8) * bits).astype(np.uint8)
         codes = xp.bitwise_or.reduce(codes << shifts, axis=1).astype(np.uint8)
-    return CompressedTensor(codes.reshape(-1), mins.reshape(-1), steps.reshape(-1), x.shape, x.dtype, bits)
+    return CompressedTensor(codes.reshape(-1), starts.reshape(-1), steps.reshape(-1),
+                            mins.reshape(-1) if keep_sign else None, x.shape, x.dtype, bits)
 
 
 def decompress(c):
@@ -95,7 +108,10 @@ def decompress(c):
     if per_byte > 1:
         shifts = (xp.arange(per_byte, dtype=np.uint8) * c.bits).astype(np.uint8)
         codes = (codes[:, None] >> shifts) & np.uint8(2 ** c.bits - 1)
-    groups = codes.reshape(c.mins.size, -1).astype(np.float32) * c.steps[:, None] + c.mins[:, None]
+    codes = codes.reshape(c.steps.size, -1)
+    groups = codes.astype(np.float32) * c.steps[:, None] + c.starts[:, None]
+    if c.mins is not None:
+        groups = xp.where(codes == 0, c.mins[:, None], groups)
     n = int(np.prod(c.shape))
     return groups.reshape(-1)[:n].reshape(c.shape).astype(c.dtype)
 
