@@ -11,7 +11,8 @@ Memory. The full column matrix holds C·kh·kw·OH·OW·B elements: kh·kw times
 temporary, so it is built block by block: whole samples at a time while a sample's columns fit
 in ``WORKSPACE_ELEMENTS``, otherwise bands of output rows of one sample. Each block's columns
 are registered in the ledger's ``workspace`` bucket while they live. The workspace peak is then
-at most max(WORKSPACE_ELEMENTS, C·kh·kw·OW) elements, plus one padded sample chunk.
+at most max(WORKSPACE_ELEMENTS, C·kh·kw·OW) elements, plus a padded copy of the block's samples
+(and in backward their padded input gradient).
 
 Saved for backward: the input x (B·C·H·W elements) and the weight (a parameter, no new bytes).
 The columns are rebuilt from x in backward rather than saved: saving them would cost kh·kw
@@ -52,8 +53,15 @@ def _blocks(batch, out_h, per_row):
                 yield b0, b0 + 1, r0, min(out_h, r0 + rows)
 
 
-def _padded(xp, x, ph, pw):
-    return xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else x
+def _padded_blocks(xp, x, ph, pw, blocks):
+    """Yield (b0, b1, r0, r1, padded x[b0:b1]) (None when x is None); the bands of rows of
+    one sample share one padded copy."""
+    padded = (None, None)
+    for b0, b1, r0, r1 in blocks:
+        if x is not None and padded[0] != b0:
+            part = x[b0:b1]
+            padded = (b0, xp.pad(part, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else part)
+        yield b0, b1, r0, r1, padded[1]
 
 
 def _im2col(xp, xpad, kh, kw, sh, sw, r0, r1, out_w):
@@ -91,8 +99,9 @@ class Conv2d(Function):
         ctx.save_for_backward(x if gw else None, weight if gx else None)
         w2 = weight.reshape(o, -1)
         y = xp.empty((x.shape[0], o, out_h, out_w), x.dtype)
-        for b0, b1, r0, r1 in _blocks(x.shape[0], out_h, c * kh * kw * out_w):
-            cols = _im2col(xp, _padded(xp, x[b0:b1], ph, pw), kh, kw, sh, sw, r0, r1, out_w)
+        blocks = _blocks(x.shape[0], out_h, c * kh * kw * out_w)
+        for b0, b1, r0, r1, xpad in _padded_blocks(xp, x, ph, pw, blocks):
+            cols = _im2col(xp, xpad, kh, kw, sh, sw, r0, r1, out_w)
             out = w2 @ cols.reshape(w2.shape[1], -1)
             y[b0:b1, :, r0:r1] = out.reshape(o, b1 - b0, r1 - r0, out_w).transpose(1, 0, 2, 3)
         if bias is not None:
@@ -107,24 +116,27 @@ class Conv2d(Function):
         kh, kw, sh, sw, ph, pw, out_h, out_w = ctx.geometry
         bsz, c, h, w = ctx.x_shape
         o = g.shape[1]
-        gx = xp.zeros(ctx.x_shape, g.dtype) if needs[0] else None
+        gx = xp.empty(ctx.x_shape, g.dtype) if needs[0] else None
         gw = xp.zeros((o, c * kh * kw), g.dtype) if needs[1] else None
         w2 = weight.reshape(o, -1) if needs[0] else None
-        for b0, b1, r0, r1 in _blocks(bsz, out_h, c * kh * kw * out_w):
+        blocks = _blocks(bsz, out_h, c * kh * kw * out_w)
+        for b0, b1, r0, r1, xpad in _padded_blocks(xp, x, ph, pw, blocks):
             gblock = g[b0:b1, :, r0:r1].transpose(1, 0, 2, 3).reshape(o, -1)
             if needs[1]:
-                cols = _im2col(xp, _padded(xp, x[b0:b1], ph, pw), kh, kw, sh, sw, r0, r1, out_w)
+                cols = _im2col(xp, xpad, kh, kw, sh, sw, r0, r1, out_w)
                 gw += gblock @ cols.reshape(gw.shape[1], -1).T
                 del cols
             if needs[0]:
                 gcols = (w2.T @ gblock).reshape(c, kh, kw, b1 - b0, r1 - r0, out_w)
                 memory.register(gcols, "workspace")
-                gpad = xp.zeros((b1 - b0, c, h + 2 * ph, w + 2 * pw), g.dtype)
+                if r0 == 0:  # the bands of a sample run top to bottom into one padded gradient
+                    gpad = xp.zeros((b1 - b0, c, h + 2 * ph, w + 2 * pw), g.dtype)
                 for i in range(kh):
                     top = i + sh * r0
                     for j in range(kw):
                         gpad[:, :, top:top + sh * (r1 - r0 - 1) + 1:sh,
                              j:j + sw * (out_w - 1) + 1:sw] += gcols[:, i, j].transpose(1, 0, 2, 3)
-                gx[b0:b1] += gpad[:, :, ph:ph + h, pw:pw + w]
+                if r1 == out_h:
+                    gx[b0:b1] = gpad[:, :, ph:ph + h, pw:pw + w]
         gb = g.sum(axis=(0, 2, 3)) if len(needs) > 2 and needs[2] else None
         return gx, (gw.reshape(o, c, kh, kw) if gw is not None else None), gb
