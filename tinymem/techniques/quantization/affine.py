@@ -73,7 +73,7 @@ def qparams_from_minmax(min_val, max_val, qscheme="per_tensor_affine", dtype="qu
     Symmetric: scale = max|r| / ((qmax - qmin) / 2), zero_point 0 (int8) or 128 (uint8).
     Arithmetic is float32, rounding half to even, like ``UniformQuantizationObserverBase``.
     """
-    xp = backend.array_module(min_val)
+    xp = np if isinstance(min_val, (int, float, np.generic)) else backend.array_module(min_val)
     min_val = xp.asarray(min_val, dtype=np.float32)
     max_val = xp.asarray(max_val, dtype=np.float32)
     if bool(xp.any(min_val > max_val)):
