@@ -53,3 +53,5 @@ class DataLoader:
             if self.drop_last and len(idx) < self.batch_size:
                 break
             yield tuple(Tensor(a[idx], device=self.device) for a in self.arrays)
+
+from .data_seq import CharVocab, load_python_docs, random_windows, synthetic_clicks, unigram_loss  # noqa: E402,F401

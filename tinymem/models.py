@@ -29,3 +29,4 @@ class MLP(nn.Sequential):
         super().__init__(*layers)
         self.sizes = list(sizes)
 from .unet import UNet, dice_score, segmentation_loss  # noqa: E402,F401
+from .models_seq import Recommender, TransformerBlock, TransformerLM  # noqa: E402,F401

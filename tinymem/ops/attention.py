@@ -9,8 +9,9 @@ Memory (float32 = 4 bytes; q, k, v counted because backward keeps them alive):
 
 - :class:`ScaledDotProductAttention` saves q, k, v and the attention weights P (N, L, S):
   4·N·(L·E + S·E + S·Ev + L·S) bytes. The L·S term is quadratic in the sequence length and
-  dominates as soon as L is larger than a few head dims. Forward also builds the scores and the
-  weights side by side, so its transient peak is about 2 · 4·N·L·S.
+  dominates as soon as L is larger than a few head dims. Forward computes the weights in place
+  in the score buffer; backward needs one more (N, L, S) temporary (dP, reused for dS), so the
+  allocator sees about 2 · 4·N·L·S at the peak of backward.
 - :class:`ChunkedAttention` saves q, k, v, the output O (N, L, Ev) and one log-sum-exp per row
   (N, L): 4·N·(L·E + S·E + S·Ev + L·Ev + L) bytes, linear in the sequence length. Its
   temporaries are one (chunk x chunk) block of scores per step: 4·N·c² bytes.
@@ -54,9 +55,11 @@ def _scale(q, scale):
     return 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
 
 
-def _causal_block(xp, q0, q1, k0, k1):
-    """Boolean (q1-q0, k1-k0) mask of the visible keys for queries q0..q1-1 (key j <= query i)."""
-    return xp.arange(k0, k1)[None, :] <= xp.arange(q0, q1)[:, None]
+def _causal_bias(xp, q0, q1, k0, k1, dtype):
+    """(q1-q0, k1-k0) array added to the scores: 0 where key j <= query i, -inf above the
+    diagonal. One per call, shared by every head (adding it avoids a per-head mask copy)."""
+    visible = xp.arange(k0, k1)[None, :] <= xp.arange(q0, q1)[:, None]
+    return xp.where(visible, dtype.type(0), dtype.type(-xp.inf))
 
 
 class ScaledDotProductAttention(Function):
@@ -66,9 +69,10 @@ class ScaledDotProductAttention(Function):
         xp = array_module(q)
         check_attention_shapes(q, k, v)
         ctx.scale = _scale(q, scale)
-        s = (q @ k.swapaxes(-1, -2)) * q.dtype.type(ctx.scale)
+        s = q @ k.swapaxes(-1, -2)
+        s *= q.dtype.type(ctx.scale)
         if is_causal:
-            s = xp.where(_causal_block(xp, 0, q.shape[-2], 0, k.shape[-2]), s, -xp.inf)
+            s += _causal_bias(xp, 0, q.shape[-2], 0, k.shape[-2], s.dtype)
         s -= s.max(axis=-1, keepdims=True)
         p = xp.exp(s, out=s)
         p /= p.sum(axis=-1, keepdims=True)
@@ -77,10 +81,13 @@ class ScaledDotProductAttention(Function):
 
     def backward(ctx, g):
         q, k, v, p = ctx.saved_tensors
+        xp = array_module(q)
         scale = q.dtype.type(ctx.scale)
         gv = p.swapaxes(-1, -2) @ g
-        gp = g @ v.swapaxes(-1, -2)
-        gs = p * (gp - (gp * p).sum(axis=-1, keepdims=True))
+        # In place on dP, so backward holds one (N, L, S) temporary besides P.
+        gs = g @ v.swapaxes(-1, -2)
+        gs -= xp.einsum("...ij,...ij->...i", gs, p)[..., None]
+        gs *= p
         gq = (gs @ k) * scale
         gk = (gs.swapaxes(-1, -2) @ q) * scale
         return gq, gk, gv
@@ -109,7 +116,7 @@ class ChunkedAttention(Function):
             for k0, k1 in ctx._key_blocks(q0, q1, S):
                 s = (qi @ k[..., k0:k1, :].swapaxes(-1, -2)) * scale
                 if ctx.causal and k1 - 1 > q0:
-                    s = xp.where(_causal_block(xp, q0, q1, k0, k1), s, -xp.inf)
+                    s += _causal_bias(xp, q0, q1, k0, k1, s.dtype)
                 m_new = xp.maximum(m, s.max(axis=-1, keepdims=True))
                 p = xp.exp(s - m_new)
                 # Rescale what was summed under the old max so every term shares the new one.
@@ -143,7 +150,7 @@ class ChunkedAttention(Function):
                 kj, vj = k[..., k0:k1, :], v[..., k0:k1, :]
                 s = (qi @ kj.swapaxes(-1, -2)) * scale
                 if ctx.causal and k1 - 1 > q0:
-                    s = xp.where(_causal_block(xp, q0, q1, k0, k1), s, -xp.inf)
+                    s += _causal_bias(xp, q0, q1, k0, k1, s.dtype)
                 p = xp.exp(s - lse_i)
                 gv[..., k0:k1, :] += p.swapaxes(-1, -2) @ gi
                 gs = p * (gi @ vj.swapaxes(-1, -2) - di)

@@ -44,5 +44,5 @@ class RowWiseAdagrad(Optimizer):
         if group["weight_decay"]:
             g = g + group["weight_decay"] * rows[index]
         acc = state["sum"]
-        acc[index] += (g * g).mean(axis=1)
+        acc[index] += xp.einsum("ij,ij->i", g, g) / g.shape[1]  # no (rows, D) temporary for g²
         rows[index] -= (group["lr"] * g) / (xp.sqrt(acc[index]) + group["eps"])[:, None]
