@@ -105,6 +105,13 @@ def test_zero_optimizer_bytes_are_one_nth_within_a_block_of_padding(check, stage
         assert 0 <= share - total / n < units * state_bytes_per_element, (stage, share, total, n)
 
 
+@pytest.mark.mpi
+@requires_mpi
+def test_no_activation_outlives_a_step(check):
+    for name, per_rank in check["activation_after_step"].items():
+        assert per_rank == [0] * check["world_size"], (name, per_rank)
+
+
 @pytest.fixture(scope="module")
 def measured():
     if not launch.mpi_available():

@@ -100,6 +100,9 @@ def task_check(args, comm):
         strategy = build(name, model, comm, args.micro_batches)
         for _ in range(args.steps):
             strategy.step(x, y, F.cross_entropy)
+        gc.collect()
+        result.setdefault("activation_after_step", {})[name] = comm.comm.gather(
+            memory.live_bytes("activation"), root=0)
         states[name] = full_state(name, strategy, model, comm)
         own = strategy.optimizer.state_bytes() if strategy.optimizer is not None else 0
         result["optimizer_bytes"][name] = comm.comm.gather(own, root=0)
