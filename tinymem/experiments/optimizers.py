@@ -54,7 +54,7 @@ def _loss_or_none(value):
     return value if math.isfinite(value) else None
 
 
-def _train(label, lr, cfg, arrays, device):
+def train_digits(label, lr, cfg, arrays, device="cpu"):
     """Train from seed 0; return per-step train losses, per-epoch held-out losses and time."""
     x_train, y_train, x_test, y_test = arrays
     random.manual_seed(0)
@@ -85,14 +85,14 @@ def _sweep(cfg, arrays, device):
     runs, best = [], {}
     for label, grid in LR_GRIDS.items():
         grid = grid[1:1 + cfg["lrs_per_optimizer"]] if cfg["lrs_per_optimizer"] < len(grid) else grid
-        results = [_train(label, lr, cfg, arrays, device) for lr in grid]
+        results = [train_digits(label, lr, cfg, arrays, device) for lr in grid]
         runs += results
         finite = [r for r in results if r["final_heldout"] is not None]
         best[label] = min(finite, key=lambda r: r["final_heldout"]) if finite else results[0]
         # a best value at the end of the grid means the sweep did not bracket the optimum
         best[label]["lr_at_grid_edge"] = len(grid) > 1 and best[label]["lr"] in (grid[0], grid[-1])
     for label in SAME_RUN_AS_ADAM:
-        best[label] = _train(label, best["Adam"]["lr"], cfg, arrays, device)
+        best[label] = train_digits(label, best["Adam"]["lr"], cfg, arrays, device)
         runs.append(best[label])
     return runs, best
 
@@ -158,6 +158,12 @@ def run(quick=False, device="cpu"):
             "targets": targets}
 
 
+def _color(label):
+    """One colour per optimizer, the same in every figure (tab20 has room for all of them)."""
+    import matplotlib
+    return matplotlib.colormaps["tab20"](list(CONFIGS).index(label) % 20)
+
+
 def _best_runs(records):
     chosen = []
     for label, tuned in records["tuned"].items():
@@ -190,9 +196,10 @@ def plot(records, outdir):
         train = np.array([np.nan if v is None else v for v in r["train_loss"]])
         window = max(1, len(train) // (4 * cfg["epochs"]))
         smooth = np.convolve(train, np.ones(window) / window, mode="valid")
-        axes[0].plot(smooth, lw=1, label=f"{r['label']} (lr {r['lr']:g})")
+        axes[0].plot(smooth, lw=1, color=_color(r["label"]), label=f"{r['label']} (lr {r['lr']:g})")
         heldout = [np.nan if v is None else v for v in r["heldout_loss"]]
-        axes[1].plot(range(1, len(heldout) + 1), heldout, marker=".", lw=1, label=r["label"])
+        axes[1].plot(range(1, len(heldout) + 1), heldout, marker=".", lw=1, color=_color(r["label"]),
+                     label=r["label"])
     axes[0].set(xlabel="step", ylabel="train loss (moving average)", yscale="log", ylim=(None, DIVERGED),
                 title=f"Digits, {model}, tuned lr each")
     axes[1].set(xlabel="epoch", ylabel="held-out loss", yscale="log", ylim=(None, DIVERGED),
@@ -201,7 +208,7 @@ def plot(records, outdir):
     for label in LR_GRIDS:
         sweep = sorted((r["lr"], r["final_heldout"]) for r in records["runs"] if r["label"] == label)
         axes[2].plot([lr for lr, _ in sweep], [DIVERGED if v is None else min(v, DIVERGED) for _, v in sweep],
-                     marker="o", ms=3, lw=1, label=label)
+                     marker="o", ms=3, lw=1, color=_color(label), label=label)
     axes[2].set(xscale="log", yscale="log", xlabel="learning rate", ylabel="final held-out loss",
                 title=f"The sweep ({cfg['epochs']} epochs; capped at {DIVERGED:g})")
     axes[2].legend(fontsize=6)
@@ -225,7 +232,7 @@ def plot(records, outdir):
     for r in chosen:
         if r["label"] in diverged:
             continue
-        ax.scatter(state[r["label"]], r["final_heldout"], s=25)
+        ax.scatter(state[r["label"]], r["final_heldout"], s=25, color=_color(r["label"]))
         ax.annotate(r["label"], (state[r["label"]], r["final_heldout"]), fontsize=7,
                     xytext=(3, 3), textcoords="offset points")
     ax.set(xlabel="optimizer state bytes per parameter", ylabel="final held-out loss (tuned lr)",

@@ -1,0 +1,229 @@
+# %% [markdown]
+# # Lesson 5 — Optimizer state: what each optimizer keeps, and how to keep less
+#
+# Lesson 0 showed the five buckets. For a large model trained with Adam the biggest of them is
+# often not the activations but the **optimizer state**: Adam keeps two float32 numbers for
+# every weight (the moving averages of the gradient and of its square), 8 bytes per parameter,
+# twice the weights themselves. This lesson counts the state of every optimizer in
+# `tinymem/optim/`, then looks at the two ideas that cut it by 4x to 100x:
+#
+# - **Adafactor** (Shazeer and Stern, 2018) stores the second moment of an m x n matrix as one
+#   row vector and one column vector: 4(m + n) bytes instead of 4mn (`tinymem/optim/adafactor.py`);
+# - **8-bit Adam** (Dettmers et al., 2022) stores both moments as 1-byte codes with one float32
+#   scale per block of 2048 values (`tinymem/optim/adam8bit.py`, `tinymem/optim/blockwise.py`).
+#
+# and ends with a caution: comparing optimizers at one learning rate compares tunings, not
+# optimizers.
+
+# %%
+import math
+import os
+
+import numpy as np
+
+import tinymem as tm
+import tinymem.functional as F
+from tinymem import memory, optim, plots
+from tinymem.experiments import optimizers as experiment
+from tinymem.optim import blockwise, table
+
+QUICK = os.environ.get("TINYMEM_QUICK") == "1"
+OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
+tm.manual_seed(0)
+
+# %% [markdown]
+# ## 1. What each optimizer keeps
+#
+# | optimizer | state per weight | why |
+# | --- | --- | --- |
+# | SGD | nothing | the gradient is used and thrown away |
+# | SGD + momentum | 1 buffer | a running sum of past gradients |
+# | Adagrad | 1 buffer | the sum of all squared gradients so far (the step only shrinks) |
+# | RMSprop | 1 (+1 momentum, +1 centered) | a *decaying* average of g², (+ the velocity, + the mean of g) |
+# | Adam / AdamW | 2 buffers (+1 amsgrad) | decaying averages of g and g² (+ the running max of the latter) |
+# | Lion | 1 buffer | one momentum; the step is its sign |
+# | Adafactor | rows + columns | the second moment of a matrix as a rank-1 product |
+# | Adam8bit | 2 buffers of 1 byte | Adam's moments, block-wise quantized |
+# | GaLore | a projector + Adam on r rows | Adam on a rank-r projection of the gradient |
+#
+# Every optimizer class carries its formula as `bytes_for(shape, itemsize, group)`, and
+# `tinymem.optim.table` turns them into a table. The tests hold it against `state_bytes()` and the
+# ledger; here we check it once more on an MLP.
+
+# %%
+sizes = [64, 256, 256, 10] if QUICK else [64, 512, 512, 10]
+shapes = [p.shape for p in tm.models.MLP(sizes).parameters()]
+print(f"MLP {sizes}: {sum(math.prod(s) for s in shapes):,d} parameters")
+for row in table.table(shapes):
+    print(f"  {row['optimizer']:<28} {row['bytes_per_param']:7.3f} bytes/param")
+
+x_train, y_train, x_test, y_test = tm.data.load_digits()
+x, y = tm.tensor(x_train[:128]), tm.tensor(y_train[:128])
+for label, (cls, options) in table.CONFIGS.items():
+    model = tm.models.MLP(sizes)
+    before = memory.live_bytes("optimizer")
+    opt = cls(model.parameters(), **options)
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    ledger = memory.live_bytes("optimizer") - before
+    assert ledger == opt.state_bytes() == table.expected_state_bytes(opt), label
+    del opt, model
+
+# %% [markdown]
+# ## 2. A 7-billion-parameter model, worked out
+#
+# A LLaMA-7B-shaped Transformer: 32 layers of four 4096 x 4096 attention matrices and three
+# 4096 x 11008 MLP matrices, two 32000 x 4096 embeddings, and small norm vectors. In float32
+# the weights take 27 GB and the gradients another 27 GB. The state on top:
+
+# %%
+d, ff, vocab, layers = 4096, 11008, 32000, 32
+llama = ([(d, d)] * 4 + [(ff, d), (ff, d), (d, ff)] + [(d,)] * 2) * layers + [(vocab, d)] * 2 + [(d,)]
+n_llama = sum(math.prod(s) for s in llama)
+print(f"{n_llama / 1e9:.2f} B parameters; weights {4 * n_llama / 1e9:.1f} GB in float32")
+for row in table.table(llama):
+    print(f"  {row['optimizer']:<28} {row['state_bytes'] / 1e9:8.2f} GB of state")
+
+# %% [markdown]
+# Adam's 54 GB alone does not fit one 40 GB GPU; 8-bit Adam (13.5 GB) and Adafactor (a few MB:
+# 4(m+n) per matrix is nothing next to 4mn) do. This is the arithmetic behind ZeRO (lesson 7):
+# the "16 bytes per parameter" of mixed-precision Adam are 2 (fp16 weights) + 2 (fp16 grads) +
+# 12 (fp32 master weights and Adam's two moments).
+#
+# ## 3. Adafactor's factorisation
+#
+# For a matrix gradient G, Adam keeps V = EMA(G²), m x n numbers. Adafactor keeps the row means
+# R = mean_j G² and the column means C = mean_i G², and rebuilds V ≈ R Cᵀ / mean(R). When G² is a
+# rank-1 matrix (each row a multiple of the others) this is exact; for real gradients it is the
+# closest rank-1 fit in I-divergence. Let us compare with Adam's V on one layer of a real run.
+
+# %%
+tm.manual_seed(0)
+model = tm.models.MLP(sizes)
+adam = optim.Adam(model.parameters(), lr=1e-3)
+factored = optim.Adafactor(model.parameters(), lr=0.0)  # lr 0: it only watches the gradients
+loader = tm.data.DataLoader((x_train, y_train), batch_size=128, seed=0)
+for step, (xb, yb) in zip(range(5 if QUICK else 50), loader):
+    F.cross_entropy(model(xb), yb).backward()
+    factored.step()
+    adam.step()
+    adam.zero_grad()
+weight = model[2].weight
+state = factored.state[weight]
+v_adafactor = state["row_var"] @ state["col_var"] / state["row_var"].mean()
+# Adam's v has its bias, Adafactor's beta2_t has none: compare shapes, not scales
+v_adam = adam.state[weight]["exp_avg_sq"]
+corr = np.corrcoef(np.log(v_adam.ravel() + 1e-30), np.log(v_adafactor.ravel() + 1e-30))[0, 1]
+print(f"layer {weight.shape}: Adam keeps {v_adam.nbytes:,d} B, Adafactor "
+      f"{state['row_var'].nbytes + state['col_var'].nbytes:,d} B; log-correlation of the two V: {corr:.2f}")
+
+# %% [markdown]
+# The two estimates agree in their large-scale structure (which rows and columns see large
+# gradients) and differ per element: Adafactor gives up per-weight adaptivity inside a matrix.
+# PyTorch's version, which tinymem follows, also drops the first moment (beta1 = 0) and scales
+# every step by the parameter's own RMS (a *relative* step size), so its `lr` is not Adam's.
+#
+# ## 4. Block-wise 8-bit quantization, one block at a time
+#
+# 8-bit Adam cuts each moment into blocks of 2048 values. A block keeps its absolute maximum A
+# in float32 and each value keeps one byte: the index of the nearest entry of a 256-value map to
+# x / A. The **dynamic map** spends its codes on a sign, a decimal exponent and a fraction, so it
+# represents 1e-7 as well as 0.9; the **linear map** spaces its codes evenly. Below, one block
+# of Adam's second moment from the run above, quantized both ways.
+
+# %%
+block = v_adam.ravel()[:2048].astype(np.float32)
+fig, axes = plots.new_figure(ncols=2, width=5.5)
+for kind in ("dynamic", "linear"):
+    qmap = blockwise.MAPS[kind](signed=False)
+    codes, absmax = blockwise.quantize(block, qmap, 2048)
+    back = blockwise.dequantize(codes, absmax, qmap, 2048)
+    zeroed = np.mean((back == 0) & (block > 0))
+    rel = np.median(np.abs(back - block) / np.maximum(block, 1e-30))
+    print(f"{kind:>8} map: median relative error {rel:.3f}, {zeroed:.0%} of the block rounds to 0")
+    axes[0].loglog(block, np.maximum(back, 1e-12), ".", ms=2, label=f"{kind} map")
+    axes[1].plot(qmap, ".", ms=2, label=f"{kind} map")
+axes[0].plot([block.min(), block.max()], [block.min(), block.max()], "k-", lw=0.5)
+axes[0].set(xlabel="Adam's v (one block of 2048)", ylabel="after 8-bit round trip", title="One block, two maps")
+axes[1].set(xlabel="code", ylabel="map value (x / absmax)", yscale="log", title="The 256 values of each map")
+axes[0].legend(fontsize=7)
+print(plots.save(fig, {}, OUT, "lesson05_one_block.png"))
+
+# %% [markdown]
+# The linear map gives every value the same *absolute* error, half a step of absmax / 255, so
+# the small entries of a block lose most of their digits and the smallest become zero (the
+# printout counts them; the longer the run, the more decades v spans). For Adam a zero is
+# fatal, not just imprecise: the step m / (sqrt(v) + eps) divides by it. The dynamic map keeps
+# a similar *relative* error at every scale. Note also the order of operations in
+# `adam8bit.py`: dequantize, update in float32, take the step with the float32 moments, *then*
+# quantize what is carried to the next step. Below, 8-bit Adam against 32-bit Adam on the same
+# gradients (the test `tests/test_optim_blockwise.py` does it on a 1024 x 1024 parameter,
+# where the linear map's drift turns into blow-ups).
+
+# %%
+tm.manual_seed(0)
+rng = np.random.default_rng(0)
+n = 128 if QUICK else 512
+start = rng.standard_normal((n, n)).astype(np.float32)
+runs = {"Adam": optim.Adam, "Adam8bit dynamic": lambda p, lr: optim.Adam8bit(p, lr=lr),
+        "Adam8bit linear": lambda p, lr: optim.Adam8bit(p, lr=lr, qmap="linear")}
+params = {k: tm.nn.Parameter(start.copy()) for k in runs}
+opts = {k: make([params[k]], lr=1e-3) for k, make in runs.items()}
+for _ in range(30 if QUICK else 100):
+    g = (0.1 * rng.standard_normal((n, n)) + 0.01 * start).astype(np.float32)
+    for k in runs:
+        params[k].grad = g.copy()
+        opts[k].step()
+moved = np.linalg.norm(params["Adam"].numpy() - start)
+for k in ("Adam8bit dynamic", "Adam8bit linear"):
+    err = np.linalg.norm(params[k].numpy() - params["Adam"].numpy()) / moved
+    print(f"{k}: {opts[k].state_bytes() / opts['Adam'].state_bytes():.3f}x Adam's state, "
+          f"distance from Adam's weights = {err:.3f} of the distance Adam moved")
+
+# %% [markdown]
+# ## 5. The learning-rate caution
+#
+# Each optimizer has its own scale of learning rate: Lion's steps are ±lr per weight, so it
+# wants about 10x less than Adam; Adafactor's lr is a relative step; SGD wants 100x more. Run
+# everything at Adam's 1e-3 and "Adam wins" says nothing. `tinymem figures --only optimizers`
+# sweeps a small grid per optimizer and keeps the best held-out loss; here, a two-point version.
+
+# %%
+cfg = {"sizes": [64, 64, 10] if QUICK else [64, 256, 256, 10], "batch": 128,
+       "epochs": 1 if QUICK else 4}
+arrays = (x_train, y_train, x_test, y_test)
+for label, grid in (("SGD", [1e-3, 0.3]), ("Lion", [1e-3, 1e-4]), ("Adam", [1e-3, 1e-2])):
+    losses = [experiment.train_digits(label, lr, cfg, arrays)["final_heldout"] for lr in grid]
+    print(f"{label:<5} " + "  ".join(f"lr {lr:g}: held-out loss {v:.3f}" for lr, v in zip(grid, losses)))
+
+# %% [markdown]
+# The full figures (`figures/optim_training.png`, `optim_pareto.png`) show every optimizer at
+# its tuned rate, and loss against state bytes.
+#
+# ## Pitfalls
+#
+# - **Adagrad's sum only grows**: its steps shrink forever; fine for sparse features, slow for
+#   long dense runs.
+# - **Adafactor's first steps**: beta2_t = 1 - t^-0.8 is 0 at t = 1, so the first step uses
+#   one gradient's own square: large relative steps, capped by `d` (update clipping).
+# - **8-bit state needs the dynamic map and block-wise scales**: one outlier only spoils its
+#   own block; with one scale per tensor it would flatten everything else to zero.
+# - **Small tensors stay 32-bit** (under 4096 elements): tiny in bytes, sensitive in training.
+#   On a small model they push 8-bit Adam's ratio above the 0.25 of the formula.
+# - **8-bit Adam here dequantizes a whole parameter**: 8 bytes per element of workspace for the
+#   largest parameter during its update; bitsandbytes fuses this into one kernel.
+# - **State is per parameter, not per model**: the 7B arithmetic above is what decides whether
+#   a model trains at all, which is why ZeRO partitions the state (lesson 7).
+#
+# ## Exercises (`lessons/exercises/ex05.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_05`)
+#
+# 1. `state_bytes_for(optimizer, shape)`: the bytes of state for one float32 parameter of
+#    `shape` under "sgd", "sgd_momentum", "adam", "adafactor" or "adam8bit" (block 2048,
+#    tensors under 4096 elements in float32).
+# 2. `adafactor_variance(row_var, col_var, eps1)`: rebuild Adafactor's second-moment estimate
+#    from its two factors (check it on a gradient whose square is rank 1: it must be exact).
+# 3. `quantize_block(x, qmap)`: the uint8 codes and the absmax of one block, nearest map value.
+# 4. `lion_step(p, m, g, lr, betas, weight_decay)`: one Lion update; return the new p and m.
+# 5. Think: Adafactor's state on a 4096 x 4096 matrix is 0.05% of Adam's. Why does it still
+#    need 4 bytes per element for a bias vector? What would a "factored" state for a vector be,
+#    and why would it be useless?
