@@ -87,3 +87,19 @@ def test_embedding_bag_layer_repr_and_modes():
     assert "sparse=True" in repr(layer)
     out = layer(tm.tensor(np.array([1, 2, 3])), tm.tensor(np.array([0, 1])))
     np.testing.assert_allclose(to_np(out)[1], to_np(layer.weight)[2] + to_np(layer.weight)[3], rtol=1e-6)
+
+
+def test_checkpointed_lm_blocks_give_bit_identical_gradients():
+    from tinymem.techniques.checkpoint import checkpoint_sequential
+
+    model = models.TransformerLM(9, 12, d_model=16, n_heads=2, n_layers=3, chunk_size=4)
+    ids = np.random.default_rng(0).integers(0, 9, (2, 12))
+    grads = []
+    for segments in (None, 3):
+        model.zero_grad()
+        h = model.embed(ids)
+        h = model.blocks(h) if segments is None else checkpoint_sequential(model.blocks, segments, h)
+        tm.functional.cross_entropy(model.logits(h).reshape(-1, 9), ids.reshape(-1)).backward()
+        grads.append([to_np(p.grad).copy() for p in model.parameters()])
+    for plain, ckpt in zip(*grads):
+        assert np.array_equal(plain, ckpt)

@@ -1,0 +1,207 @@
+# %% [markdown]
+# # Lesson 6 (language and recommenders) — attention that grows linearly, tables that stay sparse
+#
+# Two workloads whose memory goes to places an MLP never shows you:
+#
+# - A **Transformer language model** saves, in every attention layer, the weights
+#   softmax(QKᵀ) of shape (batch, heads, L, L): **quadratic in the sequence length**. Double
+#   the context and that term quadruples. The cure is to never store them: compute attention in
+#   blocks with an *online softmax* and recompute the blocks in backward (FlashAttention).
+# - A **recommender** keeps embedding tables of millions of rows, but one batch touches a few
+#   thousand. A dense gradient and Adam's two moments each cost a full table; the cure is a
+#   **row-sparse gradient** (only the touched rows) and an optimizer with **one number per row**.
+#
+# Sources to keep open: `tinymem/ops/attention.py` (both attention ops), `tinymem/nn_seq.py`
+# (`MultiheadAttention`, `EmbeddingBag`), `tinymem/models_seq.py` (`TransformerLM`,
+# `Recommender`), `tinymem/sparse.py` (`RowSparse`), `tinymem/optim/rowwise_adagrad.py`,
+# `tinymem/data_seq.py`, and the figure families `tinymem/experiments/workload_seq_len.py` and
+# `workload_embeddings.py`.
+
+# %%
+import os
+
+import numpy as np
+
+import tinymem as tm
+import tinymem.functional as F
+from tinymem import data, memory, models, nn, optim
+from tinymem.experiments import workload_embeddings, workload_seq_len
+from tinymem.techniques.checkpoint import checkpoint_sequential
+
+QUICK = os.environ.get("TINYMEM_QUICK") == "1"
+OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
+tm.manual_seed(0)
+
+# %% [markdown]
+# ## 1. Where attention's memory goes
+#
+# For one head, `scaled_dot_product_attention(q, k, v)` computes S = q kᵀ / √E, P = softmax(S),
+# O = P v. Backward needs P (dV = Pᵀ dO, and the softmax backward dS = P ⊙ (dP − rowsum(dP ⊙ P))),
+# so the plain op saves it: 4·L·S bytes per head in float32, besides q, k, v (linear in L).
+# Count it with the ledger at L = 1024, 4 heads of 16 features (the shape of our tiny LM):
+
+# %%
+L, H, E = 1024, 4, 16
+q, k, v = (tm.randn(1, H, L, E, requires_grad=True) for _ in range(3))
+saved = {}
+for name, fn in (("plain", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+                 ("chunked", lambda: F.chunked_attention(q, k, v, 128, is_causal=True))):
+    before = memory.live_bytes("activation")
+    out = fn()
+    saved[name] = memory.live_bytes("activation") - before
+    print(f"{name:>8}: saves {saved[name]:>11,d} B")
+    del out
+print(f"formula plain  : 4·H·(3·L·E + L·L) = {4 * H * (3 * L * E + L * L):,d} B")
+print(f"formula chunked: 4·H·(4·L·E + L)   = {4 * H * (4 * L * E + L):,d} B")
+print(f"chunked / plain at L={L}: {saved['chunked'] / saved['plain']:.3f}")
+
+# %% [markdown]
+# ## 2. The online softmax, by hand
+#
+# Softmax needs the row maximum (for stability) and the row sum before any weight is known.
+# The trick: walk the keys in blocks, keep a running maximum m and a running sum l, and
+# whenever a block raises the maximum, **rescale** what was accumulated by exp(m_old − m_new).
+# At the end O = acc / l, and lse = m + log l is all backward needs to rebuild any block:
+# P_block = exp(S_block − lse).
+
+# %%
+rng = np.random.default_rng(0)
+s_row, v_rows = rng.standard_normal(10), rng.standard_normal((10, 3))
+m, l, acc = -np.inf, 0.0, np.zeros(3)
+for start in range(0, 10, 4):
+    block = s_row[start:start + 4]
+    m_new = max(m, block.max())
+    p = np.exp(block - m_new)
+    l = l * np.exp(m - m_new) + p.sum()
+    acc = acc * np.exp(m - m_new) + p @ v_rows[start:start + 4]
+    m = m_new
+full = np.exp(s_row - s_row.max())
+print("online  :", acc / l)
+print("two-pass:", (full / full.sum()) @ v_rows)
+
+# %% [markdown]
+# `ChunkedAttention` in `tinymem/ops/attention.py` does exactly this for (chunk x chunk) blocks
+# of all heads at once; with `is_causal` it skips the key blocks right of the diagonal, so it
+# also does half the work. Its result equals the plain op to rounding (about 1e-7 relative in
+# float32: the sums run in another order) — `tests/test_attention.py` holds both against PyTorch.
+
+# %%
+out_plain = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+out_chunked = F.chunked_attention(q, k, v, 128, is_causal=True)
+print("max |chunked - plain| =", float(np.abs(out_chunked.numpy() - out_plain.numpy()).max()))
+del out_plain, out_chunked
+
+# %% [markdown]
+# ## 3. The figure: memory against sequence length, and a language model that learns
+#
+# The sweep (`workload_seq_len.run`) measures both ops from L = 128 upward: the bytes saved (the
+# ledger), the peak of forward + backward (the ledger and tracemalloc), and the time. It then
+# trains the tiny `TransformerLM` (2 blocks, width 64, 4 heads, context 64) character by
+# character on `pydoc_data.topics` — the language reference that ships inside Python — and
+# compares the validation loss with the **unigram baseline** (the cross-entropy of a model that
+# only knows character frequencies, about 3.24 nats).
+
+# %%
+records = {"config": {"heads": H, "head_dim": E, "chunk_size": 128, "batch": 1, "causal": True,
+                      "dtype": "float32"},
+           "attention": workload_seq_len._attention_sweep([128, 256, 512, 1024] if QUICK else
+                                                          [128, 256, 512, 1024, 2048], "cpu"),
+           "lm": workload_seq_len.train_lm(20 if QUICK else 300, batch_size=16 if QUICK else 32,
+                                           log_every=10 if QUICK else 25)}
+records["meta"] = {"machine": "this lesson", "tinymem": tm.__version__, "quick": QUICK}
+for p in records["attention"]:
+    print(f"{p['impl']:>8} L={p['L']:>5}: saved {memory.format_bytes(p['saved_bytes']):>10}, "
+          f"measured peak {memory.format_bytes(p['measured_peak']):>10}, {p['seconds'] * 1e3:7.1f} ms")
+lm = records["lm"]
+print(f"\nLM validation loss {lm['val_loss']:.3f} nats/char, unigram baseline {lm['unigram_loss']:.3f}")
+print("sample:\n" + lm["sample"])
+workload_seq_len.plot(records, OUT)
+
+# %% [markdown]
+# Read the left panel on log axes: plain attention's line has slope 2 (quadratic), chunked has
+# slope 1. The middle panel shows what the allocator saw: the plain op also needs a second
+# (L, L) temporary in backward, so its real peak is about twice what it saves.
+#
+# ## 4. Checkpointing the language model
+#
+# Chunked attention removes the L² term; what is left grows with L · width · layers: the inputs
+# of every Linear, LayerNorm and GELU. Those are what checkpointing (lesson 1) trades for
+# recomputation. The blocks of `TransformerLM` take and return (B, T, d), so `model.blocks` cuts
+# straight into segments:
+
+# %%
+_, _, vocab = data.load_python_docs()
+T = 64 if QUICK else 256
+lm_model = models.TransformerLM(len(vocab), T, d_model=64, n_heads=4, n_layers=4, chunk_size=64)
+ids = np.random.default_rng(0).integers(0, len(vocab), (4, T))
+for segments in (None, 2):
+    with memory.track() as t:
+        h = lm_model.embed(ids)
+        h = lm_model.blocks(h) if segments is None else checkpoint_sequential(lm_model.blocks, segments, h)
+        F.cross_entropy(lm_model.logits(h).reshape(-1, len(vocab)), ids.reshape(-1)).backward()
+        del h
+    print(f"segments={segments}: activation peak {memory.format_bytes(t.max_by_bucket()['activation'])}")
+lm_model.zero_grad()
+
+# %% [markdown]
+# ## 5. Embedding tables: sparse gradients and one accumulator per row
+#
+# `nn.EmbeddingBag(rows, dim, mode="mean", sparse=True)` averages the rows each sample names.
+# Its backward returns a `RowSparse` gradient (`tinymem/sparse.py`): `indices` (u,) and
+# `values` (u, dim) for the u distinct rows of the batch, `to_dense()` to compare. The ledger
+# counts it in the `gradient` bucket like any gradient:
+
+# %%
+table = nn.EmbeddingBag(1_000_000, 16, mode="mean", sparse=True)
+bag = tm.tensor(np.random.default_rng(0).integers(0, 1_000_000, (256, 8)))
+table(bag).sum().backward()
+grad = table.weight.grad.data
+print(grad, f"-> {memory.format_bytes(grad.nbytes)} instead of {memory.format_bytes(table.weight.nbytes)}")
+np.testing.assert_array_equal(grad.to_dense()[grad.indices], grad.values)
+del table, grad
+
+# %% [markdown]
+# Adam would need two moments of the full table (8 bytes per weight) and cannot take a sparse
+# gradient at all (tinymem raises, as PyTorch does). **Row-wise Adagrad** keeps one running
+# mean of g² per row and updates only the rows it is given: 4 bytes per *row*. The figure
+# trains the same recommender three ways and stacks each bucket's maximum:
+
+# %%
+emb_records = workload_embeddings.run(quick=True)
+emb_records["meta"] = records["meta"]
+workload_embeddings.plot(emb_records, OUT)
+
+# %% [markdown]
+# ## Which technique to reach for first
+#
+# | workload | the bucket that fills | first cure | second |
+# | --- | --- | --- | --- |
+# | Transformer LM, long context | activation (L² attention weights) | chunked attention | checkpoint blocks, half-precision activations |
+# | Transformer LM, short context | activation (L · width · layers) | checkpoint blocks | half precision, micro-batching |
+# | Recommender | parameter, gradient, optimizer (tables) | sparse gradients + row-wise Adagrad | table offload to host, int8 tables |
+#
+# ## Pitfalls
+#
+# - **Causal alignment**: PyTorch's `is_causal` masks key j > query i counting from the top-left;
+#   with L ≠ S (a cache of past keys) you need the bottom-right variant — not what `is_causal` does.
+# - **Half precision** in attention: the running sums of the online softmax overflow float16;
+#   keep the accumulators (m, l, acc) in float32 as FlashAttention does.
+# - Chunked attention trades memory for **compute**: backward recomputes every score block.
+#   In NumPy the smaller working set still makes it faster at L ≥ 256; on a GPU the win comes
+#   from the fused kernel, which NumPy cannot show.
+# - A **sparse gradient only reaches a leaf table**: casting or slicing the table before the
+#   lookup makes it flow into a dense op. Weight decay with sparse gradients decays only the
+#   touched rows ("lazy" decay): not the same as dense weight decay.
+# - **Row-wise Adagrad is not Adam**: one step size per row suits embeddings (rows are
+#   updated rarely, and the per-row scale is what matters); use Adam for the dense layers.
+#
+# ## Exercises (`lessons/exercises/ex06_seq.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_06 tests/exercises/test_ex06_seq.py`)
+#
+# 1. `merge_partials(a, b)`: merge two online-softmax partial results (m, l, acc) of the same
+#    query rows over disjoint key sets — the step that lets attention be split across devices.
+# 2. `attention_saved_bytes(batch, heads, L, head_dim, chunked)`: the bytes each op saves, by
+#    formula; the check holds it against the ledger. At which L does chunked reach 0.1x for
+#    head_dim 64?
+# 3. `coalesce_rows(indices, values)`: sum the rows of a gradient that share an index.
+# 4. `rowwise_adagrad_rows(weight, accumulator, indices, grad_rows, lr, eps)`: one sparse step
+#    of row-wise Adagrad, in place; the check compares it with `optim.RowWiseAdagrad`.
