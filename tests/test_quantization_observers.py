@@ -133,6 +133,16 @@ def test_entropy_observer_clips_heavy_tail_and_keeps_uniform_range():
     assert obs.threshold() > 0.95
 
 
+def test_entropy_observer_clips_an_extreme_outlier():
+    # Without TensorRT's smoothing, any threshold below the outlier would leave Q empty where P
+    # holds the clipped outlier (infinite KL) and the search would fall back to max|x|.
+    x = np.random.default_rng(2).standard_normal(20000).astype(np.float32)
+    x[0] = 1000.0
+    obs = Q.EntropyObserver()
+    obs(x)
+    assert obs.threshold() < 0.1 * 1000.0
+
+
 def test_entropy_observer_post_relu_range_starts_at_zero():
     x = np.maximum(np.random.default_rng(1).standard_normal(10000), 0).astype(np.float32)
     obs = Q.EntropyObserver()

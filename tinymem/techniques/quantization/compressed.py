@@ -70,7 +70,8 @@ def compress(x, bits=8, group_size=256, stochastic=False, keep_sign=True):
     flat = x.reshape(-1).astype(np.float32)
     pad = -flat.size % group_size
     if pad:
-        flat = xp.concatenate([flat, xp.full(pad, flat[-1] if flat.size else 0, np.float32)])
+        fill = flat[-1:] if flat.size else xp.zeros(1, np.float32)
+        flat = xp.concatenate([flat, xp.broadcast_to(fill, (pad,))])
     groups = flat.reshape(-1, group_size)
     mins = groups.min(axis=1, keepdims=True)
     top = groups.max(axis=1, keepdims=True)
@@ -95,7 +96,8 @@ def compress(x, bits=8, group_size=256, stochastic=False, keep_sign=True):
     codes = xp.clip(v, 0, levels).astype(np.uint8).reshape(-1, per_byte)
     if per_byte > 1:
         shifts = (xp.arange(per_byte, dtype=np.uint8) * bits).astype(np.uint8)
-        codes = xp.bitwise_or.reduce(codes << shifts, axis=1).astype(np.uint8)
+        # The codes occupy disjoint bits, so their sum is their bitwise or (CuPy has no or.reduce).
+        codes = (codes << shifts).sum(axis=1).astype(np.uint8)
     return CompressedTensor(codes.reshape(-1), starts.reshape(-1), steps.reshape(-1),
                             mins.reshape(-1) if keep_sign else None, x.shape, x.dtype, bits)
 

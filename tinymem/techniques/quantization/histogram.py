@@ -36,6 +36,7 @@ def rebin(histogram, orig_min, orig_max, new_min, new_max, upsample_rate=16):
     """Spread counts binned over [orig_min, orig_max] into as many bins over the wider
     [new_min, new_max] (PyTorch's ``_upscale_histogram``)."""
     xp = backend.array_module(histogram)
+    orig_min, orig_max, new_min, new_max = (float(v) for v in (orig_min, orig_max, new_min, new_max))
     bins = histogram.size
     fine = xp.repeat(histogram, upsample_rate) / upsample_rate
     fine_width = (orig_max - orig_min) / (bins * upsample_rate)
@@ -110,18 +111,17 @@ class HistogramObserver(_HistogramBase):
         self.dst_nbins = 2 ** 8
         self.upsample_rate = 16
 
-    def _quantization_error(self, start_bin, end_bin):
-        xp = backend.array_module(self.histogram)
+    def _quantization_error(self, hist, start_bin, end_bin):
         f32 = np.float32
         bin_width = (float(self.hist_max) - float(self.hist_min)) / self.bins
         dst_width = bin_width * (end_bin - start_bin + 1) / self.dst_nbins
         if dst_width == 0.0:
             return 0.0
-        src_begin = (xp.arange(self.bins) - start_bin).astype(f32) * f32(bin_width)
+        src_begin = (np.arange(self.bins) - start_bin).astype(f32) * f32(bin_width)
         src_end = src_begin + f32(bin_width)
-        dst_of_begin = xp.clip(xp.floor(src_begin / f32(dst_width)), 0, self.dst_nbins - 1)
-        dst_of_end = xp.clip(xp.floor(src_end / f32(dst_width)), 0, self.dst_nbins - 1)
-        density = self.histogram / f32(bin_width)
+        dst_of_begin = np.clip(np.floor(src_begin / f32(dst_width)), 0, self.dst_nbins - 1)
+        dst_of_end = np.clip(np.floor(src_end / f32(dst_width)), 0, self.dst_nbins - 1)
+        density = hist / f32(bin_width)
         half = f32(dst_width / 2)
 
         def cube_integral(begin, end):
@@ -136,9 +136,10 @@ class HistogramObserver(_HistogramBase):
 
     def search_range(self):
         """PyTorch's ``_non_linear_param_search``: the (min, max) with the least L2 error."""
-        xp = backend.array_module(self.histogram)
-        total = float(self.histogram.sum())
-        csum = xp.cumsum(self.histogram)
+        # 2048 counts: the thousands of small steps below run on the host even for CuPy data.
+        hist = backend.to_numpy(self.histogram)
+        total = float(hist.sum())
+        csum = np.cumsum(hist)
         step, alpha, beta = 1e-5, 0.0, 1.0
         start_bin, end_bin = 0, self.bins - 1
         norm_min = float("inf")
@@ -146,8 +147,8 @@ class HistogramObserver(_HistogramBase):
             next_alpha, next_beta = alpha + step, beta - step
             # First bin whose cumulative count reaches next_alpha of the total, and the last
             # bin whose cumulative count stays within next_beta (cumsum is sorted).
-            left = int(xp.searchsorted(csum, np.float32(next_alpha * total), side="left"))
-            right = int(xp.searchsorted(csum, np.float32(next_beta * total), side="right")) - 1
+            left = int(np.searchsorted(csum, np.float32(next_alpha * total), side="left"))
+            right = int(np.searchsorted(csum, np.float32(next_beta * total), side="right")) - 1
             left = min(max(left, start_bin), end_bin)
             right = min(max(right, start_bin), end_bin)
             next_start, next_end = start_bin, end_bin
@@ -157,7 +158,7 @@ class HistogramObserver(_HistogramBase):
                 next_end, beta = right, next_beta
             if next_start == start_bin and next_end == end_bin:
                 continue
-            norm = self._quantization_error(next_start, next_end)
+            norm = self._quantization_error(hist, next_start, next_end)
             if norm > norm_min:
                 break
             norm_min, start_bin, end_bin = norm, next_start, next_end
@@ -174,8 +175,10 @@ class EntropyObserver(_HistogramBase):
     A ``bins``-bin (2048) histogram of |x| over [0, max|x|]. For every candidate threshold i
     (from ``levels`` to ``bins`` bins), P is the histogram cut at i with the cut-off mass added
     to its last bin, Q is the same bins merged into ``levels`` (128, the magnitudes of int8)
-    buckets and spread back evenly over their non-empty bins; the threshold minimizing
-    KL(P || Q) wins (the last one on ties), as in NVIDIA's pytorch-quantization. The range is
+    buckets and spread back evenly over P's non-empty bins; both get empty bins smoothed to
+    1e-4 counts, and the threshold minimizing KL(P || Q) wins (the last one on ties), as in
+    TensorRT's calibrator (MXNet's ``_get_optimal_threshold``). The smallest threshold is
+    ``levels`` bins, 1/16 of max|x| with the defaults: a huge outlier costs resolution. The range is
     then [-T, T] intersected with the observed [min, max] (so post-ReLU data gets [0, T]).
     Time: ``bins - levels`` KL evaluations of O(bins) each.
     """
@@ -205,12 +208,12 @@ class EntropyObserver(_HistogramBase):
         for i in range(self.levels, self.bins + 1):
             p = hist[:i].copy()
             p[-1] += hist[i:].sum()
-            nonzero = hist[:i] != 0
+            nonzero = p != 0
             bucket = np.minimum((np.arange(i) * self.levels) // i, self.levels - 1)
-            mass = np.bincount(bucket[nonzero], weights=hist[:i][nonzero], minlength=self.levels)
+            mass = np.bincount(bucket, weights=hist[:i], minlength=self.levels)
             count = np.bincount(bucket[nonzero], minlength=self.levels)
             q = np.where(nonzero, mass[bucket] / np.maximum(count[bucket], 1), 0.0)
-            kl = _kl(p, q)
+            kl = _kl(_smooth(p), _smooth(q))
             if kl <= best:
                 best, best_i = kl, i
         return edges[best_i]
@@ -221,9 +224,19 @@ class EntropyObserver(_HistogramBase):
         return xp.maximum(self.min_val, -t), xp.minimum(self.max_val, t)
 
 
+def _smooth(counts, eps=1e-4):
+    """Give empty bins ``eps`` of mass, taken evenly from the others (MXNet's and TensorRT's
+    ``_smooth_distribution``), so a Q that misses a bin of P costs a finite, large KL."""
+    zero = counts == 0
+    n_zero, n_nonzero = int(zero.sum()), int((~zero).sum())
+    if n_nonzero == 0 or eps * n_zero / n_nonzero >= counts[~zero].min():
+        return None
+    return counts + eps * zero - (eps * n_zero / n_nonzero) * ~zero
+
+
 def _kl(p, q):
     """KL(P || Q) of two unnormalized histograms (infinite where Q misses mass P has)."""
-    if p.sum() == 0 or q.sum() == 0:
+    if p is None or q is None or p.sum() == 0 or q.sum() == 0:
         return np.inf
     p, q = p / p.sum(), q / q.sum()
     support = p > 0
