@@ -26,9 +26,9 @@ Where the arithmetic happens (say it plainly):
   tensor cores. **bfloat16 on CuPy** is still upcast to float32 for compute: CuPy has no
   bfloat16 dtype, so tinymem stores it as uint16 bits (see :mod:`.bfloat16`).
 - Model outputs come back as float32 so the loss (softmax, log) runs in float32, as autocast does.
-- Because the CPU computes in fp32, values become half exactly where they are stored: saved
-  activations and parameter gradients. Underflow therefore shows in the parameter gradients;
-  on a GPU in float16 the gradients flowing between layers are float16 as well.
+- Because the CPU computes in fp32, values are rounded to half where a GPU would hold them in
+  half: saved activations, parameters, parameter gradients, and the gradients passed between
+  modules (rounded, not stored, so that underflow happens as it would on the GPU).
 
 The user API (like apex's ``amp.initialize``, with PyTorch names)::
 
@@ -52,6 +52,9 @@ How it plugs into the engine (DESIGN.md's "parameter storage" seam, with no engi
 - The upcast is a ``Function`` (:class:`Upcast`) whose backward rounds the incoming gradient to
   the half format and accumulates it into ``param.grad`` itself (a bfloat16 gradient is uint16
   bits, which the engine could not add).
+- On the CPU, the gradient leaving each module's output is rounded to the half format
+  (:class:`RoundGrad`), so the backward pass loses what a GPU computing in half would lose:
+  a gradient below 2^-25 becomes 0 between layers, which is what loss scaling prevents.
 - :class:`MasterOptimizer` wraps the optimizer: its ``param_groups`` hold the fp32 masters;
   ``step()`` copies the half gradients into fp32 master gradients, runs the wrapped optimizer,
   and rounds the masters back into the half parameters in place.
@@ -76,7 +79,7 @@ from ..nn import Module
 from .bfloat16 import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 from .grad_scaler import GradScaler
 
-__all__ = ["half", "HalfModule", "MasterOptimizer", "GradScaler", "Upcast", "fp16_range_report",
+__all__ = ["half", "HalfModule", "MasterOptimizer", "GradScaler", "Upcast", "RoundGrad", "fp16_range_report",
            "FP16_MIN_SUBNORMAL", "FP16_MIN_NORMAL", "FP16_MAX", "float32_to_bfloat16_bits",
            "bfloat16_bits_to_float32"]
 
@@ -190,9 +193,30 @@ def _pack_hooks(fmt, saved_as):
     return pack, unpack
 
 
-def _casting_forward(module, fmt, dtype, saved_as):
-    """``module.forward`` with its own parameters replaced by their upcasts for the call."""
+class RoundGrad(Function):
+    """Identity forward; backward rounds the gradient to the half format (kept as float32).
+
+    On the CPU, where compute stays float32, this is what makes the gradient flowing between
+    modules behave as on a GPU computing in half: values below float16's range underflow to 0
+    exactly where a GPU run would lose them. Saves nothing; backward makes one 2-byte and one
+    4-byte temporary of the gradient's size.
+    """
+
+    def forward(ctx, a, fmt=None):
+        ctx.fmt = fmt
+        return a
+
+    def backward(ctx, g):
+        return ctx.fmt.decode(ctx.fmt.encode(g), g.dtype)
+
+
+def _half_forward(module, fmt, dtype, saved_as):
+    """``module.forward`` with its own parameters upcast for the call and its outputs'
+    gradients rounded to the half format (when the compute dtype is float32)."""
     class_forward = type(module).forward
+
+    def round_grad(t):
+        return RoundGrad.apply(t, fmt=fmt) if t.requires_grad and t.dtype == np.float32 else t
 
     def forward(*args, **kwargs):
         originals = dict(module._parameters)
@@ -201,19 +225,21 @@ def _casting_forward(module, fmt, dtype, saved_as):
                 object.__setattr__(module, name,
                                    Upcast.apply(p, fmt=fmt, dtype=dtype, param=p, saved_as=saved_as))
         try:
-            return class_forward(module, *args, **kwargs)
+            out = class_forward(module, *args, **kwargs)
         finally:
             for name, p in originals.items():
                 object.__setattr__(module, name, p)
+        return _map_tensors(out, round_grad)
 
     return forward
 
 
 @contextlib.contextmanager
-def _upcast_on_use(root, fmt, dtype, saved_as):
-    patched = [m for m in root.modules() if m._parameters]
+def _half_modules(root, fmt, dtype, saved_as):
+    """Patch the forward of every module that owns parameters or has no children."""
+    patched = [m for m in root.modules() if m._parameters or not m._modules]
     for m in patched:
-        object.__setattr__(m, "forward", _casting_forward(m, fmt, dtype, saved_as))
+        object.__setattr__(m, "forward", _half_forward(m, fmt, dtype, saved_as))
     try:
         yield
     finally:
@@ -259,7 +285,7 @@ class HalfModule(Module):
         args, kwargs = _map_tensors(args, to_compute), _map_tensors(kwargs, to_compute)
         saved_as = {}
         pack, unpack = _pack_hooks(self.format, saved_as)
-        with saved_tensors_hooks(pack, unpack), _upcast_on_use(self.module, self.format, dtype, saved_as):
+        with saved_tensors_hooks(pack, unpack), _half_modules(self.module, self.format, dtype, saved_as):
             out = self.module(*args, **kwargs)
         return _map_tensors(out, lambda t: t.to(dtype="float32") if t.dtype == np.float16 else t)
 
