@@ -8,8 +8,7 @@ from tinymem.nn_utils import clip_grad_norm_
 
 
 @requires_torch
-@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
-@pytest.mark.parametrize("max_norm", [0.5, 100.0])
+@pytest.mark.parametrize("norm_type,max_norm", [(2.0, 0.5), (1.0, 100.0), (float("inf"), 0.5)])
 def test_matches_torch(norm_type, max_norm):
     import torch
     rng = np.random.default_rng(0)

@@ -1,0 +1,65 @@
+"""Checks for lesson 2's exercises (half-precision formats and loss scaling)."""
+import math
+
+import numpy as np
+import pytest
+
+import tinymem as tm
+from tinymem import optim
+from tinymem.techniques.bfloat16 import float32_to_bfloat16_bits
+from tinymem.techniques.precision import GradScaler
+
+pytestmark = pytest.mark.exercise_02
+
+FP16_CASES = [0.0, -0.0, 1.0, -2.5, 65504.0, 6.103515625e-05, 5.960464477539063e-08, 3.0e-6, 1e-4, math.inf]
+
+
+def test_fields_and_value_round_trip(exercise):
+    mod = exercise("ex02")
+    for x in FP16_CASES:
+        sign, exponent, mantissa = mod.fp16_fields(x)
+        assert 0 <= exponent < 32 and 0 <= mantissa < 1024 and sign in (0, 1), x
+        bits = int(np.float16(x).view(np.uint16))
+        assert (sign << 15) | (exponent << 10) | mantissa == bits, x
+        value = mod.fp16_value(sign, exponent, mantissa)
+        assert value == float(np.float16(x)) and math.copysign(1, value) == math.copysign(1, float(np.float16(x))), x
+
+
+def test_nan_fields(exercise):
+    mod = exercise("ex02")
+    assert math.isnan(mod.fp16_value(*mod.fp16_fields(float("nan"))))
+
+
+def test_bfloat16_bits_match_tinymem(exercise):
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x = np.concatenate([x, np.array([np.nan, np.inf, -0.0, 3.4028235e38, 65504.0, 1e-40], np.float32)])
+    ours = np.asarray(exercise("ex02").to_bfloat16_bits(x))
+    assert ours.dtype == np.uint16
+    assert np.array_equal(ours, float32_to_bfloat16_bits(x))
+
+
+@pytest.mark.parametrize("growth_interval", [1, 3])
+def test_update_scale_follows_grad_scaler(exercise, growth_interval):
+    mod = exercise("ex02")
+    w = tm.tensor(np.ones(2, np.float32), requires_grad=True)
+    opt = optim.SGD([w], lr=0.0)
+    scaler = GradScaler(init_scale=2.0**10, growth_interval=growth_interval)
+    scale, tracker = 2.0**10, 0
+    for step in range(12):
+        bad = step in (4, 7, 8)
+        opt.zero_grad()
+        x = np.array([np.inf if bad else 1.0, 1.0], np.float32)
+        scaler.scale((w * tm.tensor(x)).sum()).backward()
+        scaler.step(opt)
+        scaler.update()
+        scale, tracker = mod.update_scale(scale, tracker, bad, growth_interval=growth_interval)
+        assert scale == scaler.get_scale() and tracker == scaler.state_dict()["_growth_tracker"]
+
+
+def test_largest_safe_scale(exercise):
+    for g in (1.0, 3.0, 1e-3, 65504.0, 0.7, 12345.678):
+        s = exercise("ex02").largest_safe_scale(g)
+        assert math.log2(s) == int(math.log2(s)), g
+        with np.errstate(over="ignore"):
+            assert np.isfinite(np.float16(g * s)) and np.isinf(np.float16(g * 2 * s)), g
