@@ -1,25 +1,29 @@
 """Offload: keep training state off the device and bring it back when it is needed.
 
-Four kinds, one file each behind this module (the seams of DESIGN.md):
+Three kinds and a measuring stick, one file each behind this module (the seams of DESIGN.md):
 
 * **Activations** — :class:`save_on_host` and :class:`save_on_disk`, ``saved_tensors_hooks``
   used like PyTorch's ``torch.autograd.graph.save_on_cpu``: every tensor saved for backward
   inside the block is copied out at pack time and brought back at unpack time, with a
-  background prefetch (here; the stores are in :mod:`.offload_store`).
+  background prefetch (here; the stores are in :mod:`.offload_store`, the prefetch thread in
+  :mod:`.offload_prefetch`).
 * **Weights** — :func:`~.offload_stream.stream_layers`: parameters live on the host or on disk
   and visit the device one layer at a time, in forward and again in backward (ZeRO-Infinity,
   FlexGen).
 * **Optimizer state** — :func:`~.offload_optim.offload_optimizer`: the state lives on the host
   or on disk and the update runs there (ZeRO-Offload).
-* **Bandwidths** — :func:`~.offload_store.measure_bandwidths`: what one byte costs to move on
+* **Bandwidths** — :func:`~.offload_bandwidth.measure_bandwidths`: what one byte costs to move on
   this machine, so a schedule's time can be predicted and checked.
 
-Memory, activations: the device keeps no saved activation between forward and backward
-(``sum(nbytes)`` of them moves to the host or disk); during backward it holds the one being used
-plus ``prefetch`` arrays brought back ahead of time. Parameters saved by an op (a Linear's
-weight) stay where they are: they are resident anyway, and copying them would move bytes for
-nothing. Time: each saved byte crosses twice (out in forward, back in backward); prefetch hides
-the way back behind the backward compute when a second core or a DMA engine is free.
+Memory, activations: the device keeps no saved activation between forward and backward:
+``sum(nbytes)`` of them moves to the host or disk, each array once even when two ops save it
+(a ReLU's output is also the next Linear's input). During backward the device holds the arrays
+of the node running plus ``prefetch`` brought back ahead of time, and in forward (disk) up to
+``prefetch`` arrays waiting for their write. Parameters saved by an op (a Linear's weight) stay
+where they are: they are resident anyway, and copying them would move bytes for nothing.
+Time: each saved byte crosses twice (out in forward, back in backward); prefetch hides the way
+back behind the backward compute, and on disk the same background thread writes behind
+forward, when a second core or a DMA engine is free. ``stats()`` measures what was hidden.
 
 On NumPy the "device" is the ledger's budgeted place and the host is the same RAM:
 :class:`save_on_host` there is honest accounting plus a real copy, *not* a physical saving.
@@ -33,14 +37,18 @@ Pitfalls:
 * Prefetch guesses the order from the pack order; a branchy graph only lowers the hit rate
   (``stats()["prefetch_hits"]``), never the correctness.
 """
+import weakref
+from collections import OrderedDict
+
 from ..autograd import Tensor, saved_tensors_hooks
 from .. import memory
 from .offload_optim import OffloadedOptimizer, offload_optimizer
-from .offload_store import DiskStore, HostStore, OffloadError, Prefetcher
+from .offload_prefetch import Prefetcher
+from .offload_store import DiskStore, HostStore, OffloadError
 from .offload_bandwidth import measure_bandwidths, predicted_seconds
 from .offload_stream import StreamedLayers, stream_layers
 
-__all__ = ["save_on_host", "save_on_disk", "stream_layers", "StreamedLayers", "offload_optimizer",
+__all__ = ["save_on_host", "save_on_disk", "saved_schedule", "stream_layers", "StreamedLayers", "offload_optimizer",
            "OffloadedOptimizer", "OffloadError", "measure_bandwidths", "predicted_seconds"]
 
 
@@ -52,6 +60,7 @@ class _SaveOffloaded(saved_tensors_hooks):
             raise ValueError(f"prefetch must be >= 0 (0 turns it off), got {prefetch}")
         self.prefetch = prefetch
         self.store = self.prefetcher = None
+        self._recent = OrderedDict()  # id(array) -> (weakref to it, weakref to its handle)
         super().__init__(self._pack, self._unpack)
 
     def __enter__(self):
@@ -61,6 +70,7 @@ class _SaveOffloaded(saved_tensors_hooks):
 
     def __exit__(self, *exc):
         super().__exit__(*exc)
+        self._recent.clear()
         self.prefetcher.close()
         self.store.close()
         return False
@@ -69,7 +79,14 @@ class _SaveOffloaded(saved_tensors_hooks):
         located = memory.locate(t.data)
         if located is not None and located[0] == "parameter":
             return t
-        return self.prefetcher.track(self.store.put(t.data))
+        seen = self._recent.get(id(t.data))
+        if seen is not None and seen[0]() is t.data and seen[1]() is not None:
+            return self.prefetcher.share(seen[1]())  # the same array, saved by a second op
+        handle = self.prefetcher.track(self.store.put(t.data, self.prefetcher.worker, self.prefetch))
+        self._recent[id(t.data)] = (weakref.ref(t.data), weakref.ref(handle))
+        if len(self._recent) > 16:  # sharing happens between neighbouring ops
+            self._recent.popitem(last=False)
+        return handle
 
     def _unpack(self, packed):
         if isinstance(packed, Tensor):
@@ -77,10 +94,12 @@ class _SaveOffloaded(saved_tensors_hooks):
         return self.prefetcher.get(packed)
 
     def stats(self):
-        """Bytes moved each way, prefetch hits and misses, seconds spent waiting for loads."""
+        """Bytes moved each way, prefetch hits and misses, and the seconds the main thread was
+        blocked waiting for loads (``wait_s``) and for writes (``write_wait_s``)."""
         return {"bytes_out": self.store.moved_out, "bytes_in": self.store.moved_in,
                 "prefetch_hits": self.prefetcher.hits, "prefetch_misses": self.prefetcher.misses,
-                "wait_s": self.prefetcher.wait_s, "place": self.store.place}
+                "wait_s": self.prefetcher.wait_s, "write_wait_s": getattr(self.store, "write_wait_s", 0.0),
+                "place": self.store.place}
 
 
 class save_on_host(_SaveOffloaded):
@@ -104,19 +123,38 @@ class save_on_disk(_SaveOffloaded):
     """``with save_on_disk(): loss = model(x); loss.backward()`` — saved tensors wait in files.
 
     ``directory``: where the private temporary folder goes (default: the system temporary
-    directory); ``prefetch``: how many saved tensors a background thread reads ahead (0: none).
+    directory); ``prefetch``: the depth of the background I/O, which writes files behind
+    forward and reads them ahead of backward, ``prefetch`` of each in flight (0: synchronous);
+    ``page_cache=False``: flush each file and evict it from the OS page cache, so backward reads
+    the disk itself (slower, and what offloading to a real disk costs once RAM is short).
     The folder and every file in it are removed when the block exits, normally or by an
     exception (Ctrl-C included).
     """
 
-    def __init__(self, directory=None, prefetch=1):
-        self.directory = directory
+    def __init__(self, directory=None, prefetch=1, page_cache=True):
+        self.directory, self.page_cache = directory, page_cache
         super().__init__(prefetch)
 
     def _new_store(self):
-        return DiskStore(self.directory, "activation", "workspace", "device")
+        return DiskStore(self.directory, "activation", "workspace", "device", page_cache=self.page_cache)
 
     @property
     def path(self):
         """The temporary folder of the block in progress (``None`` outside one)."""
         return None if self.store is None else self.store.directory
+
+
+def saved_schedule(forward):
+    """Run ``forward()`` and return the bytes of each array it saves for backward, in order,
+    once per array and parameters left out: exactly what :class:`save_on_disk` would write."""
+    sizes, seen = [], set()
+
+    def pack(t):
+        located = memory.locate(t.data)
+        if (located is None or located[0] != "parameter") and id(t.data) not in seen:
+            seen.add(id(t.data))
+            sizes.append(t.data.nbytes)
+        return t  # keeps every saved array alive, so no id is reused
+    with saved_tensors_hooks(pack, lambda t: t):
+        forward()
+    return sizes

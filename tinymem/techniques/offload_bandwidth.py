@@ -1,5 +1,7 @@
 """What moving one byte costs on this machine: memcpy, disk write, disk read (and PCIe on CuPy).
 
+``disk_write`` counts a file's whole life but its read: create, write, flush and delete.
+
 Offload trades memory for traffic, so its time is predictable: a step with offload should take
 the step without it plus ``bytes_out / write_bandwidth + bytes_in / read_bandwidth`` when nothing
 overlaps, and less when prefetch hides the reads behind compute. :func:`measure_bandwidths`
@@ -13,6 +15,7 @@ not from the disk itself; the read bandwidth measured here is the one offload ac
 import os
 import shutil
 import tempfile
+import time
 
 import numpy as np
 
@@ -21,40 +24,52 @@ from ..benchmarks._timing import best_time
 from .offload_store import read_file, write_file
 
 
-def _best(fn, repeats):
-    return best_time(fn, repeats=repeats, warmup=0)
-
-
-def measure_bandwidths(chunk_bytes=1 << 20, total_bytes=32 << 20, directory=None, repeats=3, device="cpu"):
+def measure_bandwidths(chunk_bytes=1 << 20, total_bytes=32 << 20, directory=None, repeats=3,
+                       device="cpu", page_cache=True, sizes=None):
     """Bytes per second for ``memcpy``, ``disk_write`` and ``disk_read`` (plus ``d2h``/``h2d``
-    on CuPy), moving ``total_bytes`` in arrays (files) of ``chunk_bytes``; best of ``repeats``."""
-    count = max(1, total_bytes // chunk_bytes)
-    chunks = [np.full(chunk_bytes // 4, i, np.float32) for i in range(count)]
-    copies = [np.empty_like(c) for c in chunks]
+    on CuPy); best of ``repeats``.
+
+    The arrays moved are ``sizes`` (bytes each; pass the sizes a schedule offloads, so that the
+    per-file cost is in the bandwidth) or else ``total_bytes`` in arrays of ``chunk_bytes``.
+    Copies and reads go into freshly allocated arrays, as offload's do. ``page_cache`` as in
+    :class:`~.offload_store.DiskStore`.
+    """
+    if sizes is None:
+        sizes = [chunk_bytes] * max(1, total_bytes // chunk_bytes)
+    chunks = [np.full(max(1, n // 4), i, np.float32) for i, n in enumerate(sizes)]
     moved = sum(c.nbytes for c in chunks)
 
     def memcpy():
-        for src, dst in zip(chunks, copies):
-            np.copyto(dst, src)
+        for src in chunks:
+            np.array(src, copy=True)
 
     folder = tempfile.mkdtemp(prefix="tinymem-bandwidth-", dir=directory)
-    paths = [os.path.join(folder, f"{i:06d}.bin") for i in range(count)]
+    paths = [os.path.join(folder, f"{i:06d}.bin") for i in range(len(chunks))]
+    write_s = read_s = float("inf")
     try:
-        def write():
+        # Each read follows a fresh write, as backward follows forward: with page_cache=False
+        # the write evicted the pages, so the read goes to the disk every time. A file's
+        # deletion is part of its cost (milliseconds on a disk that discards freed blocks), and
+        # is counted with the write.
+        for _ in range(repeats):
+            start = time.perf_counter()
             for path, c in zip(paths, chunks):
-                write_file(path, c)
-
-        def read():
-            for path, c in zip(paths, copies):
-                read_file(path, c)
-
-        result = {"memcpy": moved / _best(memcpy, repeats), "disk_write": moved / _best(write, repeats),
-                  "disk_read": moved / _best(read, repeats)}
+                write_file(path, c, page_cache)
+            middle = time.perf_counter()
+            for path, c in zip(paths, chunks):
+                read_file(path, np.empty_like(c))
+            end = time.perf_counter()
+            for path in paths:
+                os.unlink(path)
+            write_s = min(write_s, middle - start + time.perf_counter() - end)
+            read_s = min(read_s, end - middle)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    result = {"memcpy": moved / best_time(memcpy, repeats=repeats, warmup=0),
+              "disk_write": moved / write_s, "disk_read": moved / read_s}
     if device == "cuda":
         result.update(_pcie(chunks, repeats))
-    result.update(chunk_bytes=chunks[0].nbytes, total_bytes=moved)
+    result.update(files=len(chunks), total_bytes=moved)
     return result
 
 
@@ -77,7 +92,8 @@ def _pcie(chunks, repeats):
             d.get(out=p)
         cupy.cuda.Device().synchronize()
 
-    return {"h2d": moved / _best(h2d, repeats), "d2h": moved / _best(d2h, repeats)}
+    return {"h2d": moved / best_time(h2d, repeats=repeats, warmup=1),
+            "d2h": moved / best_time(d2h, repeats=repeats, warmup=1)}
 
 
 def predicted_seconds(base_s, bytes_out, bytes_in, bandwidths, place):

@@ -27,7 +27,8 @@ import numpy as np
 
 from .. import backend, memory
 from ..autograd import Tensor
-from .offload_store import DiskStore, _File, _Pending, worker_pool
+from .offload_prefetch import Worker
+from .offload_store import DiskStore, _File, _Pending
 
 
 class OffloadedOptimizer:
@@ -42,7 +43,7 @@ class OffloadedOptimizer:
         optimizer.update_place = "host"
         self.files = (DiskStore(directory, "optimizer", "optimizer", "host", prefix="tinymem-optstate-")
                       if place == "disk" else None)
-        self._pool = worker_pool() if self.files is not None and prefetch else None
+        self._worker = Worker() if self.files is not None and prefetch else None
         self._masters = {}
         self.bytes_grad_down = self.bytes_param_up = self.bytes_master = 0
         for p in list(optimizer.state):
@@ -76,8 +77,8 @@ class OffloadedOptimizer:
         ahead = {}
         for k, (p, group) in enumerate(work):
             for j in range(k + 1, min(k + 1 + self.depth, len(work))):
-                if self._pool is not None and j not in ahead:
-                    ahead[j] = self._begin(work[j][0], self._pool)
+                if self._worker is not None and j not in ahead:
+                    ahead[j] = self._begin(work[j][0], self._worker)
             state = self._finish(ahead.pop(k, None) or self._begin(p, None))
             master = self._master(p)
             grad = self._down(p.grad.data)
@@ -87,11 +88,11 @@ class OffloadedOptimizer:
             self._up(p, master)
 
     # -- moving things ---------------------------------------------------------------------------
-    def _begin(self, p, pool):
+    def _begin(self, p, worker):
         state = self.optimizer.state.get(p)
         if state is None:
             return self.optimizer.state.setdefault(p, {})
-        return {k: self.files.begin_load(v, pool) if isinstance(v, _File) else v for k, v in state.items()}
+        return {k: self.files.begin_load(v, worker) if isinstance(v, _File) else v for k, v in state.items()}
 
     def _finish(self, state):
         return {k: self.files.finish_load(v) if isinstance(v, _Pending) else v for k, v in state.items()}
@@ -164,8 +165,8 @@ class OffloadedOptimizer:
             self.optimizer.state[p] = self._rehome(self.optimizer.state[p], "device", p.device)
         self.optimizer.__dict__.pop("update_place", None)
         self._masters.clear()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._worker is not None:
+            self._worker.shutdown()
         if self.files is not None:
             self.files.close()
 

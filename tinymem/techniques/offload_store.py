@@ -8,16 +8,19 @@ Three pieces, shared by every kind of offload in :mod:`tinymem.techniques.offloa
   and the host are the same RAM and the copy is honest accounting plus a real ``memcpy``, not a
   physical saving.
 * :class:`DiskStore` writes each array to its own file in a private temporary directory.
-  Memory: ``nbytes`` per array at place ``disk``. The directory is removed by :meth:`close` (and
+  Memory: ``nbytes`` per array at place ``disk``. With ``page_cache=False`` each file is flushed
+  (``fsync``) and evicted from the OS page cache, so it is read back from the disk itself, as an
+  offload to NVMe would be; otherwise the OS may keep the bytes in RAM and serve reads from there. The directory is removed by :meth:`close` (and
   at interpreter exit if nobody called it); a file disappears as soon as its handle dies.
-* :class:`Prefetcher` brings arrays back. Backward unpacks saved tensors in (about) the reverse
-  order in which forward packed them, so when one is asked for, the next ``depth`` ones below it
-  are started on a background thread. Cost: up to ``depth`` arrays on the device ahead of use.
+* :class:`~.offload_prefetch.Prefetcher` brings arrays back ahead of use, on a background
+  :class:`~.offload_prefetch.Worker`; the same worker writes files *behind* forward
+  (``DiskStore.put(array, worker, behind)``), at most ``behind`` writes in flight, each keeping
+  its array on the device until written.
 
-Contract: a store's ``put(array)`` returns a handle; ``begin_load(handle, pool)`` allocates the
-destination *in the calling thread* (so the ledger, which is not thread safe, is only touched
-there) and starts the copy, on ``pool`` when given; ``finish_load(pending)`` waits and returns
-the array. Every byte moved is counted in ``moved_out`` / ``moved_in``.
+Contract: a store's ``put(array, worker=None)`` returns a handle; ``begin_load(handle, worker)``
+allocates the destination *in the calling thread* (the ledger is not thread safe, so it is only
+touched there) and starts the copy, on ``worker`` when given; ``finish_load(pending)`` waits and
+returns the array. Every byte moved is counted in ``moved_out`` / ``moved_in``.
 
 Pitfalls: pinned memory is finite (the OS cannot page it out; pinning many GiB slows the whole
 machine); a disk write that fails (disk full) raises :class:`OffloadError` naming the file.
@@ -28,7 +31,6 @@ import tempfile
 import time
 import weakref
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -39,19 +41,14 @@ class OffloadError(RuntimeError):
     """An offloaded array cannot be brought back (missing, truncated or unreadable file)."""
 
 
-def worker_pool():
-    """The one background thread that performs prefetch copies and reads."""
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinymem-offload")
-
-
 class _Pending:
-    """A transfer that has begun: the destination, the handle it came from, how to wait."""
+    """A transfer that has begun: the destination, the job or event to wait for."""
 
-    __slots__ = ("array", "shape", "dtype", "future", "event", "staging")
+    __slots__ = ("array", "shape", "dtype", "job", "event", "staging")
 
-    def __init__(self, array, handle, future=None, event=None, staging=None):
+    def __init__(self, array, handle, job=None, event=None, staging=None):
         # Not the handle itself: a prefetch must not keep a dead saved tensor (and its file) alive.
-        self.array, self.shape, self.dtype, self.future = array, handle.shape, handle.dtype, future
+        self.array, self.shape, self.dtype, self.job = array, handle.shape, handle.dtype, job
         self.event, self.staging = event, staging
 
 
@@ -101,7 +98,8 @@ class HostStore:
             self._copy = _CopyStream()
         return self._copy
 
-    def put(self, array):
+    def put(self, array, worker=None, behind=1):
+        """Copy ``array`` to the host (a memcpy; on CuPy an asynchronous copy: no worker needed)."""
         if backend.device_of(array) == "cpu":
             host = np.array(array, copy=True, order="C")
             event = None
@@ -126,15 +124,15 @@ class HostStore:
             self._inflight.popleft()  # finished copies release their device source
         return host, event
 
-    def begin_load(self, handle, pool=None):
+    def begin_load(self, handle, worker=None):
         host = handle.host
         if handle.device == "cpu":
             dest = memory.register(np.empty(host.shape, host.dtype), self.load_bucket, "device")
             self.moved_in += dest.nbytes
-            if pool is None:
+            if worker is None:
                 np.copyto(dest, host)
                 return _Pending(dest, handle)
-            return _Pending(dest, handle, future=pool.submit(np.copyto, dest, host))
+            return _Pending(dest, handle, job=worker.submit(np.copyto, dest, host))
         return self._load_cuda(handle, host)
 
     def _load_cuda(self, handle, host):
@@ -149,8 +147,8 @@ class HostStore:
         return _Pending(dest, handle, event=copy.record())
 
     def finish_load(self, pending):
-        if pending.future is not None:
-            pending.future.result()
+        if pending.job is not None:
+            pending.job.wait()
         if pending.event is not None:
             self._copy.hand_over(pending.event)
         return pending.array
@@ -179,12 +177,12 @@ class _HostCopy:
 class _File:
     """A handle on one offloaded array's file; the file is deleted when the handle dies."""
 
-    __slots__ = ("path", "shape", "dtype", "nbytes", "device", "index", "__weakref__")
+    __slots__ = ("path", "shape", "dtype", "nbytes", "device", "index", "writing", "__weakref__")
 
     def __init__(self, path, shape, dtype, device):
         self.path, self.shape, self.dtype, self.device = path, shape, np.dtype(dtype), device
         self.nbytes = int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize
-        self.index = -1
+        self.index, self.writing = -1, None
 
 
 def _unlink(path):
@@ -204,34 +202,46 @@ class DiskStore:
     place = "disk"
 
     def __init__(self, directory=None, bucket="activation", load_bucket="workspace",
-                 load_place="device", prefix="tinymem-offload-"):
+                 load_place="device", prefix="tinymem-offload-", page_cache=True):
         if directory is not None and not os.path.isdir(directory):
             raise OffloadError(f"offload directory {directory!r} does not exist; create it or "
                                f"pass directory=None for the system temporary directory")
         self.directory = tempfile.mkdtemp(prefix=prefix, dir=directory)
         self.bucket, self.load_bucket, self.load_place = bucket, load_bucket, load_place
+        self.page_cache = page_cache
         self.moved_out = self.moved_in = 0
         self.closed = False
         self._count = 0
         self._live = weakref.WeakSet()
+        self._behind = deque()  # handles whose file is still being written by a worker
+        self.write_wait_s = 0.0  # time the caller was blocked writing (or waiting for writes)
         # Runs at close() or, if nobody closes the store, when it is collected or Python exits.
         self._remove = weakref.finalize(self, shutil.rmtree, self.directory, True)
 
-    def put(self, array):
+    def put(self, array, worker=None, behind=1):
+        """Write ``array`` to a new file; with a ``worker``, in the background, keeping at most
+        ``behind`` writes (and their arrays) in flight."""
         if self.closed:
             raise OffloadError(f"offload store {self.directory} is closed; open a new one")
         host = np.ascontiguousarray(backend.to_numpy(array))
         path = os.path.join(self.directory, f"{self._count:06d}.bin")
         self._count += 1
         handle = _File(path, host.shape, host.dtype, backend.device_of(array))
-        write_file(path, host)
+        if worker is None:
+            start = time.perf_counter()
+            write_file(path, host, self.page_cache)
+            self.write_wait_s += time.perf_counter() - start
+        else:
+            handle.writing = worker.submit(write_file, path, host, self.page_cache)
+            self._behind.append(handle)
+            self._reap(behind)
         weakref.finalize(handle, _unlink, path)
         memory.register_bytes(handle, handle.nbytes, self.bucket, "disk", label=os.path.basename(path))
         self._live.add(handle)
         self.moved_out += handle.nbytes
         return handle
 
-    def begin_load(self, handle, pool=None):
+    def begin_load(self, handle, worker=None):
         if self.load_place == "device" and handle.device == "cuda":
             staging = _pinned_empty(handle.shape, handle.dtype)
             dest = None
@@ -239,14 +249,24 @@ class DiskStore:
             staging = dest = memory.register(np.empty(handle.shape, handle.dtype), self.load_bucket,
                                              self.load_place)
         self.moved_in += handle.nbytes
-        if pool is None:
+        if worker is None:
             self.read_into(handle, staging)
             return _Pending(dest, handle, staging=staging)
-        return _Pending(dest, handle, future=pool.submit(self.read_into, handle, staging), staging=staging)
+        return _Pending(dest, handle, job=worker.submit(self.read_into, handle, staging), staging=staging)
+
+    def _reap(self, behind):
+        """Forget finished writes (their arrays die here, in the main thread); wait while more
+        than ``behind`` are in flight."""
+        start = time.perf_counter()
+        while self._behind and (len(self._behind) > behind or self._behind[0].writing.done.is_set()):
+            handle = self._behind.popleft()
+            handle.writing.wait()
+            handle.writing = None
+        self.write_wait_s += time.perf_counter() - start
 
     def finish_load(self, pending):
-        if pending.future is not None:
-            pending.future.result()
+        if pending.job is not None:
+            pending.job.wait()
         if pending.array is not None:
             return pending.array
         cupy = backend.get_cupy()
@@ -256,6 +276,8 @@ class DiskStore:
 
     def read_into(self, handle, out):
         """Fill ``out`` from ``handle``'s file, or raise :class:`OffloadError` naming the file."""
+        if handle.writing is not None:
+            handle.writing.wait()  # a read never overtakes the write of its file
         if self.closed and not os.path.exists(handle.path):
             raise OffloadError(
                 f"offload file {handle.path} is gone: the offload block that wrote it has exited "
@@ -268,19 +290,28 @@ class DiskStore:
     def close(self):
         """Forget every file and remove the directory (safe to call twice)."""
         self.closed = True
+        self._behind.clear()
         for handle in list(self._live):
             memory.release(handle)
         self._remove()
 
 
-def write_file(path, host):
-    """Write the bytes of a C-contiguous NumPy array to ``path`` (unbuffered, no extra copy)."""
+def write_file(path, host, page_cache=True):
+    """Write the bytes of a C-contiguous NumPy array to ``path`` (unbuffered, no extra copy).
+
+    ``page_cache=False``: flush to the disk and drop the file from the page cache, so that
+    reading it back costs a real disk read.
+    """
     try:
         with open(path, "wb", buffering=0) as f:
             view = _bytes_view(host)
             written = 0
             while written < len(view):
                 written += f.write(view[written:])
+            if not page_cache:
+                os.fsync(f.fileno())
+                if hasattr(os, "posix_fadvise"):
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     except OSError as exc:
         _unlink(path)
         raise OffloadError(f"writing offload file {path} failed ({exc.strerror or exc}); free space "
@@ -307,74 +338,3 @@ def read_file(path, out):
             if not n:
                 raise OffloadError(f"offload file {path} ended after {got} of {expected} bytes")
             got += n
-
-
-class Prefetcher:
-    """Brings stored arrays back, ``depth`` ahead, assuming last packed is first needed.
-
-    ``track(handle)`` numbers handles in pack order; ``get(handle)`` returns the array, from a
-    prefetch when one was started, and then starts the next ``depth`` handles below it that are
-    still alive and unused. A guess that misses costs nothing but a synchronous load.
-    ``depth=0`` turns prefetch off (no thread). ``wait_s`` is the time spent waiting on loads:
-    the part of the transfer time that prefetch did not hide.
-    """
-
-    def __init__(self, store, depth=1):
-        if depth < 0:
-            raise ValueError(f"prefetch depth must be >= 0, got {depth}")
-        self.store, self.depth = store, int(depth)
-        self.pool = worker_pool() if self.depth else None
-        self.hits = self.misses = 0
-        self.wait_s = 0.0
-        self._order = []
-        self._pending = {}
-        self._cursor = -1
-        self._last = float("inf")
-
-    def track(self, handle):
-        handle.index = len(self._order)
-        self._order.append(weakref.ref(handle))
-        self._cursor = handle.index
-        return handle
-
-    def get(self, handle):
-        pending = self._pending.pop(handle.index, None) if handle.index >= 0 else None
-        if handle.index >= 0:
-            self._cursor = min(self._cursor, handle.index - 1)
-            self._last = handle.index
-        if pending is None:
-            self.misses += 1
-            self._schedule()
-            start = time.perf_counter()
-            array = self.store.finish_load(self.store.begin_load(handle))
-        else:
-            self.hits += 1
-            self._schedule()
-            start = time.perf_counter()
-            array = self.store.finish_load(pending)
-        self.wait_s += time.perf_counter() - start
-        return array
-
-    def _schedule(self):
-        if self.pool is None:
-            return
-        for k in [k for k in self._pending if self._order[k]() is None]:
-            del self._pending[k]  # its node was freed without asking for it
-        # Prefetches above the last request may still be asked for (a node unpacks its saved
-        # tensors in forward order) but no longer count against the depth.
-        busy = sum(1 for k in self._pending if k < self._last)
-        j = self._cursor
-        while busy < self.depth and j >= 0:
-            handle = self._order[j]()
-            if handle is not None and j not in self._pending:
-                self._pending[j] = self.store.begin_load(handle, self.pool)
-                busy += 1
-            j -= 1
-        self._cursor = j
-
-    def close(self):
-        """Stop the thread (waiting for a read in progress) and drop prefetched arrays."""
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-            self.pool = None
-        self._pending.clear()

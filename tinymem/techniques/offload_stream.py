@@ -30,7 +30,8 @@ import numpy as np
 from .. import backend, memory
 from ..autograd import Function, Tensor, current_saved_tensors_hooks, saved_tensors_hooks
 from ..nn import Module
-from .offload_store import DiskStore, HostStore, Prefetcher, _pinned_empty
+from .offload_prefetch import Prefetcher
+from .offload_store import DiskStore, HostStore, _pinned_empty
 
 
 class _WeightRef:
@@ -154,8 +155,8 @@ class StreamedLayers(Module):
             x = self._run(i, layer, x)
         return x
 
-    def _begin(self, i, pool):
-        return [self._loader.begin_load(_WeightRef(p, self.device), pool) for _, _, p in self._layer_params[i]]
+    def _begin(self, i, worker):
+        return [self._loader.begin_load(_WeightRef(p, self.device), worker) for _, _, p in self._layer_params[i]]
 
     def _run(self, i, layer, x):
         entries = self._layer_params[i]
@@ -165,7 +166,7 @@ class StreamedLayers(Module):
         ahead = [j for j in range(i + 1, len(self._layer_params)) if self._layer_params[j]][:self.depth]
         for j in ahead:
             if j not in self._ahead:
-                self._ahead[j] = self._begin(j, self._prefetcher.pool)
+                self._ahead[j] = self._begin(j, self._prefetcher.worker)
         fetched = {}
         for (module, name, p), pending in zip(entries, loads):
             array = self._loader.finish_load(pending)

@@ -1,0 +1,252 @@
+# %% [markdown]
+# # Lesson 4 — Offloading: trade device memory for traffic
+#
+# A GPU's memory is small and fast; the host's RAM is large and slower to reach (PCIe); a disk
+# is huge and slower still. **Offload** keeps training state in the big, slow places and brings
+# it to the device just before it is needed. It attacks every bucket:
+#
+# | what | where it waits | when it is needed | tinymem |
+# | --- | --- | --- | --- |
+# | activations | host or disk | once, in backward (reverse order) | `save_on_host()`, `save_on_disk()` |
+# | optimizer state | host or disk | once per step, by the update | `offload_optimizer(opt, "host")` |
+# | weights | host or disk | twice per step (forward, backward) | `stream_layers(model, "host")` |
+#
+# PyTorch ships the first as `torch.autograd.graph.save_on_cpu`; DeepSpeed's ZeRO-Offload
+# (Ren et al., 2021) does the second — it trained 13B parameters on one V100 — and
+# ZeRO-Infinity and FlexGen do the third, with NVMe and prefetching.
+#
+# Sources to keep open: `tinymem/techniques/offload.py` (the activation hooks),
+# `offload_store.py` (host copies, files, the prefetch thread), `offload_stream.py`,
+# `offload_optim.py`, `offload_bandwidth.py` and `tinymem/experiments/offload.py`.
+#
+# **An honest warning.** On a machine without a GPU, tinymem's "device" is the ledger's
+# budgeted place and "host" is *the same RAM*. So `save_on_host()` on the CPU is **accounting
+# plus a real copy, not a physical saving**: the ledger moves the bytes from `device` to `host`
+# and the copy really happens (it costs real time), but the process uses as much RAM as
+# before — more, during the copy. Disk offload is real on every machine. On CuPy, host offload is
+# real: pinned host memory and asynchronous copies on a separate CUDA stream.
+
+# %%
+import contextlib
+import os
+import pathlib
+import tempfile
+import time
+
+import numpy as np
+
+import tinymem as tm
+import tinymem.functional as F
+from tinymem import memory
+from tinymem.experiments import offload as exp
+from tinymem.experiments._records import read_records
+from tinymem.techniques import offload
+
+QUICK = os.environ.get("TINYMEM_QUICK") == "1"
+OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
+tm.manual_seed(0)
+
+# %% [markdown]
+# ## 1. The memory hierarchy, measured on your machine
+#
+# Offload's cost is bytes divided by bandwidth, so first measure the bandwidths, with the very
+# functions offload uses. `page_cache=False` flushes each file and evicts it from the OS page
+# cache, so the read really goes to the disk (with the cache on, a file you just wrote is
+# usually read back from RAM).
+
+# %%
+size = (1 << 20) if QUICK else (4 << 20)
+for page_cache in (True, False):
+    bw = offload.measure_bandwidths(size, 8 * size, repeats=2, page_cache=page_cache)
+    print(f"page cache {'on ' if page_cache else 'off'}: memcpy {bw['memcpy'] / 1e9:5.1f} GB/s, "
+          f"disk write {bw['disk_write'] / 1e6:6.0f} MB/s, disk read {bw['disk_read'] / 1e6:6.0f} MB/s")
+
+# %% [markdown]
+# On a GPU add PCIe: about 25 GB/s each way for pinned memory on PCIe 4 (`measure_bandwidths(...,
+# device="cuda")` reports `h2d` and `d2h`), against 3-5 TB/s for the GPU's own memory.
+#
+# ## 2. What to offload first
+#
+# Count the buckets of a training step (lesson 0's formulas) and ask, for each: how big is it,
+# how often is it needed, and can its transfer hide behind compute?
+
+# %%
+sizes = [256, 512, 512, 512, 10]
+batch = 1024 if QUICK else 4096
+params = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+acts = 4 * batch * sum(sizes[:-1]) + 4 * batch * sizes[-1] + 8 * batch
+for name, nbytes, uses in [("parameters", 4 * params, "2x per step (forward, backward)"),
+                           ("gradients", 4 * params, "1x (the update)"),
+                           ("Adam state", 8 * params, "1x (the update)"),
+                           ("activations", acts, "1x (backward), grows with the batch")]:
+    print(f"{name:<12} {nbytes / 2**20:7.2f} MiB   needed {uses}")
+
+# %% [markdown]
+# The usual order: **optimizer state first** (it is the biggest with Adam, needed once per step,
+# and the update can run where the state is — ZeRO-Offload's insight), **activations next**
+# (needed once, in a predictable order, so they can be prefetched), **weights last** (needed
+# twice per step, so they move twice).
+#
+# ## 3. Activation offload with `saved_tensors_hooks`
+#
+# Every tensor saved for backward goes through `pack` at save time and `unpack` when backward
+# needs it. `save_on_host` packs into a host copy; `save_on_disk` into a file in a private
+# temporary folder that is removed when the block exits — so **run backward inside the block**.
+# Parameters that an op saves (a Linear's weight) are left alone: they are resident anyway.
+
+# %%
+model = tm.models.MLP(sizes)
+rng = np.random.default_rng(0)
+x = tm.tensor(rng.standard_normal((batch, sizes[0])).astype(np.float32))
+y = tm.tensor(rng.integers(0, sizes[-1], batch))
+
+
+def one_step(ctx):
+    model.zero_grad()
+    with memory.track() as t, ctx:
+        loss = F.cross_entropy(model(x), y)
+        by_place = {p: memory.live_bytes("activation", p) for p in memory.PLACES}
+        loss.backward()
+    return t, by_place
+
+
+for name, ctx in [("no offload", None), ("save_on_host", offload.save_on_host(prefetch=0)),
+                  ("save_on_disk", offload.save_on_disk(prefetch=0))]:
+    t, by_place = one_step(ctx or contextlib.nullcontext())
+    print(f"{name:<13} activations after forward {by_place}; device peak {t.peak_delta() / 2**20:5.2f} MiB "
+          f"(ledger), allocator {t.measured_peak() / 2**20:5.2f} MiB")
+
+# %% [markdown]
+# Read the last column: with `save_on_host` on the CPU the ledger's device peak drops, but the
+# allocator's (tracemalloc) does not — the host copy lives in the same RAM. That is the honest
+# accounting the warning above promised. With `save_on_disk` both drop: the bytes left the
+# process.
+#
+# ## 4. The overlap argument, and prefetch
+#
+# Without overlap a step costs `compute + bytes_out / write_bw + bytes_in / read_bw`. Saved
+# tensors come back in **reverse order of packing**, so while backward computes layer *k*,
+# a background thread can already read layer *k-1*'s activations (and, in forward, write
+# layer *k*'s file while layer *k+1* computes). If the transfers are shorter than the compute
+# they hide behind, offload becomes nearly free. `torch.autograd.graph.save_on_cpu` does no
+# prefetch: it copies back on demand. We measure rather than assume: `stats()` reports how
+# long the main thread was blocked on I/O.
+
+# %%
+directory = tempfile.gettempdir()
+cfg = exp.config(quick=True)
+m2, x2, y2 = exp.make_problem(cfg, "cpu")
+opt2 = tm.optim.SGD(m2.parameters(), lr=1e-3)
+for mode in ("disk", "disk+prefetch"):
+    best, blocked = float("inf"), None
+    for _ in range(2 if QUICK else 4):
+        start = time.perf_counter()
+        ctx = exp.train_step(m2, opt2, x2, y2, exp.activation_context(mode, directory))
+        best = min(best, time.perf_counter() - start)
+        s = ctx.stats()
+        blocked = s["wait_s"] + s["write_wait_s"]
+    print(f"{mode:<14} step {best * 1e3:7.1f} ms, main thread blocked on I/O {blocked * 1e3:6.1f} ms, "
+          f"prefetch hits {s['prefetch_hits']}/{s['prefetch_hits'] + s['prefetch_misses']}")
+
+# %% [markdown]
+# ## 5. Optimizer state on the host (ZeRO-Offload) and layer streaming
+#
+# `offload_optimizer(opt, "host")` wraps *any* tinymem optimizer through its state storage: the
+# gradient goes down, the optimizer's own `_update` runs on a host master copy and host state,
+# and the updated weight goes back up. `stream_layers(model, "host")` keeps the parameters on
+# the host and brings one layer at a time to the device, in forward and again in backward (a
+# pack hook saves a *reference* to the weight instead of its device copy); with `prefetch=1`
+# the device holds about two layers' weights.
+#
+# ## 6. Fit a budget
+#
+# The same model, the same device budget: plain training runs out of memory; streamed weights,
+# host optimizer state and disk activations fit, and give the very same numbers.
+
+# %%
+def train(offloaded, budget=None, steps=2):
+    tm.manual_seed(0)
+    model = tm.models.MLP(sizes)
+    opt = tm.optim.Adam(model.parameters(), lr=1e-3)
+    net = offload.stream_layers(model, "host") if offloaded else model
+    opt = offload.offload_optimizer(opt, "host") if offloaded else opt
+    try:
+        with memory.track(budget=budget, measure=False) as t:
+            for _ in range(steps):
+                opt.zero_grad()
+                with offload.save_on_disk() if offloaded else contextlib.nullcontext():
+                    loss = F.cross_entropy(net(x), y)
+                    loss.backward()
+                opt.step()
+    finally:
+        if offloaded:
+            net.close()
+            opt.close()
+    return loss.item(), t.peak(), [p.numpy().copy() for p in model.parameters()]
+
+
+plain_loss, plain_peak, plain_params = train(False)
+_, offloaded_peak, _ = train(True)
+budget = (offloaded_peak // 2**16 + 1) * 2**16  # the offloaded peak, rounded up to 64 KiB
+print(f"device peak: plain {plain_peak / 2**20:.2f} MiB, offloaded {offloaded_peak / 2**20:.2f} MiB; "
+      f"budget {budget / 2**20:.2f} MiB")
+try:
+    train(False, budget)
+except tm.OutOfMemoryError as err:
+    print("plain under the budget:", str(err).splitlines()[0])
+loss, peak, params_after = train(True, budget)
+print(f"offloaded under the budget: loss {loss:.6f} (plain {plain_loss:.6f}), peak {peak / 2**20:.2f} MiB")
+assert loss == plain_loss and all(np.array_equal(a, b) for a, b in zip(plain_params, params_after))
+
+# %% [markdown]
+# ## 7. The figures
+#
+# `python -m tinymem figures --only offload` regenerates `figures/offload_timeline.png`
+# (device memory over one step: no offload, activation offload, layer streaming) and
+# `figures/offload_tradeoff.png` (step time against device peak, measured beside predicted).
+# Here in quick mode:
+
+# %%
+saved = pathlib.Path(tm.__file__).resolve().parents[1] / "figures"
+if QUICK and (saved / "data" / "offload.json").exists():
+    records = read_records(saved, "offload")  # the committed run: redraw it, quickly
+else:
+    records = exp.run(quick=QUICK)
+    records["meta"] = {"machine": "this machine", "quick": QUICK}
+for path in exp.plot(records, OUT):
+    print("wrote", path)
+for row in records["modes"]:
+    print(f"{row['mode']:<14} {row['seconds'] * 1e3:7.1f} ms measured, {row['predicted_seconds'] * 1e3:7.1f} ms "
+          f"predicted, device peak {row['peak'] / 2**20:5.2f} MiB")
+print("targets:", records["targets"])
+
+# %% [markdown]
+# ## Pitfalls
+#
+# - **Pinned memory is finite.** Page-locked host memory cannot be swapped out; pin tens of GiB
+#   and the whole machine slows down. PyTorch's `save_on_cpu(pin_memory=True)` has the same
+#   caveat.
+# - **The CPU update can dominate.** An Adam update is a few passes over 16 bytes per
+#   parameter; a CPU does that at a few GB/s, a GPU at a few TB/s. ZeRO-Offload overlaps the
+#   CPU update with the next step's backward and uses a vectorised CPU Adam; ours does not.
+# - **Backward inside the block** for `save_on_disk`: its files are gone once it exits.
+# - **The page cache lies (kindly).** A file read right after it was written usually comes
+#   from RAM. Measure with `page_cache=False` to see the disk.
+# - **Prefetch costs memory**: `prefetch=k` keeps up to `k` arrays on the device ahead of use
+#   (and `k` arrays waiting for their write in forward). Bigger is not always better.
+# - **Small tensors** cost a file each: the per-file cost (open, flush, delete) dominates below
+#   a few hundred KiB — that is why `measure_bandwidths` takes the schedule's sizes.
+#
+# ## Exercises (`lessons/exercises/ex04.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_04`)
+#
+# 1. `offloaded_bytes(sizes, batch)`: the bytes `save_on_disk` writes for one forward of
+#    `MLP(sizes)` (ReLU) with a cross-entropy loss. Careful: which arrays are saved twice?
+# 2. `predicted_step_seconds(base_s, bytes_out, bytes_in, write_bw, read_bw, backward_s=None)`:
+#    the step time without overlap; with `backward_s` given, the reads hide behind that much
+#    backward compute.
+# 3. `streaming_parameter_peak(sizes, prefetch)`: the most parameter bytes `stream_layers` holds
+#    on the device for `MLP(sizes)` with that prefetch depth.
+# 4. `zero_offload_traffic(sizes)`: for ZeRO-Offload with Adam, the bytes that cross the link per
+#    step and the bytes the host holds (master weights and state), as a dict.
+# 5. Think: when does activation offload beat checkpointing (lesson 1)? Compare the time of
+#    moving a layer's activation twice with the time of recomputing it.

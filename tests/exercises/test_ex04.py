@@ -1,0 +1,58 @@
+import numpy as np
+import pytest
+
+import tinymem as tm
+import tinymem.functional as F
+from tinymem import memory
+from tinymem.techniques import offload
+
+pytestmark = pytest.mark.exercise_04
+
+
+def _batch(sizes, batch):
+    rng = np.random.default_rng(0)
+    x = tm.tensor(rng.standard_normal((batch, sizes[0])).astype(np.float32))
+    return x, tm.tensor(rng.integers(0, sizes[-1], batch))
+
+
+@pytest.mark.parametrize("sizes,batch", [([8, 16, 4], 3), ([20, 30, 30, 10], 7)])
+def test_offloaded_bytes_match_what_save_on_disk_wrote(exercise, sizes, batch, tmp_path):
+    model = tm.models.MLP(sizes)
+    x, y = _batch(sizes, batch)
+    with offload.save_on_disk(str(tmp_path)) as ctx:
+        F.cross_entropy(model(x), y).backward()
+    assert exercise("ex04").offloaded_bytes(sizes, batch) == ctx.stats()["bytes_out"]
+
+
+def test_predicted_step_seconds(exercise):
+    f = exercise("ex04").predicted_step_seconds
+    assert f(1.0, 200, 100, 100, 50) == pytest.approx(1.0 + 2.0 + 2.0)
+    assert f(1.0, 200, 100, 100, 50, backward_s=0.5) == pytest.approx(1.0 + 2.0 + 1.5)
+    assert f(1.0, 200, 100, 100, 50, backward_s=5.0) == pytest.approx(3.0)
+    bw = {"disk_write": 100, "disk_read": 50, "memcpy": 1}
+    assert f(1.0, 200, 100, 100, 50) == pytest.approx(offload.predicted_seconds(1.0, 200, 100, bw, "disk"))
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
+def test_streaming_parameter_peak_matches_the_ledger(exercise, prefetch):
+    sizes = [12, 40, 24, 32, 6]
+    model = tm.models.MLP(sizes)
+    x, y = _batch(sizes, 5)
+    with offload.stream_layers(model, "host", prefetch=prefetch) as net:
+        with memory.track(measure=False) as t:
+            F.cross_entropy(net(x), y).backward()
+    assert exercise("ex04").streaming_parameter_peak(sizes, prefetch) == t.max_by_bucket()["parameter"]
+
+
+def test_zero_offload_traffic_matches_the_wrapper(exercise):
+    sizes = [10, 16, 4]
+    model = tm.models.MLP(sizes)
+    x, y = _batch(sizes, 6)
+    with offload.offload_optimizer(tm.optim.Adam(model.parameters()), "host") as opt:
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        stats = opt.stats()
+        host = memory.live_bytes("optimizer", "host") + stats["bytes_master"]
+        got = exercise("ex04").zero_offload_traffic(sizes)
+        assert got["link_bytes_per_step"] == stats["bytes_grad_down"] + stats["bytes_param_up"]
+        assert got["host_bytes"] == host
