@@ -103,3 +103,20 @@ def test_checkpointed_lm_blocks_give_bit_identical_gradients():
         grads.append([to_np(p.grad).copy() for p in model.parameters()])
     for plain, ckpt in zip(*grads):
         assert np.array_equal(plain, ckpt)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_lm_trains_in_half_precision(dtype):
+    from tinymem.techniques import precision
+
+    model = models.TransformerLM(11, 16, d_model=16, n_heads=2, n_layers=2, chunk_size=8)
+    half_model, opt = precision.half(model, optim.Adam(model.parameters(), lr=1e-2), dtype=dtype)
+    ids = np.random.default_rng(0).integers(0, 11, (4, 16))
+    losses = []
+    for _ in range(20):
+        opt.zero_grad()
+        loss = tm.functional.cross_entropy(half_model(ids).reshape(-1, 11), ids.reshape(-1))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses

@@ -106,11 +106,9 @@ def plot(records, outdir):
                 label="measured peak growth (MiB)")
     ax_side.bar(xs + 0.2, [p["seconds_per_step"] * 1e3 for p in points], 0.4, color="#937860",
                 label="time per step (ms)")
-    for x, p in zip(xs, points):
-        ax_side.text(x, 0, f"test loss\n{p['test_loss']:.3f}", ha="center", va="bottom", fontsize=7,
-                     color="white")
     ax_side.set_xticks(xs)
-    ax_side.set_xticklabels([p["config"].replace(" + ", "\n+ ") for p in points], fontsize=7)
+    ax_side.set_xticklabels([p["config"].replace(" + ", "\n+ ") + f"\ntest loss {p['test_loss']:.3f}"
+                             for p in points], fontsize=7)
     ax_side.set_title(f"allocator growth over {cfg['steps']} steps, time per step, held-out loss\n"
                       f"(label entropy {cfg['label_entropy']:.3f})", fontsize=8)
     ax_side.legend(fontsize=7)

@@ -44,7 +44,8 @@ class EmbeddingBag(Function):
         xp = array_module(weight)
         if mode not in MODES:
             raise ValueError(f"embedding_bag mode {mode!r} is not supported; choose one of {MODES}")
-        ids, bag, B = _bags(xp, input, offsets)
+        # Ids may arrive as host arrays for a table on the GPU.
+        ids, bag, B = _bags(xp, xp.asarray(input), None if offsets is None else xp.asarray(offsets))
         if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= weight.shape[0]):
             raise IndexError(f"embedding_bag ids must be in [0, {weight.shape[0]}), "
                              f"got [{int(ids.min())}, {int(ids.max())}]")

@@ -45,4 +45,5 @@ class RowWiseAdagrad(Optimizer):
             g = g + group["weight_decay"] * rows[index]
         acc = state["sum"]
         acc[index] += xp.einsum("ij,ij->i", g, g) / g.shape[1]  # no (rows, D) temporary for g²
-        rows[index] -= (group["lr"] * g) / (xp.sqrt(acc[index]) + group["eps"])[:, None]
+        # One (rows, D) temporary: the per-row factor is folded before it meets g.
+        rows[index] -= g * (group["lr"] / (xp.sqrt(acc[index]) + group["eps"]))[:, None]
