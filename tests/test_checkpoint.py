@@ -58,6 +58,19 @@ def test_function_of_several_tensors_and_a_constant():
     assert_identical(grads(False), grads(True))
 
 
+def test_array_constants_reach_the_function_unchanged_in_both_runs():
+    seen = []
+
+    def f(x, table):
+        seen.append(type(table))
+        return x * tm.tensor(table)
+
+    x = tm.randn(3, requires_grad=True)
+    checkpoint(f, x, np.arange(3, dtype=np.float32)).sum().backward()
+    assert seen == [np.ndarray, np.ndarray]
+    assert np.array_equal(x.grad.numpy(), np.arange(3, dtype=np.float32))
+
+
 def test_parameter_gradients_arrive_when_the_input_needs_none():
     model = mlp()
     x = tm.randn(6, 8)  # no requires_grad: only the module's parameters can make the node record

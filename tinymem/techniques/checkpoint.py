@@ -39,7 +39,8 @@ class _GradSink(Function):
     """Identity in forward; in backward it keeps the gradient in ``box[index]`` and stops it.
 
     The recomputed graph starts at fresh leaves; their gradient is caught here rather than in
-    ``leaf.grad`` so that the ledger counts it as a gradient in flight, not a parameter's.
+    ``leaf.grad``, so the ledger counts it as workspace (a gradient in flight), not in the
+    ``gradient`` bucket that holds parameters' ``.grad``.
     """
 
     def forward(ctx, x, box=None, index=0):
@@ -64,18 +65,21 @@ def _as_outputs(out, function):
     return outs
 
 
-def record(function, args, needs_grad):
+def record(function, args, needs_grad, tensor_mask=None):
     """Run ``function(*args)`` recording its graph from fresh leaves; returns (outputs, box).
 
-    ``args`` are arrays or constants; ``needs_grad[i]`` says whether ``args[i]`` wants a gradient,
-    which backward through ``outputs`` leaves in ``box[i]``. Parameters reached inside the graph
-    are leaves of it: their ``.grad`` accumulates as usual.
+    ``args`` are arrays (passed on as Tensors) or, where ``tensor_mask`` is False, constants
+    passed on as they are; ``needs_grad[i]`` says whether ``args[i]`` wants a gradient, which
+    backward through ``outputs`` leaves in ``box[i]``. Parameters reached inside the graph are
+    leaves of it: their ``.grad`` accumulates as usual.
     """
     box = [None] * len(args)
+    tensor_mask = tensor_mask or (True,) * len(args)
     with autograd.enable_grad():
-        inputs = [_GradSink.apply(Tensor._wrap(a, requires_grad=True), box=box, index=i) if needs
-                  else (Tensor._wrap(a) if hasattr(a, "dtype") and hasattr(a, "shape") else a)
-                  for i, (a, needs) in enumerate(zip(args, needs_grad))]
+        inputs = [a if not is_t else
+                  _GradSink.apply(Tensor._wrap(a, requires_grad=True), box=box, index=i) if needs
+                  else Tensor._wrap(a)
+                  for i, (a, needs, is_t) in enumerate(zip(args, needs_grad, tensor_mask))]
         outputs = _as_outputs(function(*inputs), function)
     return outputs, box
 
@@ -87,7 +91,7 @@ def backprop(outputs, out_grads):
         autograd.run_backward([o for o, _ in pairs], [g for _, g in pairs])
 
 
-def replay(function, args, needs_grad, out_grads, rng_state=None):
+def replay(function, args, needs_grad, out_grads, rng_state=None, tensor_mask=None):
     """Recompute ``function(*args)`` with the graph recorded and backpropagate ``out_grads``.
 
     The RNG is set to ``rng_state`` for the recomputation (and given back afterwards), and the
@@ -100,7 +104,7 @@ def replay(function, args, needs_grad, out_grads, rng_state=None):
         random.set_rng_state(rng_state)
     try:
         with autograd.recomputing():
-            outputs, box = record(function, args, needs_grad)
+            outputs, box = record(function, args, needs_grad, tensor_mask)
     finally:
         if rng_state is not None:
             random.set_rng_state(outer)
@@ -111,14 +115,13 @@ def replay(function, args, needs_grad, out_grads, rng_state=None):
 def parameters_of(function):
     """Trainable parameters a callable is known to use: a Module's, a bound Module method's, or
     anything with a ``parameters()`` method (a segment). ``None`` when they cannot be known."""
-    owner = function
-    if not hasattr(owner, "parameters"):
-        owner = getattr(function, "__self__", None)
     if isinstance(function, functools.partial):
-        owner = function.func if hasattr(function.func, "parameters") else getattr(function.func, "__self__", None)
-    if owner is None or not callable(getattr(owner, "parameters", None)):
+        function = function.func
+    owner = function if hasattr(function, "parameters") else getattr(function, "__self__", None)
+    parameters = getattr(owner, "parameters", None)
+    if not callable(parameters):
         return None
-    return [p for p in owner.parameters() if p.requires_grad]
+    return [p for p in parameters() if p.requires_grad]
 
 
 class CheckpointFunction(Function):
@@ -146,7 +149,7 @@ class CheckpointFunction(Function):
         saved = iter(ctx.saved_tensors)
         args = [next(saved) if is_t else c for c, is_t in zip(ctx.constants, ctx.tensor_mask)]
         needs = ctx.needs_input_grad[:ctx.n_args]
-        box = replay(ctx.function, args, needs, grads, ctx.rng_state)
+        box = replay(ctx.function, args, needs, grads, ctx.rng_state, ctx.tensor_mask)
         return tuple(box) + (None,) * (len(ctx.needs_input_grad) - ctx.n_args)
 
 
