@@ -1,6 +1,7 @@
 """revolve: the schedule is optimal (brute force and formula), valid, and exact when run."""
 from functools import lru_cache
 
+import numpy as np
 import pytest
 from _ckpt_models import Counted, RunningMean, assert_identical, mlp, step_grads
 
@@ -108,3 +109,22 @@ def test_snapshots_released_when_graph_dropped():
 def test_bad_arguments(args):
     with pytest.raises(ValueError, match="positive int"):
         revolve(*args)
+
+
+def test_layer_that_ignores_its_input_and_changes_width():
+    """After a layer whose output does not depend on its input, the earlier layers get a zero
+    gradient of their own shape (3 wide, not the 5 of the later states)."""
+    const = tm.nn.Linear(3, 5)
+    layers = [tm.nn.Linear(4, 3), tm.nn.Tanh(), lambda h: const(tm.ones(2, 3)), tm.nn.Linear(5, 2)]
+
+    def grads(run):
+        x = tm.tensor(np.ones((2, 4), np.float32), requires_grad=True)
+        for layer in (layers[0], layers[3], const):
+            layer.zero_grad()
+        run(x).sum().backward()
+        return x, [const.weight.grad.numpy(), layers[3].weight.grad.numpy()]
+
+    _, ref = grads(lambda x: layers[3](layers[2](layers[1](layers[0](x)))))
+    x, got = grads(lambda x: checkpoint_revolve(layers, 2, x))
+    assert_identical(ref, got)
+    assert x.grad is None or not x.grad.numpy().any()

@@ -10,7 +10,7 @@ import weakref
 
 import numpy as np
 
-from .. import memory, nn, random
+from .. import backend, memory, nn, random
 from ..autograd import Tensor
 from ..techniques.checkpoint import checkpoint_sequential
 from ..techniques.revolve import checkpoint_revolve
@@ -63,9 +63,17 @@ def forward(model, x, mode):
 
 
 def step(model, x, grad, mode):
-    """One forward + backward; parameter gradients accumulate into existing buffers."""
+    """One forward + backward; parameter gradients accumulate into existing buffers. On a GPU it
+    waits for the queued kernels, so that a timer around it sees the work."""
     out = forward(model, x, mode)
     out.backward(grad)
+    synchronize(x)
+
+
+def synchronize(x):
+    """Wait for the GPU's queued kernels (nothing to wait for on the CPU)."""
+    if x.device == "cuda":
+        backend.get_cupy().cuda.Device().synchronize()
 
 
 def keep_grads(model, x, grad):

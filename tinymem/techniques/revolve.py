@@ -140,7 +140,7 @@ class RevolveFunction(Function):
         ctx.rng[last] = random.get_rng_state() if preserve_rng_state else None
         needs = ctx.needs_input_grad[0] if last == 0 else True
         outputs, box = record(layers[last], [state], [needs])
-        ctx.tape = (outputs, box)
+        ctx.tape = (outputs, box, (state.shape, state.dtype))
         ctx.remaining = list(actions)
         return outputs[0].data
 
@@ -173,23 +173,24 @@ class RevolveFunction(Function):
                                "backward a second time (retain_graph is not supported)")
         ctx.consumed = True
         outer = random.get_rng_state()
-        outputs, box = ctx.tape  # the last layer's graph, recorded in forward
+        xp = backend.array_module(g)
+        outputs, box, meta = ctx.tape  # the last layer's graph, recorded in forward
         ctx.tape = None
         try:
             backprop(outputs, [g])
             del outputs
+            g = box[0]
             state = None
             for action in ctx.remaining:
-                g = box[0]
-                if g is None:  # a layer whose output does not depend on its input
-                    g = backend.array_module(ctx.snapshots[0]).zeros_like(ctx.snapshots[0])
+                if g is None:  # the layer's output did not depend on its input
+                    g = xp.zeros(*meta)
                 if action.kind != "backward":
                     with autograd.recomputing():
                         state = ctx._act(action, state)
                     continue
                 needs = [ctx.needs_input_grad[0] if action.step == 0 else True]
-                box = replay(ctx.layers[action.step], [state], needs, [g], ctx.rng[action.step])
-            g = box[0]
+                meta = (state.shape, state.dtype)
+                g = replay(ctx.layers[action.step], [state], needs, [g], ctx.rng[action.step])[0]
         finally:
             random.set_rng_state(outer)
             ctx._free_all()
