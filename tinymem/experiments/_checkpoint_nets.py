@@ -85,14 +85,16 @@ def keep_grads(model, x, grad):
 
 
 def measure_memory(model, x, grad, mode, measure=True):
-    """Ledger activation peak, ledger growth and allocator growth of one step (bytes)."""
+    """Ledger activation peak, ledger growth and allocator growth (``None`` unless ``measure``)
+    of one step, in bytes."""
     # tracemalloc must already trace the gradient buffers born in keep_grads: freeing a buffer
     # it never saw allocated would not lower its count, and the growth would include them.
     start_here = measure and x.device == "cpu" and not tracemalloc.is_tracing()
     if start_here:
         tracemalloc.start()
     try:
-        keep_grads(model, x, grad)
+        if measure:
+            keep_grads(model, x, grad)
         with memory.track(measure=measure, timeline=False, device=x.device) as t:
             step(model, x, grad, mode)
     finally:

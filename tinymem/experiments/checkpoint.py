@@ -7,8 +7,9 @@ allocator's (tracemalloc on NumPy, the CuPy pool on a GPU).
 
 ``checkpoint_frontier.png``: one 64-block network, every segment count 1..64 and revolve with
 several slot counts: step-time ratio against activation-peak ratio (to the plain step), measured
-points beside the curve predicted from the per-layer profile and the plain step's forward time;
-PyTorch's ``checkpoint_sequential`` on the same network and weights, timed in the same run.
+points (ledger) beside the curve predicted from the per-layer profile and the plain step's
+forward time; PyTorch's ``checkpoint_sequential`` on the same network and weights, timed in the
+same run (its memory: the bytes it saves for backward, followed by saved-tensor hooks).
 Timings: one thread, CPU seconds of the process, interleaved, best of the repeats.
 """
 import time
@@ -54,7 +55,7 @@ def _frontier(quick, device):
         predicted = (predict_segments if kind == "segments" else predict_revolve)(profile, x.nbytes, count)
         recomputed = (count - 1) * (depth // count) if kind == "segments" else binomial_forwards(depth, count)
         points.append(dict(kind=kind, count=count, predicted_peak=predicted, recomputed=recomputed,
-                           **measure_memory(model, x, grad, (kind, count))))
+                           **measure_memory(model, x, grad, (kind, count), measure=False)))
     fns = {f"{p['kind']} {p['count']}": (lambda mode=(p["kind"], p["count"]): step(model, x, grad, mode))
            for p in points}
     fns["forward only"] = lambda: synchronize(forward(model, x, ("none", 0)))
