@@ -144,6 +144,18 @@ def test_scaler_rescues_gradients_that_underflow_in_fp16():
     np.testing.assert_allclose(results[True], 1e-8, rtol=1e-3)
 
 
+@pytest.mark.parametrize("dtype", HALF)
+def test_gradient_between_modules_underflows_in_fp16_only(dtype):
+    """On the CPU the gradient leaving each module is rounded to the half format, as a GPU
+    computing in half would hold it: 1e-9 is 0 in float16 and survives in bfloat16."""
+    model = models.MLP([4, 4, 1])
+    hmodel = precision.half(model, dtype=dtype)
+    (hmodel(tm.tensor(np.ones((2, 4), np.float32))).sum() * 1e-9).backward()
+    fmt = precision.get_format(dtype)
+    zero = [bool((fmt.decode(p.grad.data) == 0).all()) for p in model.parameters()]
+    assert all(zero) if dtype == "float16" else not any(zero)
+
+
 def test_overflow_skips_the_step_and_halves_the_scale():
     model = tm.nn.Linear(2, 1, bias=False)
     opt = optim.SGD(model.parameters(), lr=0.1)

@@ -19,7 +19,7 @@ import numpy as np
 from .. import data, memory, models, optim, random
 from .. import functional as F
 from ..techniques import precision
-from ._timing import best_time
+from ._timing import interleaved_times
 
 NAME = "precision"
 DESCRIPTION = "fp32 vs fp16/bf16 (fp32 masters): measured peak on an activation-dominated MLP; torch autocast"
@@ -28,7 +28,7 @@ MODES = ("float32", "float16", "bfloat16")
 # (width, depth, batch). Deep and narrow with a large batch: the saved activations (3 arrays of
 # B x W per block) dwarf the parameters and Adam's state, and the per-op float32 temporaries
 # of CPU compute (a few B x W arrays, independent of depth) are small next to them.
-SIZES = {"quick": (32, 8, 256), "full": (32, 64, 2048)}
+SIZES = {"quick": (32, 8, 256), "full": (32, 64, 4096)}
 
 
 def _model(width, depth, device):
@@ -67,17 +67,20 @@ def step_memory(mode, width=32, depth=64, batch=2048, steps=2, device="cpu"):
     """Peaks of ``steps`` training steps in ``mode``, model and optimizer built in the window."""
     xy = _batch(batch, device)  # the data is not part of the step's memory
     # No timeline: its event list would itself show up in the allocator's measurement.
+    start = time.perf_counter()
     with memory.track(device=device, timeline=False) as t:
         model, opt, _, losses = _train_steps(mode, width, depth, batch, steps, device, xy)
         n_params = model.num_parameters()
+    seconds = time.perf_counter() - start
     return {"mode": mode, "width": width, "depth": depth, "batch": batch, "params": n_params,
             "ledger_peak": t.peak_delta(), "peak_by_bucket": t.peak_by_bucket(),
             "max_by_bucket": t.max_by_bucket(), "measured_peak": t.measured_peak(),
-            "loss": losses[-1]}
+            "loss": losses[-1], "seconds_with_tracemalloc": seconds}
 
 
 def torch_reference(width=32, depth=64, batch=2048, repeats=3):
-    """PyTorch fp32 and CPU bf16 autocast: bytes saved for backward and step time."""
+    """PyTorch fp32 and CPU bf16 autocast: bytes saved for backward (parameters excluded, each
+    storage once) and step time, the two modes timed in turns."""
     import torch
 
     torch.manual_seed(0)
@@ -87,31 +90,37 @@ def torch_reference(width=32, depth=64, batch=2048, repeats=3):
                    torch.nn.Linear(width, width if i < depth - 1 else 10)]
     model = torch.nn.Sequential(*layers)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     x = torch.randn(batch, 64)
     y = torch.randint(0, 10, (batch,))
+
+    def forward(autocast):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            return torch.nn.functional.cross_entropy(model(x).float(), y)
+
+    def step(autocast):
+        opt.zero_grad()
+        forward(autocast).backward()
+        opt.step()
+
     out = {}
-    for name, autocast in (("torch float32", False), ("torch bf16 autocast", True)):
+    modes = {"torch float32": False, "torch bf16 autocast": True}
+    for name, autocast in modes.items():
         seen = {}
 
         def pack(t):
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in params:
+                seen[storage.data_ptr()] = storage.nbytes()
             return t
 
-        def forward():
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                return torch.nn.functional.cross_entropy(model(x).float(), y)
-
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = forward()
-        loss.backward()
-        opt.zero_grad()
-
-        def step():
-            opt.zero_grad()
-            forward().backward()
-            opt.step()
-
-        out[name] = {"saved_bytes": sum(seen.values()), "step_s": best_time(step, repeats=repeats)}
+            loss = forward(autocast)
+        del loss
+        out[name] = {"saved_bytes": sum(seen.values())}
+    times = interleaved_times({name: (lambda a=a: step(a)) for name, a in modes.items()}, repeats=repeats)
+    for name in modes:
+        out[name]["step_s"] = times[name]
     return out
 
 
@@ -122,12 +131,7 @@ def run(quick=False, device="cpu"):
         mem[mode] = step_memory(mode, width, depth, batch, device=device)
     # Times in turns, so machine load hits every mode alike.
     steps = {mode: _train_steps(mode, width, depth, batch, 1, device)[2] for mode in MODES}
-    times = {m: float("inf") for m in MODES}
-    for _ in range(2 if quick else 3):
-        for mode in MODES:
-            start = time.perf_counter()
-            steps[mode]()
-            times[mode] = min(times[mode], time.perf_counter() - start)
+    times = interleaved_times(steps, repeats=2 if quick else 3, warmup=0)
     base = mem["float32"]
     for mode in MODES:
         r = mem[mode]
