@@ -141,6 +141,29 @@ class _Explode(Function):
         raise ctx.exc("boom in backward")
 
 
+class _ScaleBy(Function):
+    """x * s for a 0-d s, checking that the saved s comes back 0-d (and x non-contiguous)."""
+
+    def forward(ctx, x, s):
+        ctx.save_for_backward(x, s)
+        return x * s
+
+    def backward(ctx, g):
+        x, s = ctx.saved_tensors
+        assert s.shape == () and x.shape == g.shape
+        return g * s, (g * x).sum()
+
+
+@pytest.mark.parametrize("make", [offload.save_on_host, offload.save_on_disk])
+def test_shapes_and_layouts_come_back_unchanged(make):
+    x = tm.tensor(np.arange(12, dtype=np.float32).reshape(3, 4).T, requires_grad=True)  # a transposed view
+    s = tm.tensor(np.array(2.0, np.float32), requires_grad=True)
+    with make():
+        _ScaleBy.apply(x, s).sum().backward()
+    assert s.grad.shape == () and s.grad.item() == x.numpy().sum()
+    assert np.array_equal(x.grad.numpy(), np.full((4, 3), 2.0, np.float32))
+
+
 @pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
 def test_no_file_left_after_an_exception_mid_backward(exc, tmp_path):
     model = _model("cpu")

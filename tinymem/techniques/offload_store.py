@@ -52,6 +52,11 @@ class _Pending:
         self.event, self.staging = event, staging
 
 
+def _contiguous(array):
+    """``array`` in C order, same shape (``ascontiguousarray`` would turn 0-d into 1-d)."""
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
 def _bytes_view(array):
     """A flat uint8 view of a C-contiguous array, for readinto/write without a copy."""
     return memoryview(array.reshape(-1).view(np.uint8))
@@ -111,7 +116,7 @@ class HostStore:
 
     def _to_pinned(self, array):
         cupy = backend.get_cupy()
-        source = cupy.ascontiguousarray(array)
+        source = _contiguous(array)
         if not self.pin_memory:
             return cupy.asnumpy(source), None
         copy = self._stream()
@@ -223,7 +228,7 @@ class DiskStore:
         ``behind`` writes (and their arrays) in flight."""
         if self.closed:
             raise OffloadError(f"offload store {self.directory} is closed; open a new one")
-        host = np.ascontiguousarray(backend.to_numpy(array))
+        host = _contiguous(backend.to_numpy(array))
         path = os.path.join(self.directory, f"{self._count:06d}.bin")
         self._count += 1
         handle = _File(path, host.shape, host.dtype, backend.device_of(array))
