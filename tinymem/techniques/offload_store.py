@@ -1,6 +1,7 @@
-"""Where offloaded arrays live (host copies, files on disk) and how they come back (prefetch).
+"""Where offloaded arrays live (host copies, files on disk) and how they come back.
 
-Three pieces, shared by every kind of offload in :mod:`tinymem.techniques.offload`:
+Two stores, shared by every kind of offload in :mod:`tinymem.techniques.offload`, and the
+prefetcher of :mod:`.offload_prefetch` that drives them:
 
 * :class:`HostStore` keeps a copy of each array in host memory. Memory: ``nbytes`` per array at
   place ``host``, none on the device. On CuPy the copy goes into *pinned* (page-locked) host
@@ -9,9 +10,10 @@ Three pieces, shared by every kind of offload in :mod:`tinymem.techniques.offloa
   physical saving.
 * :class:`DiskStore` writes each array to its own file in a private temporary directory.
   Memory: ``nbytes`` per array at place ``disk``. With ``page_cache=False`` each file is flushed
-  (``fsync``) and evicted from the OS page cache, so it is read back from the disk itself, as an
-  offload to NVMe would be; otherwise the OS may keep the bytes in RAM and serve reads from there. The directory is removed by :meth:`close` (and
-  at interpreter exit if nobody called it); a file disappears as soon as its handle dies.
+  (``fsync``) and evicted from the OS page cache, so it is read back from the disk itself, as
+  an offload to NVMe would be; otherwise the OS may keep the bytes in RAM and serve reads from
+  there. The directory is removed by :meth:`close` (and at interpreter exit if nobody called
+  it); a file disappears as soon as its handle dies.
 * :class:`~.offload_prefetch.Prefetcher` brings arrays back ahead of use, on a background
   :class:`~.offload_prefetch.Worker`; the same worker writes files *behind* forward
   (``DiskStore.put(array, worker, behind)``), at most ``behind`` writes in flight, each keeping
