@@ -106,8 +106,8 @@ records = {"config": {"heads": H, "head_dim": E, "chunk_size": 128, "batch": 1, 
                       "dtype": "float32"},
            "attention": workload_seq_len._attention_sweep([128, 256, 512, 1024] if QUICK else
                                                           [128, 256, 512, 1024, 2048], "cpu"),
-           "lm": workload_seq_len.train_lm(20 if QUICK else 300, batch_size=16 if QUICK else 32,
-                                           log_every=10 if QUICK else 25)}
+           "lm": workload_seq_len.train_lm(20 if QUICK else 600, batch_size=16 if QUICK else 32,
+                                           log_every=10 if QUICK else 50)}
 records["meta"] = {"machine": "this lesson", "tinymem": tm.__version__, "quick": QUICK}
 for p in records["attention"]:
     print(f"{p['impl']:>8} L={p['L']:>5}: saved {memory.format_bytes(p['saved_bytes']):>10}, "
@@ -187,8 +187,9 @@ workload_embeddings.plot(emb_records, OUT)
 # - **Half precision** in attention: the running sums of the online softmax overflow float16;
 #   keep the accumulators (m, l, acc) in float32 as FlashAttention does.
 # - Chunked attention trades memory for **compute**: backward recomputes every score block.
-#   In NumPy the smaller working set still makes it faster at L ≥ 256; on a GPU the win comes
-#   from the fused kernel, which NumPy cannot show.
+#   In NumPy the smaller working set (and the skipped blocks above the diagonal) still makes it
+#   faster from L ≈ 512 on, slower below; on a GPU the win comes from the fused kernel, which
+#   NumPy cannot show.
 # - A **sparse gradient only reaches a leaf table**: casting or slicing the table before the
 #   lookup makes it flow into a dense op. Weight decay with sparse gradients decays only the
 #   touched rows ("lazy" decay): not the same as dense weight decay.

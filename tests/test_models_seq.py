@@ -100,6 +100,7 @@ def test_checkpointed_lm_blocks_give_bit_identical_gradients():
         h = model.embed(ids)
         h = model.blocks(h) if segments is None else checkpoint_sequential(model.blocks, segments, h)
         tm.functional.cross_entropy(model.logits(h).reshape(-1, 9), ids.reshape(-1)).backward()
+        assert memory.live_bytes("activation") == 0, memory.format_table(memory.LEDGER.by_bucket())
         grads.append([to_np(p.grad).copy() for p in model.parameters()])
     for plain, ckpt in zip(*grads):
         assert np.array_equal(plain, ckpt)

@@ -4,10 +4,11 @@ language model trained on Python's own documentation.
 Left: the bytes one causal attention call saves for backward (the ledger), B=1, 4 heads of
 size 16 (the tiny LM's shape), chunks of 128. Plain attention keeps the (L, L) weights per
 head, so its line bends up quadratically; chunked attention keeps q, k, v, the output and one
-log-sum-exp per row, a straight line. Middle: the peak of forward + backward above entry, from
-the ledger and from the allocator (tracemalloc). Right: validation loss of the character-level
-TransformerLM against the unigram baseline.
+log-sum-exp per row, a straight line. Then the peak of forward + backward above entry, from
+the ledger and from the allocator (tracemalloc), and its time. Right: validation loss of the
+character-level TransformerLM against the unigram baseline.
 """
+import math
 import time
 
 import numpy as np
@@ -60,12 +61,14 @@ def _attention_sweep(lengths, device):
     return points
 
 
-def train_lm(steps, batch_size=32, context=64, device="cpu", log_every=25, seed=0):
-    """Train the tiny character LM on ``pydoc_data.topics``; returns the records of the run."""
+def train_lm(steps, batch_size=32, context=64, device="cpu", log_every=25, seed=0, lr=3e-3):
+    """Train the tiny character LM on ``pydoc_data.topics`` with Adam, the learning rate
+    decaying from ``lr`` to lr/10 on a cosine; returns the records of the run and a sample
+    (temperature 0.6)."""
     random.manual_seed(seed)
     train_ids, val_ids, vocab = data.load_python_docs()
     model = models.TransformerLM(len(vocab), context, d_model=64, n_heads=HEADS, n_layers=2).to(device)
-    opt = optim.Adam(model.parameters(), lr=3e-3)
+    opt = optim.Adam(model.parameters(), lr=lr)
     rng = np.random.default_rng(seed)
     val_x, val_y = data.random_windows(val_ids, 64, context, np.random.default_rng(seed + 1))
     curve, start = [], time.perf_counter()
@@ -75,11 +78,12 @@ def train_lm(steps, batch_size=32, context=64, device="cpu", log_every=25, seed=
                 curve.append({"step": step, "val_loss": model.loss(val_x, val_y).item()})
         if step == steps:
             break
+        opt.param_groups[0]["lr"] = lr * (0.1 + 0.45 * (1 + math.cos(math.pi * step / steps)))
         x, y = data.random_windows(train_ids, batch_size, context, rng)
         opt.zero_grad()
         model.loss(x, y).backward()
         opt.step()
-    sample = vocab.decode(model.generate(vocab.encode("The "), 240, temperature=0.8, seed=seed))
+    sample = vocab.decode(model.generate(vocab.encode("The "), 240, temperature=0.6, seed=seed))
     return {"steps": steps, "batch_size": batch_size, "context": context, "curve": curve,
             "val_loss": curve[-1]["val_loss"], "unigram_loss": data.unigram_loss(train_ids, val_ids, len(vocab)),
             "sample": sample, "seconds": time.perf_counter() - start,
@@ -90,8 +94,8 @@ def run(quick=False, device="cpu"):
     random.manual_seed(0)
     lengths = [128, 256, 512, 1024] if quick else [128, 256, 512, 1024, 2048]
     points = _attention_sweep(lengths, device)
-    lm = train_lm(30 if quick else 300, batch_size=16 if quick else 32, device=device,
-                  log_every=10 if quick else 25)
+    lm = train_lm(30 if quick else 600, batch_size=16 if quick else 32, device=device,
+                  log_every=10 if quick else 50)
     print(f"tiny LM: val loss {lm['val_loss']:.3f} nats/char vs unigram {lm['unigram_loss']:.3f}\n"
           f"sample: {lm['sample']!r}")
     return {"config": {"heads": HEADS, "head_dim": HEAD_DIM, "chunk_size": CHUNK, "batch": 1,
@@ -100,7 +104,7 @@ def run(quick=False, device="cpu"):
 
 
 def plot(records, outdir):
-    fig, (ax_saved, ax_peak, ax_lm) = plots.new_figure(ncols=3, width=4.6, height=4.0)
+    fig, (ax_saved, ax_peak, ax_time, ax_lm) = plots.new_figure(ncols=4, width=4.2, height=4.0)
     colors = {"plain": "#c44e52", "chunked": "#4c72b0"}
     mib = 2.0 ** 20
     for impl in IMPLS:
@@ -111,17 +115,19 @@ def plot(records, outdir):
                      label=f"{impl}: ledger")
         ax_peak.plot(Ls, [p["measured_peak"] / mib for p in pts], "x--", color=colors[impl],
                      label=f"{impl}: measured")
+        ax_time.plot(Ls, [p["seconds"] * 1e3 for p in pts], "o-", color=colors[impl], label=impl)
     last = {p["impl"]: p for p in records["attention"] if p["L"] == 1024}
     if len(last) == 2:
         ratio = last["chunked"]["saved_bytes"] / last["plain"]["saved_bytes"]
         ax_saved.annotate(f"L=1024: chunked/plain = {ratio:.3f}", (1024, last["chunked"]["saved_bytes"] / mib),
                           textcoords="offset points", xytext=(-80, 25), fontsize=7)
     cfg = records["config"]
-    for ax, title in ((ax_saved, "saved for backward (ledger)"), (ax_peak, "peak of forward+backward")):
+    for ax, title in ((ax_saved, "saved for backward (ledger)"), (ax_peak, "peak of forward+backward"),
+                      (ax_time, "time of forward+backward (best of 3)")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length L")
-        ax.set_ylabel("MiB")
+        ax.set_ylabel("ms" if ax is ax_time else "MiB")
         ax.set_title(f"{title}\ncausal attention, {cfg['heads']} heads x {cfg['head_dim']}, chunk {cfg['chunk_size']}",
                      fontsize=8)
         ax.legend(fontsize=7)

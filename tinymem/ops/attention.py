@@ -22,8 +22,10 @@ The chunked op is the FlashAttention idea (Dao et al., 2022) written in NumPy: f
 key blocks with an *online softmax* (a running row max m and running sum l, rescaling what was
 accumulated whenever the max grows), so the full score matrix never exists; backward recomputes
 each block's weights from the saved log-sum-exp, P = exp(S - lse), instead of storing them. The
-price is compute: backward does the score matmul a second time (about 1.3-1.5x the time of the
-plain op in NumPy, where no kernel fusion hides it).
+price is compute: backward does the score matmul a second time. In NumPy the small working set
+(blocks that stay in cache) outweighs it from L of about 512 on, and causal masking skips the
+blocks above the diagonal; at short lengths the Python loop over blocks costs more
+(``figures/workload_seq_len.png`` has the times).
 
 Pitfalls: a fully masked row would have an empty softmax (NaN); with top-left causal masking the
 first key is always visible, so it cannot happen here. In float16 the running sums overflow:
