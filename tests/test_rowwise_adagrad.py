@@ -67,5 +67,5 @@ def test_state_is_one_float_per_row():
     before = memory.live_bytes("optimizer")
     layer(tm.tensor(np.array([[1, 2, 3]]))).sum().backward()
     opt.step()
-    assert opt.state_bytes() == 4 * 1000
+    assert opt.state_bytes() == 4 * 1000 == optim.RowWiseAdagrad.bytes_for((1000, 16), 4, {})
     assert memory.live_bytes("optimizer") - before == 4 * 1000, memory.format_table(memory.LEDGER.by_bucket())

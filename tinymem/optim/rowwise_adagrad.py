@@ -28,6 +28,11 @@ class RowWiseAdagrad(Optimizer):
         super().__init__(params, lr=lr, eps=eps, weight_decay=weight_decay,
                          initial_accumulator_value=initial_accumulator_value)
 
+    @staticmethod
+    def bytes_for(shape, itemsize, group):
+        """State bytes of one parameter of ``shape``: one accumulator per row (first dim)."""
+        return shape[0] * itemsize
+
     def _update(self, p, grad, state, group):
         xp = backend.array_module(p.data)
         rows = p.data.reshape(p.shape[0], -1)  # a view: parameters are contiguous
