@@ -8,7 +8,7 @@ import pytest
 from conftest import requires_torch
 
 import tinymem as tm
-from tinymem import backend, optim
+from tinymem import backend, memory, optim
 from tinymem.nn import Parameter
 from tinymem.optim.table import CONFIGS
 
@@ -186,3 +186,30 @@ def test_zero_grad_and_skipping_parameters_without_grad():
     opt.zero_grad()
     assert p.grad is None
     tm.manual_seed(0)
+
+
+@pytest.mark.parametrize("label", list(CONFIGS))
+def test_every_optimizer_plugs_into_state_offload(label):
+    """The offload seam (update_place, _state_array, _scratch) works for each optimizer: the
+    same weights, and the state counted on the host instead of the device."""
+    from tinymem.techniques import offload
+    cls, options = CONFIGS[label]
+    options = dict(options, **ROUND_TRIP_OPTIONS.get(label, {}))
+    params, grads = _problem(ROUND_TRIP_SHAPES, steps=3)
+    results = []
+    for place in (None, "host"):
+        ps = [Parameter(p.copy()) for p in params]
+        opt = cls(ps, lr=1e-2, **options)
+        if place:
+            before = memory.live_bytes("optimizer", "device")
+            opt = offload.offload_optimizer(opt, place)
+        for step_grads in grads:
+            for p, g in zip(ps, step_grads):
+                p.grad = g.copy()
+            opt.step()
+        if place:
+            assert memory.live_bytes("optimizer", "device") == before
+            assert memory.live_bytes("optimizer", "host") >= opt.state_bytes()
+        results.append([p.numpy().copy() for p in ps])
+    for a, b in zip(*results):
+        assert np.array_equal(a, b), label
