@@ -72,7 +72,7 @@ del y
 # %% [markdown]
 # ## Where the memory goes: activations grow as the image's area
 #
-# One training step of the U-Net (base 8 channels, 4 levels, ~120k parameters) at growing
+# One training step of the U-Net (base 8 channels, 4 levels, 113k parameters) at growing
 # resolutions. The parameters stay at half a megabyte; the activation peak grows 4x per doubling.
 
 # %%

@@ -25,6 +25,7 @@ NAME = "workload_resolution"
 ORDER = 60
 FIGURES = ["workload_resolution.png"]
 CONFIGS = ("float32", "checkpoint", "float16", "checkpoint+float16")
+_CLASS_COLORS = ("#8172b3", "#55a868", "#ccb974")
 _STYLE = {"float32": ("#4c72b0", "-"), "checkpoint": ("#c44e52", "-"),
           "float16": ("#4c72b0", "--"), "checkpoint+float16": ("#c44e52", "--")}
 
@@ -109,7 +110,7 @@ def run(quick=False, device="cpu"):
     resolutions = [32, 64, 128] if quick else [64, 128, 256, 512, 1024]
     rows = sweep(resolutions, base, depth, device, repeats=1 if quick else 2)
     dice = (train_dice(32, 20, 4, base, depth, device, n_train=32, n_val=8) if quick
-            else train_dice(128, 200, 8, base, depth, device))
+            else train_dice(128, 150, 8, base, depth, device))
     return {"config": {"base": base, "depth": depth, "batch": 1, "optimizer": "Adam",
                        "configs": list(CONFIGS)},
             "rows": rows, "dice": dice}
@@ -132,12 +133,13 @@ def plot(records, outdir):
     axes[0].set_ylabel("activation peak (MiB, ledger)")
     axes[0].set_title(f"U-Net (base {cfg['base']}, depth {cfg['depth']}), batch {cfg['batch']}: activations")
     axes[1].set_ylabel("training step (s, best of runs)")
-    axes[1].set_title("step time")
+    axes[1].set_title("step time (best of a few, interleaved)")
     d = records["dice"]
     steps = [p["step"] for p in d["curve"]]
     axes[2].plot(steps, [p["dice"] for p in d["curve"]], "k-o", label="mean Dice")
     for i, name in enumerate(d["classes"]):
-        axes[2].plot(steps, [p["dice_per_class"][i] for p in d["curve"]], "--", label=name)
+        axes[2].plot(steps, [p["dice_per_class"][i] for p in d["curve"]], ":", color=_CLASS_COLORS[i % 3],
+                     label=name)
     axes[2].axhline(0.9, color="#888888", lw=0.8, ls=":")
     axes[2].set_ylim(0, 1)
     axes[2].set_xlabel("training step")
