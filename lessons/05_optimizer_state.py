@@ -25,6 +25,7 @@ import tinymem as tm
 import tinymem.functional as F
 from tinymem import memory, optim, plots
 from tinymem.experiments import optimizers as experiment
+from tinymem.experiments._records import meta
 from tinymem.optim import blockwise, table
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
@@ -144,10 +145,11 @@ for kind in ("dynamic", "linear"):
     axes[0].loglog(block, np.maximum(back, 1e-12), ".", ms=2, label=f"{kind} map")
     axes[1].plot(qmap, ".", ms=2, label=f"{kind} map")
 axes[0].plot([block.min(), block.max()], [block.min(), block.max()], "k-", lw=0.5)
-axes[0].set(xlabel="Adam's v (one block of 2048)", ylabel="after 8-bit round trip", title="One block, two maps")
+axes[0].set(xlabel="Adam's v (one block of 2048)", ylabel="after 8-bit round trip (0 drawn at 1e-12)",
+            title="One block, two maps")
 axes[1].set(xlabel="code", ylabel="map value (x / absmax)", yscale="log", title="The 256 values of each map")
 axes[0].legend(fontsize=7)
-print(plots.save(fig, {}, OUT, "lesson05_one_block.png"))
+print(plots.save(fig, {"meta": meta("cpu", QUICK)}, OUT, "lesson05_one_block.png"))
 
 # %% [markdown]
 # The linear map gives every value the same *absolute* error, half a step of absmax / 255, so

@@ -54,6 +54,21 @@ def _loss_or_none(value):
     return value if math.isfinite(value) else None
 
 
+def _epochs(model, opt, loader, test, epochs, train, heldout):
+    """Run ``epochs`` passes, appending each step's train loss and each epoch's held-out loss."""
+    for _ in range(epochs):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            train.append(loss.item())
+        with no_grad():
+            heldout.append(F.cross_entropy(model(test[0]), test[1]).item())
+        if not math.isfinite(heldout[-1]):
+            break  # diverged: the rest of the run says nothing
+
+
 def train_digits(label, lr, cfg, arrays, device="cpu", data_seed=0):
     """Train from initialisation seed 0 with the batches shuffled by ``data_seed``; return
     per-step train losses, per-epoch held-out losses, the last epoch's mean train loss, time."""
@@ -65,17 +80,9 @@ def train_digits(label, lr, cfg, arrays, device="cpu", data_seed=0):
     loader = data.DataLoader((x_train, y_train), cfg["batch"], shuffle=True, seed=data_seed, device=device)
     xt, yt = Tensor(x_test, device=device), Tensor(y_test, device=device)
     train, heldout, start = [], [], time.perf_counter()
-    for _ in range(cfg["epochs"]):
-        for x, y in loader:
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            train.append(loss.item())
-        with no_grad():
-            heldout.append(F.cross_entropy(model(xt), yt).item())
-        if not math.isfinite(heldout[-1]):
-            break  # diverged: the rest of the run says nothing
+    # a sweep's largest lr may diverge: that is recorded (loss None), not warned about
+    with np.errstate(over="ignore", invalid="ignore"):
+        _epochs(model, opt, loader, (xt, yt), cfg["epochs"], train, heldout)
     return {"label": label, "lr": lr, "train_loss": [_loss_or_none(v) for v in train],
             "heldout_loss": [_loss_or_none(v) for v in heldout],
             "final_heldout": _loss_or_none(heldout[-1]),
