@@ -1,4 +1,4 @@
-"""``tinymem info | figures | bench`` (also ``python -m tinymem``)."""
+"""``tinymem info | figures | bench | plan`` (also ``python -m tinymem``)."""
 import argparse
 import os
 import sys
@@ -82,6 +82,34 @@ def cmd_bench(args):
     return 0
 
 
+def cmd_plan(args):
+    from tqdm import tqdm
+
+    from . import planner
+    from .memory import format_bytes
+
+    try:
+        result = planner.plan(args.model, args.sizes, args.batch, args.budget, schedules=args.schedules,
+                              precisions=args.precisions or planner.recipe.PRECISIONS,
+                              optimizers=args.optimizers or planner.recipe.OPTIMIZERS,
+                              offloads=args.offloads or planner.recipe.OFFLOADS,
+                              progress=lambda keys: tqdm(keys, desc="probing", unit="combination"))
+    except ValueError as exc:
+        print(f"tinymem plan: {exc}", file=sys.stderr)
+        return 2
+    print_table(planner.table_rows(result, None if args.all else args.top))
+    print(planner.summary(result))
+    if args.verify and result.proposal is not None:
+        measured = planner.measure_step(result.workload, result.proposal.combo, args.batch, budget=result.budget)
+        print("\n== --verify: one training step with the proposal")
+        print_table(planner.verify_rows(result, measured))
+        print(f"ledger growth above the step's entry {format_bytes(measured['ledger_delta'])}, "
+              f"measured (allocator) {format_bytes(measured['measured'])}; "
+              f"step {1e3 * measured['seconds']:.1f} ms measured, "
+              f"{1e3 * result.proposal.seconds:.1f} ms predicted")
+    return 0 if result.proposal is not None else 1
+
+
 def print_table(rows):
     if not rows:
         return
@@ -113,6 +141,21 @@ def build_parser():
     bench.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
     bench.add_argument("--quick", action="store_true", help="small sizes")
     bench.set_defaults(fn=cmd_bench)
+    pl = sub.add_parser("plan", help="predict memory per technique combination, propose one that fits")
+    pl.add_argument("--model", required=True, help="mlp, unet or transformer")
+    pl.add_argument("--sizes", required=True, help="mlp: in,hidden,...,out; unet: in_ch,classes,base,"
+                    "depth,res; transformer: vocab,context,d_model,heads,layers")
+    pl.add_argument("--batch", type=int, required=True, help="samples per step")
+    pl.add_argument("--budget", default=None, help="device budget, e.g. 64MB (default: none)")
+    pl.add_argument("--schedules", nargs="+", metavar="S", help="restrict: none sqrt block")
+    pl.add_argument("--precisions", nargs="+", metavar="P", help="restrict: fp32 fp16 bf16")
+    pl.add_argument("--optimizers", nargs="+", metavar="NAME",
+                    help="restrict: SGD 'SGD momentum' Adam Adafactor Adam8bit")
+    pl.add_argument("--offloads", nargs="+", metavar="O", help="restrict: none activations optimizer")
+    pl.add_argument("--top", type=int, default=15, help="rows to print (default 15)")
+    pl.add_argument("--all", action="store_true", help="print every combination")
+    pl.add_argument("--verify", action="store_true", help="run one step with the proposal and compare")
+    pl.set_defaults(fn=cmd_plan)
     return parser
 
 

@@ -77,8 +77,8 @@ class _SaveOffloaded(saved_tensors_hooks):
 
     def _pack(self, t):
         located = memory.locate(t.data)
-        if located is not None and located[0] == "parameter":
-            return t
+        if (located is not None and located[0] == "parameter") or getattr(t.data, "ndim", 0) == 0:
+            return t  # resident anyway, or a scalar (a loss weight): a few bytes, nothing to move
         seen = self._recent.get(id(t.data))
         if seen is not None and seen[0]() is t.data and seen[1]() is not None:
             return self.prefetcher.share(seen[1]())  # the same array, saved by a second op

@@ -237,15 +237,22 @@ def _half_forward(module, fmt, dtype, saved_as):
 
 @contextlib.contextmanager
 def _half_modules(root, fmt, dtype, saved_as):
-    """Patch the forward of every module that owns parameters or has no children."""
-    patched = [m for m in root.modules() if m._parameters or not m._modules]
-    for m in patched:
+    """Patch the forward of every module that owns parameters or has no children.
+
+    Patches nest: a HalfModule may run inside another one (a checkpointed block of a half model
+    re-enters the half context when backward recomputes it), so each forward found is given back.
+    """
+    patched = [(m, m.__dict__.get("forward")) for m in root.modules() if m._parameters or not m._modules]
+    for m, _ in patched:
         object.__setattr__(m, "forward", _half_forward(m, fmt, dtype, saved_as))
     try:
         yield
     finally:
-        for m in patched:
-            del m.__dict__["forward"]
+        for m, previous in patched:
+            if previous is None:
+                del m.__dict__["forward"]
+            else:
+                object.__setattr__(m, "forward", previous)
 
 
 def _map_tensors(obj, fn):

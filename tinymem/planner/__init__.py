@@ -1,0 +1,25 @@
+"""``tinymem plan``: predict the memory of a training step before running it, for every
+combination of techniques, and propose the fastest that fits a device budget.
+
+    workloads.py  the models the planner knows, their batches, losses and checkpoint schedules
+    recipe.py     a Combination of techniques and the training step it makes of a model
+    states.py     parameter / gradient / optimizer bytes by formula (the DeepSpeed-style estimate)
+    probe.py      activations and workspace: the real step at 2 and 3 samples, extrapolated
+    timing.py     a coarse, calibrated time model
+    plan.py       all combinations, which fit, the proposal
+    verify.py     one real step: predicted against ledger against measured
+
+    from tinymem import planner
+    result = planner.plan("mlp", "64,1024,1024,10", batch_size=512, budget="64MB")
+    print(planner.summary(result))
+"""
+from .plan import Plan, Row, combinations, describe, plan, summary, table_rows, verify_rows, with_budget
+from .probe import predict, run_probe
+from .recipe import Combination, TrainingStep, supported
+from .states import model_states
+from .verify import measure_step
+from .workloads import workload
+
+__all__ = ["plan", "Plan", "Row", "combinations", "describe", "summary", "table_rows", "verify_rows", "with_budget",
+           "predict", "run_probe", "Combination", "TrainingStep", "supported", "model_states",
+           "measure_step", "workload"]

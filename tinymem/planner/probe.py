@@ -1,0 +1,123 @@
+"""The two-point probe: the real step at micro-batches of 2 and 3 samples, extrapolated to m.
+
+What it does. For one combination it builds the model and optimizer and, for each size, takes
+a warm-up step (so the optimizer state exists, as in every step after the first), frees the
+gradients, and then runs the real training step twice under the ledger: with micro-batches of m = 2 and m = 3
+samples (k = 2 micro-batches when the combination micro-batches, else 1). Not m = 1: a batch of
+one sample is a degenerate shape (a transposed (1, C, H, W) array is already contiguous, so an
+op skips a copy it makes for every larger batch), and the two runs would not line up. Each run gives the
+ledger's timeline: after every allocation and free, the device bytes of each bucket. Each
+measured step reuses the batch of a warm-up step just before it, as :mod:`.verify` does, so the
+batch is already counted (an op registers an input array it saves) when the window opens.
+
+Why linear extrapolation is exact here. The two runs execute the same code, so they make the
+same allocations in the same order: event i of one run is event i of the other (a garbage
+collection first, so that no leftover of an earlier run is freed in the middle of one). For the MLP,
+the Transformer LM and the U-Net every array is either independent of the batch (weights,
+gradients, optimizer state, BatchNorm statistics) or has the batch as its leading dimension, so
+at every event each bucket holds c + a·m bytes. Two runs give c and a for every event and every
+bucket; the prediction at m is the largest total over the events, with its split by bucket.
+Taking the max *after* extrapolating matters: the event where the peak falls may change with m
+(a weight-sized temporary at m = 1, a batch-sized one at m = 512).
+
+Where it stops being exact (said in the report, never hidden): when the two runs' event lists
+differ it falls back to extrapolating each bucket's value at the peak (``exact`` is
+False); a convolution builds its column matrix in blocks of at most ``WORKSPACE_ELEMENTS``, so
+once one block no longer holds the whole micro-batch the real workspace stops growing and the
+prediction becomes an upper bound.
+
+The batch itself (inputs and labels, live through the whole step) is taken out of the probe and
+added back for the full batch B: with micro-batching it stays B samples while the activations
+follow m = ceil(B / k).
+"""
+import gc
+import math
+from collections import namedtuple
+
+from .. import memory, random
+from ..autograd import Tensor
+from ..memory import BUCKETS
+from .recipe import TrainingStep
+
+SIZES = (2, 3)
+
+Probe = namedtuple("Probe", "combo events exact batch_bytes_per_sample phases")
+Probe.__doc__ = """``events[m]``: per-event bucket bytes (lists of dicts) at micro-batch m in SIZES,
+the batch's own bytes taken out; ``batch_bytes_per_sample``: per bucket; ``phases[m]``: the phase
+label (forward / backward / optimizer) in force at each event."""
+
+Prediction = namedtuple("Prediction", "total by_bucket phase exact")
+
+
+def batch_bytes(batch):
+    """Device bytes of the batch's arrays, per bucket, as the ledger counts them now."""
+    own = dict.fromkeys(BUCKETS, 0)
+    for part in batch:
+        array = part.data if isinstance(part, Tensor) else part
+        where = memory.locate(array)
+        if where is not None and where[1] == "device":
+            own[where[0]] += array.nbytes
+    return own
+
+
+def run_probe(workload, combo, seed=0):
+    """Probe ``combo`` on ``workload`` (see the module docstring); returns a :class:`Probe`."""
+    random.manual_seed(seed)
+    gc.collect()
+    base = memory.LEDGER.by_bucket()
+    k = 1 if combo.micro_batches == 1 else 2
+    step = TrainingStep(workload, combo._replace(micro_batches=k))
+    try:
+        events, phases, kinds, per_sample = {}, {}, {}, None
+        for m in SIZES:
+            batch = workload.batch(k * m)
+            step.step(batch)
+            step.optimizer.zero_grad()
+            own = batch_bytes(batch)
+            gc.collect()
+            with memory.track(measure=False) as t:
+                entry = t.current_by_bucket()
+                step.step(batch)
+            rows, labels, phase = [entry], ["start"], "start"
+            for e in t.timeline():
+                if e["kind"] == "mark":
+                    phase = e["label"]
+                rows.append(e["live"])
+                labels.append(phase)
+            events[m] = [{b: row[b] - base[b] - own[b] for b in BUCKETS} for row in rows]
+            phases[m] = labels
+            kinds[m] = [(e["kind"], e["bucket"]) for e in t.timeline()]
+            per_sample = {b: own[b] / (k * m) for b in BUCKETS}
+            del batch
+    finally:
+        step.close()
+    exact = kinds[SIZES[0]] == kinds[SIZES[1]]
+    return Probe(combo, events, exact, per_sample, phases)
+
+
+def _at(row1, row2, m):
+    m1, m2 = SIZES
+    return {b: row1[b] + (row2[b] - row1[b]) * (m - m1) / (m2 - m1) for b in BUCKETS}
+
+
+def predict(probe, batch_size):
+    """The step's device peak at ``batch_size``: a :class:`Prediction` (bytes; ``by_bucket``
+    sums to ``total``; ``phase`` where the peak falls)."""
+    k = probe.combo.micro_batches
+    m = math.ceil(batch_size / k)
+    batch = {b: probe.batch_bytes_per_sample[b] * batch_size for b in BUCKETS}
+    if probe.exact:
+        best, phase = None, None
+        for row1, row2, label in zip(probe.events[SIZES[0]], probe.events[SIZES[1]], probe.phases[SIZES[1]]):
+            row = _at(row1, row2, m)
+            if best is None or sum(row.values()) > sum(best.values()):
+                best, phase = row, label
+    else:
+        peaks = {}
+        for size in SIZES:
+            rows = probe.events[size]
+            i = max(range(len(rows)), key=lambda j: sum(rows[j].values()))
+            peaks[size], phase = rows[i], probe.phases[size][i]
+        best = _at(peaks[SIZES[0]], peaks[SIZES[1]], m)
+    by_bucket = {b: int(round(best[b] + batch[b])) for b in BUCKETS}
+    return Prediction(sum(by_bucket.values()), by_bucket, phase, probe.exact)
