@@ -18,6 +18,7 @@ Backward is iterative (Kahn's algorithm over dependency counts), so a chain of t
 nodes needs no recursion; each node's saved arrays and incoming gradients are dropped as soon as
 its backward has run.
 """
+import contextlib
 import threading
 
 import numpy as np
@@ -32,6 +33,7 @@ class _State(threading.local):
         self.grad_enabled = True
         self.hooks = []
         self.recomputing = False
+        self.forward_contexts = []
 
 
 _state = _State()
@@ -50,15 +52,59 @@ def is_recomputing():
     return _state.recomputing
 
 
+class forward_context:
+    """``with forward_context(factory):`` — recomputations of what runs inside re-enter ``factory()``.
+
+    A technique that changes how a forward computes (half precision upcasting weights on use and
+    storing saved tensors in half) registers a factory of its context managers here. A checkpoint
+    captures the active factories in its forward and re-enters them when it recomputes in
+    backward, long after the technique's ``with`` block has exited, so the recomputed forward
+    computes exactly as the first one did (PyTorch's checkpoint restores autocast for the same
+    reason).
+    """
+
+    def __init__(self, factory):
+        self.factory = factory
+
+    def __enter__(self):
+        _state.forward_contexts.append(self.factory)
+        return self
+
+    def __exit__(self, *exc):
+        _state.forward_contexts.pop()
+
+
+def forward_contexts():
+    """The factories of the :class:`forward_context` blocks active now, outermost first."""
+    return tuple(_state.forward_contexts)
+
+
 class recomputing:
-    """Context manager that marks a forward as a recomputation (used by checkpointing)."""
+    """Marks a forward as a recomputation (used by checkpointing) and re-enters ``contexts``,
+    the :func:`forward_contexts` captured when the forward first ran."""
+
+    def __init__(self, contexts=()):
+        self.contexts = tuple(contexts)
 
     def __enter__(self):
         self.prev = _state.recomputing
         _state.recomputing = True
+        self.stack = contextlib.ExitStack()
+        try:
+            for factory in self.contexts:
+                self.stack.enter_context(forward_context(factory))
+                self.stack.enter_context(factory())
+        except BaseException:
+            self.stack.close()
+            _state.recomputing = self.prev
+            raise
+        return self
 
     def __exit__(self, *exc):
-        _state.recomputing = self.prev
+        try:
+            self.stack.close()
+        finally:
+            _state.recomputing = self.prev
 
 
 class _GradMode:
@@ -123,6 +169,22 @@ def current_saved_tensors_hooks():
     return _state.hooks[-1] if _state.hooks else None
 
 
+class saved_as_is:
+    """``with saved_as_is():`` tensors saved inside bypass every :class:`saved_tensors_hooks`.
+
+    For saves that must come back exactly, whatever technique is active: a checkpoint's inputs
+    are the start of its recomputation, and a lossy hook (half or int8 storage) would make the
+    recomputed activations differ from the first forward's.
+    """
+
+    def __enter__(self):
+        _state.hooks.append(None)
+        return self
+
+    def __exit__(self, *exc):
+        _state.hooks.pop()
+
+
 def _storage(obj):
     """The array inside a packed object that should count as an activation, if any."""
     if isinstance(obj, Tensor):
@@ -155,7 +217,7 @@ class Function:
         if not self._recording:
             return
         hooks = _state.hooks
-        if hooks:
+        if hooks and hooks[-1] is not None:
             pack, unpack = hooks[-1]
             saved = []
             for a in arrays:

@@ -13,6 +13,11 @@ Contract (the one of PyTorch's reentrant ``torch.utils.checkpoint``, with its pi
 - **RNG.** With ``preserve_rng_state=True`` (the default) the RNG state is saved before the
   forward and restored before the recomputation, so dropout draws the same mask twice and the
   gradients are bit-identical to the plain run. The caller's RNG state is restored afterwards.
+- **Forward contexts.** Techniques that change how a forward computes (half precision) register
+  with :class:`tinymem.autograd.forward_context`; the recomputation re-enters them, so it
+  computes exactly as the first forward did.
+- **Inputs are saved as they are**, past any ``saved_tensors_hooks`` (half storage, int8
+  compression, offload): the recomputation must start from the exact values the forward saw.
 - **Side effects.** The recomputation runs inside :class:`tinymem.autograd.recomputing`; a layer
   with forward side effects (BatchNorm's running statistics) checks
   :func:`tinymem.autograd.is_recomputing` so they are applied once, not twice.
@@ -91,11 +96,13 @@ def backprop(outputs, out_grads):
         autograd.run_backward([o for o, _ in pairs], [g for _, g in pairs])
 
 
-def replay(function, args, needs_grad, out_grads, rng_state=None, tensor_mask=None):
+def replay(function, args, needs_grad, out_grads, rng_state=None, tensor_mask=None, contexts=()):
     """Recompute ``function(*args)`` with the graph recorded and backpropagate ``out_grads``.
 
     The RNG is set to ``rng_state`` for the recomputation (and given back afterwards), and the
-    recomputation is marked with :class:`tinymem.autograd.recomputing`. Returns the input
+    recomputation is marked with :class:`tinymem.autograd.recomputing`, which re-enters the
+    ``contexts`` captured from :func:`tinymem.autograd.forward_contexts` when the forward first
+    ran (half precision's weight upcasts and saved-tensor hooks, say). Returns the input
     gradients (``None`` where none was asked or none flowed). Memory: the recomputed graph's
     saved arrays live until this nested backward has used them.
     """
@@ -103,7 +110,7 @@ def replay(function, args, needs_grad, out_grads, rng_state=None, tensor_mask=No
     if rng_state is not None:
         random.set_rng_state(rng_state)
     try:
-        with autograd.recomputing():
+        with autograd.recomputing(contexts):
             outputs, box = record(function, args, needs_grad, tensor_mask)
     finally:
         if rng_state is not None:
@@ -136,12 +143,16 @@ class CheckpointFunction(Function):
     def forward(ctx, *arrays, function, n_args, tensor_mask, preserve_rng_state):
         ctx.function, ctx.n_args, ctx.tensor_mask = function, n_args, tensor_mask
         ctx.rng_state = random.get_rng_state() if preserve_rng_state else None
+        ctx.contexts = autograd.forward_contexts()
         args = arrays[:n_args]
         ctx.constants = [None if is_t else a for a, is_t in zip(args, tensor_mask)]
         with no_grad():
             out = function(*[Tensor._wrap(a) if is_t else a for a, is_t in zip(args, tensor_mask)])
         outs = _as_outputs(out, function)
-        ctx.save_for_backward(*[a for a, is_t in zip(args, tensor_mask) if is_t])
+        # Saved exactly, past any saved_tensors_hooks: the recomputation must start from the
+        # very values the forward saw (a half or int8 hook would round them).
+        with autograd.saved_as_is():
+            ctx.save_for_backward(*[a for a, is_t in zip(args, tensor_mask) if is_t])
         datas = tuple(o.data for o in outs)
         return datas if isinstance(out, tuple) else datas[0]
 
@@ -149,7 +160,7 @@ class CheckpointFunction(Function):
         saved = iter(ctx.saved_tensors)
         args = [next(saved) if is_t else c for c, is_t in zip(ctx.constants, ctx.tensor_mask)]
         needs = ctx.needs_input_grad[:ctx.n_args]
-        box = replay(ctx.function, args, needs, grads, ctx.rng_state, ctx.tensor_mask)
+        box = replay(ctx.function, args, needs, grads, ctx.rng_state, ctx.tensor_mask, ctx.contexts)
         return tuple(box) + (None,) * (len(ctx.needs_input_grad) - ctx.n_args)
 
 

@@ -74,7 +74,7 @@ import weakref
 import numpy as np
 
 from .. import backend, memory
-from ..autograd import Function, Tensor, saved_tensors_hooks
+from ..autograd import Function, Tensor, forward_context, saved_tensors_hooks
 from ..nn import Module
 from .bfloat16 import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 from .grad_scaler import GradScaler
@@ -293,7 +293,16 @@ class HalfModule(Module):
         args, kwargs = _map_tensors(args, to_compute), _map_tensors(kwargs, to_compute)
         saved_as = {}
         pack, unpack = _pack_hooks(self.format, saved_as)
-        with saved_tensors_hooks(pack, unpack), _half_modules(self.module, self.format, dtype, saved_as):
+
+        def half_context():
+            stack = contextlib.ExitStack()
+            stack.enter_context(saved_tensors_hooks(pack, unpack))
+            stack.enter_context(_half_modules(self.module, self.format, dtype, saved_as))
+            return stack
+
+        # Registered as a forward context so that a checkpoint inside the model recomputes
+        # with the same upcasts and half storage when backward re-runs its forward.
+        with forward_context(half_context), half_context():
             out = self.module(*args, **kwargs)
         return _map_tensors(out, lambda t: t.to(dtype="float32") if t.dtype == np.float16 else t)
 

@@ -125,6 +125,7 @@ class RevolveFunction(Function):
 
     def forward(ctx, x, *params, layers, schedule, preserve_rng_state):
         ctx.layers, ctx.preserve = layers, preserve_rng_state
+        ctx.contexts = autograd.forward_contexts()
         ctx.snapshots, ctx.tape, ctx.consumed = {}, None, False
         if not ctx._recording:
             with no_grad():
@@ -185,12 +186,13 @@ class RevolveFunction(Function):
                 if g is None:  # the layer's output did not depend on its input
                     g = xp.zeros(*meta)
                 if action.kind != "backward":
-                    with autograd.recomputing():
+                    with autograd.recomputing(ctx.contexts):
                         state = ctx._act(action, state)
                     continue
                 needs = [ctx.needs_input_grad[0] if action.step == 0 else True]
                 meta = (state.shape, state.dtype)
-                g = replay(ctx.layers[action.step], [state], needs, [g], ctx.rng[action.step])[0]
+                g = replay(ctx.layers[action.step], [state], needs, [g], ctx.rng[action.step],
+                           contexts=ctx.contexts)[0]
         finally:
             random.set_rng_state(outer)
             ctx._free_all()
