@@ -16,7 +16,8 @@ The two maps (2 x 256 float32, 2 KiB) are counted once per optimizer.
 ``qmap="linear"`` swaps in evenly spaced maps, the paper's ablation: small second-moment entries
 round to zero, and the step m / (sqrt(v) + eps) blows up for them. Pitfall: bitsandbytes fuses
 dequantize-update-quantize in one kernel; here the float32 moments of one parameter exist for
-the duration of its step (8n bytes of workspace at the largest parameter).
+the duration of its step (8n bytes of workspace at the largest parameter, and requantizing
+adds 12n bytes of temporaries: normalised values and int64 code indices).
 """
 import math
 
@@ -76,8 +77,8 @@ class Adam8bit(Adam):
                 state[name + "_absmax"] = self._state_array(grad, dtype=np.float32, shape=(blocks,))
         state["step"] += 1
         g = self._decay(p, grad, group)
-        m = self._scratch(blockwise.dequantize(state["exp_avg_codes"], state["exp_avg_absmax"], qm, block))
-        v = self._scratch(blockwise.dequantize(state["exp_avg_sq_codes"], state["exp_avg_sq_absmax"], qv, block))
+        m = blockwise.dequantize(state["exp_avg_codes"], state["exp_avg_absmax"], qm, block, self._scratch)
+        v = blockwise.dequantize(state["exp_avg_sq_codes"], state["exp_avg_sq_absmax"], qv, block, self._scratch)
         p.data -= self._direction(m, v, g.astype(np.float32, copy=False), state["step"], group).astype(p.dtype, copy=False)
-        blockwise.quantize(m, qm, block, state["exp_avg_codes"], state["exp_avg_absmax"])
-        blockwise.quantize(v, qv, block, state["exp_avg_sq_codes"], state["exp_avg_sq_absmax"])
+        blockwise.quantize(m, qm, block, state["exp_avg_codes"], state["exp_avg_absmax"], self._scratch)
+        blockwise.quantize(v, qv, block, state["exp_avg_sq_codes"], state["exp_avg_sq_absmax"], self._scratch)

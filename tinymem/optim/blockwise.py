@@ -66,15 +66,27 @@ def _blocks(flat, block_size, xp):
     return flat.reshape(-1, block_size)
 
 
-def quantize(x, qmap, block_size, codes=None, absmax=None):
+def _uncounted(array):
+    return array
+
+
+def quantize(x, qmap, block_size, codes=None, absmax=None, scratch=_uncounted):
     """Codes (uint8, x's size) and per-block absmax (float32) of ``x``; fills ``codes``/``absmax``
-    in place when given, so state arrays keep their identity (and their ledger entry)."""
+    in place when given, so state arrays keep their identity (and their ledger entry).
+
+    Temporaries: the normalised values (4 bytes per element) and the nearest-code indices
+    (8 bytes per element, int64 from searchsorted); ``scratch`` counts them (an optimizer's
+    ``_scratch`` puts them in the ledger's workspace bucket).
+    """
     xp = backend.array_module(x)
     blocks = _blocks(x.reshape(-1), block_size, xp)
     scale = xp.abs(blocks).max(axis=1).astype(np.float32)
-    normalised = blocks / xp.where(scale == 0, 1, scale)[:, None]
+    normalised = scratch(blocks / xp.where(scale == 0, 1, scale)[:, None])
     midpoints = (qmap[1:] + qmap[:-1]) / 2
-    found = xp.searchsorted(midpoints, normalised.reshape(-1))[:x.size].astype(np.uint8)
+    index = scratch(xp.searchsorted(midpoints, normalised.reshape(-1)))
+    del normalised
+    found = index[:x.size].astype(np.uint8)
+    del index
     if codes is None:
         return found.reshape(x.shape), scale
     codes[...] = found.reshape(codes.shape)
@@ -82,8 +94,9 @@ def quantize(x, qmap, block_size, codes=None, absmax=None):
     return codes, absmax
 
 
-def dequantize(codes, absmax, qmap, block_size):
-    """float32 values of shape ``codes.shape`` from codes and per-block scales."""
+def dequantize(codes, absmax, qmap, block_size, scratch=_uncounted):
+    """float32 values of shape ``codes.shape`` from codes and per-block scales (one temporary
+    of 4 bytes per element besides the result, counted by ``scratch``)."""
     xp = backend.array_module(codes)
-    values = _blocks(qmap[codes.reshape(-1)], block_size, xp)
-    return (values * absmax[:, None]).reshape(-1)[:codes.size].reshape(codes.shape)
+    values = scratch(_blocks(qmap[codes.reshape(-1)], block_size, xp))
+    return scratch((values * absmax[:, None]).reshape(-1)[:codes.size].reshape(codes.shape))

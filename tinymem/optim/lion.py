@@ -35,7 +35,8 @@ class Lion(Optimizer):
         beta1, beta2 = group["betas"]
         m = state["exp_avg"]
         xp = backend.array_module(m)
-        direction = self._scratch(beta1 * m + (1 - beta1) * grad)
+        direction = self._scratch(beta1 * m)
+        direction += self._scratch((1 - beta1) * grad)
         xp.sign(direction, out=direction)
         direction *= group["lr"]
         if group["weight_decay"]:
