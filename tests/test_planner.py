@@ -107,6 +107,15 @@ def test_plan_proposes_the_fastest_fitting_combination_and_it_fits():
         planner.measure_step(work, too_big.combo, 16, budget=budget)
 
 
+def test_every_row_of_a_plan_is_the_ledger_peak_of_its_real_step():
+    work = planner.workload("transformer", "32,16,16,2,2")
+    result = planner.plan(work, None, batch_size=16, budget=None, schedules=("block",), precisions=("fp32",),
+                          optimizers=("Adam8bit",), offloads=("none", "activations"))
+    assert {r.combo.micro_batches for r in result.rows} == {1, 2, 4, 8}
+    for row in result.rows:
+        assert row.prediction.total == planner.measure_step(work, row.combo, 16)["ledger"], row.combo
+
+
 def test_plan_with_nothing_fitting_says_so():
     result = planner.plan("mlp", "8,16,4", batch_size=4, budget=1000, schedules=("none",), optimizers=("SGD",),
                           precisions=("fp32",), offloads=("none",))
@@ -116,7 +125,7 @@ def test_plan_with_nothing_fitting_says_so():
 
 def test_cli_plan_verify_prints_predicted_ledger_and_measured(capsys):
     code = cli.main(["plan", "--model", "mlp", "--sizes", "16,64,4", "--batch", "8", "--budget", "1MB",
-                     "--optimizers", "SGD", "--precisions", "fp32", "bf16", "--verify"])
+                     "--optimizers", "SGD", "--precisions", "fp32", "bf16", "--offloads", "none", "--verify"])
     out = capsys.readouterr().out
     assert code == 0
     assert "proposal:" in out and "--verify" in out

@@ -64,9 +64,10 @@ def plan(model, sizes, batch_size, budget, schedules=None, precisions=PRECISIONS
                       sorted({c.optimizer for c in combos}), sorted({c.offload for c in combos}))
     rows = []
     for combo in combos:
-        prediction = predict(probes[combo._replace(micro_batches=min(combo.micro_batches, 2))], batch_size)
-        kept = combo._replace(offload="none", micro_batches=min(combo.micro_batches, 2))
-        activations = (predict(probes[kept], batch_size).by_bucket["activation"]
+        k = combo.micro_batches
+        prediction = predict(probes[combo._replace(micro_batches=min(k, 2))], batch_size, k)
+        kept = combo._replace(offload="none", micro_batches=min(k, 2))
+        activations = (predict(probes[kept], batch_size, k).by_bucket["activation"]
                        if combo.offload == "activations" and kept in probes else 0)
         seconds = times.seconds(combo, batch_size, activations)
         rows.append(Row(combo, prediction, model_states(shapes, combo, buffers), True, seconds))

@@ -100,10 +100,14 @@ def _at(row1, row2, m):
     return {b: row1[b] + (row2[b] - row1[b]) * (m - m1) / (m2 - m1) for b in BUCKETS}
 
 
-def predict(probe, batch_size):
-    """The step's device peak at ``batch_size``: a :class:`Prediction` (bytes; ``by_bucket``
-    sums to ``total``; ``phase`` where the peak falls)."""
-    k = probe.combo.micro_batches
+def predict(probe, batch_size, micro_batches=None):
+    """The step's device peak at ``batch_size`` in ``micro_batches`` (default: the probed
+    combination's; every k >= 2 shares the probe of k = 2): a :class:`Prediction` (bytes;
+    ``by_bucket`` sums to ``total``; ``phase`` where the peak falls)."""
+    k = probe.combo.micro_batches if micro_batches is None else micro_batches
+    if (k > 1) != (probe.combo.micro_batches > 1):
+        raise ValueError(f"a probe of {probe.combo.micro_batches} micro-batch(es) cannot predict k = {k}: "
+                         "probe k = 1 and k >= 2 separately")
     m = math.ceil(batch_size / k)
     batch = {b: probe.batch_bytes_per_sample[b] * batch_size for b in BUCKETS}
     if probe.exact:

@@ -12,7 +12,7 @@ from .. import memory, random
 from .recipe import TrainingStep
 
 
-def measure_step(workload, combo, batch_size, budget=None, steps=1, seed=0, device=None):
+def measure_step(workload, combo, batch_size, budget=None, steps=1, seed=0):
     """Warm-up step, ``steps`` measured steps, one timed step at ``batch_size`` (all under
     ``budget`` if given).
 
@@ -33,7 +33,7 @@ def measure_step(workload, combo, batch_size, budget=None, steps=1, seed=0, devi
         for _ in range(steps):
             step.optimizer.zero_grad()
             gc.collect()
-            with memory.track(budget=budget, measure=True, timeline=False, device=device) as t:
+            with memory.track(budget=budget, measure=True, timeline=False, device=workload.device) as t:
                 losses.append(step.step(batch))
             peaks.append(t)
         # Timed apart: tracemalloc slows Python code about 2x while it traces.

@@ -13,7 +13,7 @@ Checkpoint schedules: ``none``; ``sqrt`` (the chain of blocks in ceil(sqrt(n)) s
 import numpy as np
 
 from .. import functional as F
-from .. import models, nn, random
+from .. import backend, models, nn, random
 from ..autograd import Tensor
 from ..techniques.checkpoint import checkpoint, checkpoint_sequential
 from ..techniques.precision import HalfModule
@@ -64,8 +64,9 @@ class Workload:
     n_sizes = None  # how many sizes the model takes (None: any number, checked by the subclass)
     schedules = SCHEDULES
 
-    def __init__(self, sizes):
+    def __init__(self, sizes, device=None):
         self.sizes = [int(s) for s in sizes]
+        self.device = backend.check_device(device)
         if self.n_sizes is not None and len(self.sizes) != self.n_sizes:
             raise ValueError(f"{self.name} sizes are {self.sizes_help}, got {sizes}")
 
@@ -81,8 +82,8 @@ class Workload:
 class MLPWorkload(Workload):
     name, sizes_help = "mlp", "in,hidden,...,out (e.g. 64,1024,1024,10)"
 
-    def __init__(self, sizes):
-        super().__init__(sizes)
+    def __init__(self, sizes, device=None):
+        super().__init__(sizes, device)
         if len(self.sizes) < 2:
             raise ValueError(f"mlp sizes need an input and an output size, got {sizes}; write {self.sizes_help}")
 
@@ -92,7 +93,7 @@ class MLPWorkload(Workload):
 
     def build(self, schedule):
         self.check_schedule(schedule)
-        model = models.MLP(self.sizes)
+        model = models.MLP(self.sizes, device=self.device)
         if schedule == "none":
             return model
         layers, blocks = list(model), []
@@ -103,9 +104,9 @@ class MLPWorkload(Workload):
         return CheckpointedChain(blocks, _segments(schedule, len(blocks)))
 
     def batch(self, n):
-        x = Tensor(random.randn((n, self.sizes[0])))
+        x = Tensor(random.randn((n, self.sizes[0]), self.device))
         y = (np.arange(n) % self.sizes[-1]).astype(np.int64)
-        return x, y
+        return x, backend.to_device(y, self.device)
 
     @staticmethod
     def loss(net, batch):
@@ -124,16 +125,16 @@ class UNetWorkload(Workload):
     def build(self, schedule):
         self.check_schedule(schedule)
         c, k, base, depth, _ = self.sizes
-        model = models.UNet(c, k, base, depth)
+        model = models.UNet(c, k, base, depth, device=self.device)
         if schedule == "block":
             model.checkpoint_fn = CheckpointBlock()
         return model
 
     def batch(self, n):
         c, k, _, _, res = self.sizes
-        x = Tensor(random.randn((n, c, res, res)))
+        x = Tensor(random.randn((n, c, res, res), self.device))
         labels = (np.arange(n * res * res).reshape(n, res, res) % k).astype(np.int64)
-        return x, labels
+        return x, backend.to_device(labels, self.device)
 
     @staticmethod
     def loss(net, batch):
@@ -152,7 +153,7 @@ class TransformerWorkload(Workload):
     def build(self, schedule):
         self.check_schedule(schedule)
         vocab, context, d, heads, layers = self.sizes
-        model = models.TransformerLM(vocab, context, d, heads, layers)
+        model = models.TransformerLM(vocab, context, d, heads, layers, device=self.device)
         if schedule != "none":
             model.blocks = CheckpointedChain(list(model.blocks), _segments(schedule, layers))
         return model
@@ -160,7 +161,8 @@ class TransformerWorkload(Workload):
     def batch(self, n):
         vocab, context = self.sizes[:2]
         ids = (np.arange(n * (context + 1)).reshape(n, context + 1) * 7 % vocab).astype(np.int64)
-        return ids[:, :-1].copy(), ids[:, 1:].copy()
+        return (backend.to_device(ids[:, :-1].copy(), self.device),
+                backend.to_device(ids[:, 1:].copy(), self.device))
 
     def loss(self, net, batch):
         ids, targets = batch
@@ -170,8 +172,8 @@ class TransformerWorkload(Workload):
 WORKLOADS = {w.name: w for w in (MLPWorkload, UNetWorkload, TransformerWorkload)}
 
 
-def workload(name, sizes):
-    """``workload("mlp", "64,1024,10")`` (sizes as a string or a list of ints)."""
+def workload(name, sizes, device=None):
+    """``workload("mlp", "64,1024,10")`` (sizes as a string or a list of ints) on ``device``."""
     if name not in WORKLOADS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(WORKLOADS)}")
     if isinstance(sizes, str):
@@ -180,7 +182,7 @@ def workload(name, sizes):
         except ValueError:
             raise ValueError(f"sizes must be integers separated by commas, got {sizes!r}; "
                              f"for {name}: {WORKLOADS[name].sizes_help}") from None
-    return WORKLOADS[name](sizes)
+    return WORKLOADS[name](sizes, device)
 
 
 def set_half_format(root, fmt):

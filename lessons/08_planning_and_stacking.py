@@ -1,0 +1,167 @@
+# %% [markdown]
+# # Lesson 8 — Planning memory before you run, and stacking the techniques
+#
+# Lessons 1-7 each attacked one bucket. A real run asks a different question: *here is my model,
+# my batch and my GPU — which combination of techniques fits, and which of those is fastest?*
+# `tinymem plan` answers it before anything trains (`tinymem/planner/`):
+#
+# - **model states by formula** (`planner/states.py`), as DeepSpeed's
+#   `estimate_zero*_model_states_mem_needs` and `accelerate estimate-memory` do: parameters,
+#   gradients and optimizer state from the parameter shapes and each optimizer's own
+#   bytes-per-parameter formula (`optim/table.py`);
+# - **activations and workspace by a two-point probe** (`planner/probe.py`): the real training
+#   step, with the techniques applied, at micro-batches of 2 and 3 samples under the ledger, then
+#   extrapolated linearly to the real size — event by event, so the prediction is the ledger's
+#   own peak, not an estimate of it;
+# - **a coarse time model** (`planner/timing.py`) calibrated on this machine, to rank what fits.
+#
+# Then we stack the techniques on one model until a run that does not fit at fp32 + Adam trains
+# in a quarter of the memory (`planner/stack.py`, figure `stack_waterfall.png`).
+
+# %%
+import math
+import os
+
+import tinymem as tm
+from tinymem import memory, planner
+from tinymem.experiments import stack as experiment
+from tinymem.experiments._records import meta
+from tinymem.planner.recipe import Combination
+from tinymem.planner.states import buffer_bytes, model_states, parameter_shapes
+
+QUICK = os.environ.get("TINYMEM_QUICK") == "1"
+OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
+tm.manual_seed(0)
+
+# %% [markdown]
+# ## 1. Model states: a formula is enough
+#
+# For N float32 weights trained with Adam: 4N (weights) + 4N (gradients) + 8N (two moments) =
+# **16 bytes per parameter**. Half precision does not change the total: 2N + 2N half weights
+# and gradients, but 4N of fp32 masters join the 8N of Adam (lesson 2). Only the optimizer
+# (lesson 5), offload (lesson 4) or partitioning (lesson 7) make this smaller.
+
+# %%
+work = planner.workload("mlp", "64,256,256,10")
+model = work.build("none")
+shapes = parameter_shapes(model)
+n = sum(math.prod(s) for s in shapes)
+print(f"{work!r}: {n:,d} parameters")
+for precision, optimizer, offload in [("fp32", "Adam", "none"), ("bf16", "Adam", "none"),
+                                      ("fp32", "Adam8bit", "none"), ("fp32", "Adam", "optimizer")]:
+    states = model_states(shapes, Combination("none", precision, optimizer, offload, 1), buffer_bytes(model))
+    print(f"  {precision} {optimizer:<9} offload={offload:<9} " +
+          "  ".join(f"{b} {v / n:5.2f} B/param" for b, v in states.items()))
+del model  # a budget counts every device byte of the process: let this one go
+
+# %% [markdown]
+# ## 2. Activations: probe twice, extrapolate every event
+#
+# Activations depend on everything: the model's ops, the checkpoint schedule, what half
+# precision stores, whether saved tensors leave the device. Rather than a formula per case, the
+# planner runs the *real* step — techniques applied — at 2 and then 3 samples per micro-batch
+# and records the ledger's timeline. Both runs make the same allocations in the same order, and
+# in these models every array is either batch-independent or has the batch as its first
+# dimension, so at every event each bucket holds c + a·m bytes. Two runs give c and a; the peak
+# at m is the largest extrapolated event. (Why not 1 and 2 samples? A batch of one is a
+# degenerate shape: a transposed (1, C, H, W) array is already contiguous, an op skips a copy,
+# and the two runs no longer line up.)
+#
+# Extrapolate *then* take the max: at 2 samples the peak may sit on a weight-sized temporary of
+# the optimizer, at 512 on the activations at the end of the forward pass.
+#
+# Here is the check the tests run, on every model of `models.py`:
+
+# %%
+CASES = [("mlp", "32,64,64,64,10", Combination("sqrt", "fp32", "Adam", "none", 1)),
+         ("unet", "1,3,4,3,16", Combination("block", "bf16", "Adam8bit", "none", 2)),
+         ("transformer", "32,16,16,2,2", Combination("none", "fp32", "Adafactor", "activations", 1))]
+batch = 8 if QUICK else 16
+for name, sizes, combo in CASES:
+    w = planner.workload(name, sizes)
+    prediction = planner.predict(planner.run_probe(w, combo), batch)
+    measured = planner.measure_step(w, combo, batch)
+    error = (prediction.total - measured["ledger"]) / measured["ledger"]
+    print(f"{name:<12} {planner.describe(combo):<45} predicted {prediction.total:>9,d} B  "
+          f"ledger {measured['ledger']:>9,d} B  error {error:+.2%}  (peak in {prediction.phase})")
+
+# %% [markdown]
+# The probe is exact here, not "within 5%". Where would it stop being exact? A convolution
+# builds its column matrix in blocks of at most `WORKSPACE_ELEMENTS`; once one block no longer
+# holds the whole micro-batch its workspace stops growing, and the prediction becomes an upper
+# bound. And the probe measures the ledger: how close the ledger is to the allocator is the
+# ledger's own test (`tests/test_memory.py`); `--verify` prints both.
+#
+# ## 3. The plan
+#
+# Every combination of checkpoint schedule x precision x optimizer x offload x micro-batches
+# (those that compose), its predicted peak per bucket, whether it fits, its predicted time:
+
+# %%
+from tinymem.cli import print_table  # noqa: E402
+
+result = planner.plan("mlp", "64,256,256,256,10", batch_size=64 if QUICK else 256, budget=None,
+                      schedules=("none", "sqrt"), precisions=("fp32", "bf16"),
+                      optimizers=("SGD momentum", "Adam", "Adam8bit"), offloads=("none", "optimizer"))
+needs = sorted(r.prediction.total for r in result.rows)
+result = planner.with_budget(result, needs[len(needs) // 4])  # a budget a quarter of them meet
+print_table(planner.table_rows(result, top=8))
+print(planner.summary(result))
+measured = planner.measure_step(result.workload, result.proposal.combo, result.batch_size, budget=result.budget)
+print_table(planner.verify_rows(result, measured))
+
+# %% [markdown]
+# The same from the shell, with a budget and the check:
+#
+#     python -m tinymem plan --model mlp --sizes 64,1024,1024,10 --batch 512 --budget 8MB --verify
+#
+# The time model is coarse on purpose: forward + backward as three forwards, plus the share of
+# the forward that checkpointing recomputes, times the measured slowdown of half precision on
+# this machine, plus one measured optimizer step, plus the bytes offload copies at the
+# measured memcpy bandwidth. It ranks; `--verify` measures.
+#
+# ## 4. Stacking
+#
+# One MLP, mostly activations at its batch size. Each stage adds one technique to the previous:
+
+# %%
+records = experiment.run(quick=True)
+records["meta"] = meta("cpu", True)
+for s in records["stages"]:
+    print(f"{s['label']:<28} peak {s['ledger'] / 2**20:6.2f} MiB   step {1e3 * s['seconds']:6.1f} ms")
+print(f"{records['reduction']:.1f}x less than fp32 + Adam; under a budget of a quarter of it the plain run "
+      f"fails with: {records['plain_under_budget']}")
+print("the stacked run trains under it:", [round(v, 4) for v in records["stacked_losses"]])
+print(experiment.plot(records, OUT))
+
+# %% [markdown]
+# Read the waterfall from left to right. Adam8bit takes 6 of Adam's 8 bytes per parameter.
+# Checkpointing with sqrt(n) segments keeps the segment inputs and recomputes one segment at a
+# time. Micro-batches divide what is left of the activations by k and cost k smaller steps.
+# Moving the optimizer state to the host takes the last optimizer bytes off the device and adds
+# the traffic of every gradient down and every weight up.
+#
+# ## Pitfalls
+#
+# - **Per-block checkpointing of an MLP saves little**: a ReLU's saved output *is* the next
+#   Linear's saved input; the ledger counts it once. Segments of several blocks (sqrt) do save.
+# - **Half precision is not a model-state saving**: with fp32 masters it is 16 bytes per
+#   parameter with Adam, as fp32; it halves the saved activations.
+# - **Techniques do not always compose**: half precision and activation offload are both
+#   saved-tensor hooks and the innermost wins; the planner does not offer the pair.
+# - **Micro-batches are not free**: each pays the per-call overhead, and a layer that mixes
+#   samples (BatchNorm) sees smaller batches (lesson 6).
+# - **A prediction is for one step after the first**: the first step also creates the optimizer
+#   state; the probe and `--verify` both take a warm-up step.
+#
+# ## Exercises (`lessons/exercises/ex08.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_08`)
+#
+# 1. `model_state_bytes(n_params, precision, optimizer_bytes_per_param)`: the three model-state
+#    buckets by formula (half precision has fp32 masters in the optimizer bucket).
+# 2. `extrapolated_peak(totals_a, totals_b, m_a, m_b, m)`: the probe's extrapolation — every
+#    event first, then the max. The check compares it with a real step.
+# 3. `propose(rows, budget)`: the fastest row that fits, the smaller one on a tie.
+# 4. `micro_batches_needed(fixed, per_sample, batch, budget)`: the fewest micro-batches (a power
+#    of two dividing the batch) that fit.
+# 5. Think: the planner proposes the fastest combination that fits. When would you rather take
+#    a slower one that leaves more room under the budget?
