@@ -102,7 +102,7 @@ from tinymem.cli import print_table  # noqa: E402
 
 result = planner.plan("mlp", "64,256,256,256,10", batch_size=64 if QUICK else 256, budget=None,
                       schedules=("none", "sqrt"), precisions=("fp32", "bf16"),
-                      optimizers=("SGD momentum", "Adam", "Adam8bit"), offloads=("none", "optimizer"))
+                      optimizers=("Adam", "Adam8bit"), offloads=("none", "optimizer"))
 needs = sorted(r.prediction.total for r in result.rows)
 result = planner.with_budget(result, needs[len(needs) // 4])  # a budget a quarter of them meet
 print_table(planner.table_rows(result, top=8))

@@ -105,7 +105,11 @@ class MLPWorkload(Workload):
 
     def batch(self, n):
         x = Tensor(random.randn((n, self.sizes[0]), self.device))
-        y = (np.arange(n) % self.sizes[-1]).astype(np.int64)
+        classes = self.sizes[-1]
+        if self.sizes[0] >= classes:  # a learnable rule: the class is the largest of the first inputs
+            y = backend.to_numpy(x.data[:, :classes]).argmax(axis=1).astype(np.int64)
+        else:
+            y = (np.arange(n) % classes).astype(np.int64)
         return x, backend.to_device(y, self.device)
 
     @staticmethod
