@@ -37,17 +37,12 @@ class Module:
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
             raise AttributeError(f"call super().__init__() in {type(self).__name__}.__init__ first")
-        # Re-assigning a name keeps its place in the ordered dicts (as in PyTorch), so swapping
-        # a layer of a Sequential for another one does not change the order the layers run in.
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
         if isinstance(value, Parameter):
-            self._modules.pop(name, None)
             self._parameters[name] = value
         elif isinstance(value, Module):
-            self._parameters.pop(name, None)
             self._modules[name] = value
-        else:
-            self._parameters.pop(name, None)
-            self._modules.pop(name, None)
         object.__setattr__(self, name, value)
 
     def __call__(self, *args, **kwargs):

@@ -134,11 +134,18 @@ class ObservedLinear(nn.Module):
 
 
 def _swap(model, kind, make):
-    """Replace every sub-module of type ``kind`` by ``make(module)``, in place (same slot)."""
+    """Replace every sub-module of type ``kind`` by ``make(module)``, in place.
+
+    The new module takes the old one's slot in the parent's ordered sub-modules: tinymem's
+    ``Module.__setattr__`` would move a re-assigned name to the end, and a Sequential would then
+    run its layers out of order.
+    """
     for _, parent in list(model.named_modules()):
         for name, child in list(parent._modules.items()):
             if type(child) is kind:
-                setattr(parent, name, make(child))
+                new = make(child)
+                parent._modules[name] = new
+                object.__setattr__(parent, name, new)
     return model
 
 
