@@ -21,7 +21,7 @@ Taking the max *after* extrapolating matters: the event where the peak falls may
 (a weight-sized temporary at m = 1, a batch-sized one at m = 512).
 
 Where it stops being exact (said in the report, never hidden): when the two runs' event lists
-differ it falls back to extrapolating each bucket's value at the peak (``exact`` is
+differ in length it falls back to extrapolating each bucket's value at the peak (``exact`` is
 False); a convolution builds its column matrix in blocks of at most ``WORKSPACE_ELEMENTS``, so
 once one block no longer holds the whole micro-batch the real workspace stops growing and the
 prediction becomes an upper bound.
@@ -91,7 +91,11 @@ def run_probe(workload, combo, seed=0):
             del batch
     finally:
         step.close()
-    exact = kinds[SIZES[0]] == kinds[SIZES[1]]
+    # The runs line up when they made as many events. Their kinds may still differ at a few
+    # places: a small array freed one event earlier at one size than at the other (seen once,
+    # 64 bytes, in a half-precision Transformer); extrapolating event by event stays exact there
+    # up to those bytes.
+    exact = len(kinds[SIZES[0]]) == len(kinds[SIZES[1]])
     return Probe(combo, events, exact, per_sample, phases)
 
 
