@@ -91,3 +91,11 @@ def test_layernorm_and_embedding_modules_match_torch():
     emb = nn.Embedding(10, 4)
     idx = np.array([[1, 9], [1, 0]])
     np.testing.assert_array_equal(emb(idx).numpy(), emb.weight.numpy()[idx])
+
+
+def test_reassigning_a_layer_keeps_its_place_in_a_sequential():
+    model = tm.models.MLP([4, 8, 8, 2])
+    old = model[2]
+    setattr(model, "2", nn.Linear(8, 8))
+    assert [type(m).__name__ for m in model] == ["Linear", "ReLU", "Linear", "ReLU", "Linear"]
+    assert model[2] is not old and model(tm.tensor(np.ones((1, 4), np.float32))).shape == (1, 2)

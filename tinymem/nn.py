@@ -37,8 +37,12 @@ class Module:
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
             raise AttributeError(f"call super().__init__() in {type(self).__name__}.__init__ first")
-        self._parameters.pop(name, None)
-        self._modules.pop(name, None)
+        # Re-assigning keeps the slot (dict assignment keeps order), as PyTorch does: a
+        # Sequential whose layer is swapped must still run its layers in order.
+        if not isinstance(value, Parameter):
+            self._parameters.pop(name, None)
+        if not isinstance(value, Module):
+            self._modules.pop(name, None)
         if isinstance(value, Parameter):
             self._parameters[name] = value
         elif isinstance(value, Module):
