@@ -80,13 +80,16 @@ class CrossEntropy(Function):
                              f"{logits.shape} and {target.shape}")
         if target.dtype.kind not in "iu":
             raise TypeError(f"cross_entropy targets must be integer class indices, got {target.dtype}")
+        # One exp over the logits: p = exp(z) / sum(exp(z)) and loss = log(sum) - z[target],
+        # with z = logits - max (so exp never overflows).
         shifted = logits - logits.max(axis=1, keepdims=True)
-        lse = xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
-        logp = shifted - lse
-        rows = xp.arange(len(target))
-        losses = -logp[rows, target]
+        p = xp.exp(shifted)
+        total = p.sum(axis=1, keepdims=True)
+        losses = xp.log(total[:, 0]) - shifted[xp.arange(len(target)), target]
+        del shifted
+        p /= total
         ctx.reduction = reduction
-        ctx.save_for_backward(xp.exp(logp), target)
+        ctx.save_for_backward(p, target)
         if reduction == "mean":
             return losses.mean()
         if reduction == "sum":
