@@ -79,7 +79,10 @@ def with_budget(result, budget):
     budget = parse_bytes(budget)
     rows = [r._replace(fits=budget is None or r.prediction.total <= budget) for r in result.rows]
     fitting = [r for r in rows if r.fits]
-    proposal = min(fitting, key=lambda r: (r.seconds, r.prediction.total)) if fitting else None
+    # A prediction whose probe failed its self-check (probe.py) is proposed only when no
+    # checked one fits.
+    proposal = (min(fitting, key=lambda r: (not r.prediction.exact, r.seconds, r.prediction.total))
+                if fitting else None)
     return result._replace(budget=budget, rows=rows, proposal=proposal)
 
 
@@ -93,8 +96,9 @@ def describe(combo):
 
 
 def table_rows(result, top=None):
-    """Rows for ``cli.print_table``: fitting combinations first, fastest first (``top`` of them)."""
-    ordered = sorted(result.rows, key=lambda r: (not r.fits, r.seconds))
+    """Rows for ``cli.print_table``: fitting combinations first, checked predictions first,
+    fastest first (``top`` of them)."""
+    ordered = sorted(result.rows, key=lambda r: (not r.fits, not r.prediction.exact, r.seconds))
     out = []
     for r in ordered[:top]:
         c = r.combo
@@ -102,7 +106,8 @@ def table_rows(result, top=None):
                "k": c.micro_batches}
         row.update({b[:5]: format_bytes(r.prediction.by_bucket[b]) for b in BUCKETS})
         row.update({"peak": format_bytes(r.prediction.total), "states(formula)": format_bytes(sum(r.states.values())),
-                    "fits": "yes" if r.fits else "no", "pred ms": round(1e3 * r.seconds, 2),
+                    "fits": "yes" if r.fits else "no", "checked": "yes" if r.prediction.exact else "NO",
+                    "pred ms": round(1e3 * r.seconds, 2),
                     "peak in": r.prediction.phase})
         out.append(row)
     return out
@@ -114,6 +119,10 @@ def summary(result):
     budget = "no budget" if result.budget is None else f"budget {format_bytes(result.budget)}"
     lines = [f"{result.workload!r}, batch {result.batch_size}, {budget}: "
              f"{fitting} of {len(result.rows)} combinations fit"]
+    unchecked = sum(not r.prediction.exact for r in result.rows)
+    if unchecked:
+        lines.append(f"{unchecked} predictions failed the probe's self-check (column checked = NO): "
+                     "treat them as estimates")
     p = result.proposal
     if p is None:
         best = min(result.rows, key=lambda r: r.prediction.total)
