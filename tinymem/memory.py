@@ -259,8 +259,11 @@ class Tracker:
         self.budget = parse_bytes(budget)
         self.measure, self.keep_timeline = measure, timeline
         self.device = backend.check_device(device) if measure else None
-        self.start = LEDGER.bytes()
-        self._peak, self._peak_split = self.start, LEDGER.by_bucket()
+        # Read the split once and sum it: building a dict can run the garbage collector, whose
+        # frees would otherwise land between two separate reads of the ledger.
+        split = LEDGER.by_bucket()
+        self.start = sum(split.values())
+        self._peak, self._peak_split = self.start, split
         self._bucket_max = dict(self._peak_split)
         self.events, self.t0 = [], time.perf_counter()
         self._probe = None
@@ -279,7 +282,8 @@ class Tracker:
         if place == "device":
             total = LEDGER.bytes()
             if total > self._peak:
-                self._peak, self._peak_split = total, LEDGER.by_bucket()
+                split = LEDGER.by_bucket()
+                self._peak, self._peak_split = sum(split.values()), split
             if kind == "alloc":
                 current = LEDGER.live[("device", bucket)]
                 if current > self._bucket_max[bucket]:
