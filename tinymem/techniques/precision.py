@@ -78,6 +78,8 @@ from ..autograd import Function, Tensor, forward_context, saved_tensors_hooks
 from ..nn import Module
 from .bfloat16 import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 from .grad_scaler import GradScaler
+from .half_format import FORMATS, HalfFormat, get_format  # noqa: F401
+from .master_optimizer import MasterOptimizer
 
 __all__ = ["half", "HalfModule", "MasterOptimizer", "GradScaler", "Upcast", "RoundGrad", "fp16_range_report",
            "FP16_MIN_SUBNORMAL", "FP16_MIN_NORMAL", "FP16_MAX", "float32_to_bfloat16_bits",
@@ -88,49 +90,6 @@ FP16_MIN_NORMAL = 2.0 ** -14      # 6.10e-5: below it, fewer than 11 bits of pre
 FP16_MAX = 65504.0                # above 65520 a value rounds to inf
 
 
-class HalfFormat:
-    """A 2-byte storage format: ``encode`` float32 -> storage, ``decode`` storage -> float."""
-
-    def __init__(self, name, storage_dtype):
-        self.name, self.storage_dtype = name, np.dtype(storage_dtype)
-
-    def encode(self, x):
-        if self.name == "bfloat16":
-            return float32_to_bfloat16_bits(x)
-        with np.errstate(over="ignore", under="ignore"):  # overflow to inf is the point here
-            return x.astype(np.float16)
-
-    def decode(self, stored, dtype=np.float32):
-        """The values as ``dtype``; a float16 array asked for as float16 is returned as is."""
-        if self.name == "bfloat16":
-            out = bfloat16_bits_to_float32(stored)
-            return out if dtype == np.float32 else out.astype(dtype)
-        return stored if stored.dtype == dtype else stored.astype(dtype)
-
-    def compute_dtype(self, device):
-        """float16 compute on a GPU for float16; float32 everywhere else (see the module doc)."""
-        return np.dtype(np.float16) if (self.name == "float16" and device == "cuda") else np.dtype(np.float32)
-
-    def __repr__(self):
-        return self.name
-
-
-FORMATS = {"float16": HalfFormat("float16", np.float16), "bfloat16": HalfFormat("bfloat16", np.uint16)}
-_ALIASES = {"float16": "float16", "fp16": "float16", "half": "float16",
-            "bfloat16": "bfloat16", "bf16": "bfloat16"}
-
-
-def get_format(dtype):
-    """The :class:`HalfFormat` for ``"float16"`` / ``"bfloat16"`` (aliases fp16, half, bf16)."""
-    if isinstance(dtype, HalfFormat):
-        return dtype
-    name = _ALIASES.get(str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype)
-    if name is None:
-        raise ValueError(f"unknown half-precision dtype {dtype!r}; choose 'float16' or 'bfloat16'")
-    return FORMATS[name]
-
-
-# -- parameters: upcast on use, gradient stored half ----------------------------------------------
 class Upcast(Function):
     """A half parameter, decoded to the compute dtype for one use.
 
@@ -316,110 +275,6 @@ class HalfModule(Module):
 
 
 # -- the optimizer side: fp32 masters ---------------------------------------------------------------
-class MasterOptimizer:
-    """An optimizer whose parameters are fp32 master copies of a half model's weights.
-
-    ``step()``: (1) master.grad = float32(half grad) for each parameter (4 bytes per parameter,
-    alive until the step ends); (2) the wrapped optimizer updates the masters; (3) each master
-    is rounded into its half parameter in place. ``param_groups`` and ``state`` are the wrapped
-    optimizer's (learning-rate schedules work unchanged); the masters live in the ``optimizer``
-    bucket.
-    """
-
-    def __init__(self, optimizer, model_params, fmt):
-        self.optimizer, self.format = optimizer, get_format(fmt)
-        by_id = {id(p): p for p in model_params}
-        self.pairs = []
-        self._sources = []
-        master_of = {}
-        for group in optimizer.param_groups:
-            masters = []
-            for p in group["params"]:
-                if id(p) not in by_id:
-                    raise ValueError("the optimizer holds a tensor that is not a parameter of the model; "
-                                     "build the optimizer on model.parameters() before half()")
-                if p.dtype != np.float32:
-                    raise TypeError(f"half() needs a float32 model to make fp32 masters from, got a "
-                                    f"{p.dtype} parameter (was half() already applied?)")
-                master = Tensor._wrap(p.data.copy(), requires_grad=True, bucket="optimizer")
-                master_of[p] = master
-                masters.append(master)
-                self.pairs.append((p, master))
-                self._sources.append(None)
-            group["params"] = masters
-        optimizer.state = {master_of.get(p, p): s for p, s in optimizer.state.items()}
-
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
-
-    @property
-    def state(self):
-        return self.optimizer.state
-
-    def master_params(self):
-        """The fp32 master tensors, in parameter order (clip these after ``unscale_``)."""
-        return [m for _, m in self.pairs]
-
-    def copy_grads_to_masters(self):
-        """master.grad = float32(param.grad) for every half gradient not copied yet.
-
-        :class:`GradScaler` calls this before unscaling, so the division by the scale happens
-        in float32. A gradient already copied (same half array) is not copied again.
-        """
-        for i, (p, master) in enumerate(self.pairs):
-            if p.grad is None:
-                continue
-            source = self._sources[i]
-            if source is not None and source() is p.grad.data and master.grad is not None:
-                continue
-            # Decoding a 2-byte array always makes a new float32 array: the master grad owns it.
-            master.grad = Tensor._wrap(self.format.decode(p.grad.data, np.float32), bucket="gradient")
-            self._sources[i] = weakref.ref(p.grad.data)
-
-    def step(self):
-        """Update the fp32 masters from the half gradients and round them into the model."""
-        self.copy_grads_to_masters()
-        result = self.optimizer.step()
-        for i, (p, master) in enumerate(self.pairs):
-            if master.grad is not None:
-                p.data[...] = self.format.encode(master.data)
-            master.grad = None
-            self._sources[i] = None
-        return result
-
-    def zero_grad(self, set_to_none=True):
-        for i, (p, master) in enumerate(self.pairs):
-            master.grad = None
-            self._sources[i] = None
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad.data[...] = 0  # zero bits are 0.0 in float16 and bfloat16 alike
-
-    def state_bytes(self):
-        """Bytes of optimizer-side state: the wrapped optimizer's plus the fp32 masters."""
-        return self.optimizer.state_bytes() + sum(m.nbytes for m in self.master_params())
-
-    def state_dict(self):
-        return {"optimizer": self.optimizer.state_dict(), "dtype": self.format.name,
-                "master_params": [m.numpy().copy() for m in self.master_params()]}
-
-    def load_state_dict(self, state_dict):
-        if state_dict.get("dtype") != self.format.name:
-            raise ValueError(f"state dict was saved from a {state_dict.get('dtype')} MasterOptimizer, "
-                             f"this one is {self.format.name}")
-        saved = state_dict["master_params"]
-        if len(saved) != len(self.pairs):
-            raise ValueError(f"state dict has {len(saved)} master tensors, this optimizer {len(self.pairs)}")
-        self.optimizer.load_state_dict(state_dict["optimizer"])
-        for (p, master), value in zip(self.pairs, saved):
-            if tuple(value.shape) != master.shape:
-                raise ValueError(f"master of shape {value.shape} for a parameter of shape {master.shape}")
-            master.data[...] = backend.to_device(np.asarray(value, np.float32), master.device)
-            p.data[...] = self.format.encode(master.data)
-
-
 def half(model, optimizer=None, dtype="float16"):
     """Turn a float32 model (and its optimizer) to mixed precision, in place.
 

@@ -1,0 +1,170 @@
+"""Per-thread modes of the autograd engine, and the context managers that set them.
+
+Grad mode (``no_grad``), saved-tensor hooks (the seam for half, int8 and offloaded storage of
+saved tensors), ``saved_as_is`` (saves that bypass the hooks), forward contexts (what a
+recomputation must re-enter) and the recomputation flag. Everything here is thread-local, as in
+PyTorch, so an offload prefetch thread never sees the main thread's modes.
+
+Memory cost: none.
+"""
+import contextlib
+import threading
+
+
+class _State(threading.local):
+    """Grad mode and saved-tensor hooks are per thread, as in PyTorch."""
+
+    def __init__(self):
+        self.grad_enabled = True
+        self.hooks = []
+        self.recomputing = False
+        self.forward_contexts = []
+
+
+_state = _State()
+
+
+def is_grad_enabled():
+    return _state.grad_enabled
+
+
+def is_recomputing():
+    """True while a checkpoint re-runs a forward inside backward.
+
+    Layers with side effects in forward (BatchNorm's running statistics) check this so that
+    recomputation does not apply them a second time.
+    """
+    return _state.recomputing
+
+
+class forward_context:
+    """``with forward_context(factory):`` — recomputations of what runs inside re-enter ``factory()``.
+
+    A technique that changes how a forward computes (half precision upcasting weights on use and
+    storing saved tensors in half) registers a factory of its context managers here. A checkpoint
+    captures the active factories in its forward and re-enters them when it recomputes in
+    backward, long after the technique's ``with`` block has exited, so the recomputed forward
+    computes exactly as the first one did (PyTorch's checkpoint restores autocast for the same
+    reason).
+    """
+
+    def __init__(self, factory):
+        self.factory = factory
+
+    def __enter__(self):
+        _state.forward_contexts.append(self.factory)
+        return self
+
+    def __exit__(self, *exc):
+        _state.forward_contexts.pop()
+
+
+def forward_contexts():
+    """The factories of the :class:`forward_context` blocks active now, outermost first."""
+    return tuple(_state.forward_contexts)
+
+
+class recomputing:
+    """Marks a forward as a recomputation (used by checkpointing) and re-enters ``contexts``,
+    the :func:`forward_contexts` captured when the forward first ran."""
+
+    def __init__(self, contexts=()):
+        self.contexts = tuple(contexts)
+
+    def __enter__(self):
+        self.prev = _state.recomputing
+        _state.recomputing = True
+        self.stack = contextlib.ExitStack()
+        try:
+            for factory in self.contexts:
+                self.stack.enter_context(forward_context(factory))
+                self.stack.enter_context(factory())
+        except BaseException:
+            self.stack.close()
+            _state.recomputing = self.prev
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.stack.close()
+        finally:
+            _state.recomputing = self.prev
+
+
+class _GradMode:
+    def __init__(self, enabled):
+        self.enabled = enabled
+
+    def __enter__(self):
+        self.prev = _state.grad_enabled
+        _state.grad_enabled = self.enabled
+
+    def __exit__(self, *exc):
+        _state.grad_enabled = self.prev
+
+    def __call__(self, fn):
+        def wrapper(*args, **kwargs):
+            with _GradMode(self.enabled):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+def no_grad():
+    """Context manager (or decorator): ops record no graph and save nothing for backward."""
+    return _GradMode(False)
+
+
+def enable_grad():
+    return _GradMode(True)
+
+
+def set_grad_enabled(mode):
+    return _GradMode(bool(mode))
+
+
+class saved_tensors_hooks:
+    """``with saved_tensors_hooks(pack, unpack):`` every tensor saved for backward inside the
+    block goes through ``pack(tensor)`` when saved and ``unpack(packed)`` when backward needs it.
+
+    ``pack`` receives a detached :class:`Tensor` sharing the saved array; ``unpack`` returns a
+    Tensor or an array of the same shape and dtype. If ``pack`` returns a Tensor or an array,
+    the ledger counts *that* in the ``activation`` bucket (at its own place); a hook storing
+    elsewhere (a file) registers its bytes itself with :func:`tinymem.memory.register_bytes`.
+    The innermost hooks win, as in PyTorch.
+    """
+
+    def __init__(self, pack_hook, unpack_hook):
+        self.pack_hook, self.unpack_hook = pack_hook, unpack_hook
+
+    def __enter__(self):
+        _state.hooks.append((self.pack_hook, self.unpack_hook))
+        return self
+
+    def __exit__(self, *exc):
+        _state.hooks.pop()
+
+
+def current_saved_tensors_hooks():
+    """The innermost active ``(pack, unpack)`` pair, or ``None``.
+
+    A hook that handles only some tensors (layer streaming handles the weights it brought in)
+    passes the others on to the pair it shadows, so techniques compose.
+    """
+    return _state.hooks[-1] if _state.hooks else None
+
+
+class saved_as_is:
+    """``with saved_as_is():`` tensors saved inside bypass every :class:`saved_tensors_hooks`.
+
+    For saves that must come back exactly, whatever technique is active: a checkpoint's inputs
+    are the start of its recomputation, and a lossy hook (half or int8 storage) would make the
+    recomputed activations differ from the first forward's.
+    """
+
+    def __enter__(self):
+        _state.hooks.append(None)
+        return self
+
+    def __exit__(self, *exc):
+        _state.hooks.pop()

@@ -1,0 +1,54 @@
+"""The two half formats, float16 and bfloat16, as encoders to and decoders from float32.
+
+bfloat16 is stored as uint16 bit patterns (NumPy has no bfloat16 dtype); float16 as NumPy's
+float16. Each format also says which dtype the arithmetic runs in on a device: float32 on the
+CPU (NumPy has no fast half matmul), float16 on CuPy for float16.
+"""
+import numpy as np
+
+from .bfloat16 import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+
+
+class HalfFormat:
+    """A 2-byte storage format: ``encode`` float32 -> storage, ``decode`` storage -> float."""
+
+    def __init__(self, name, storage_dtype):
+        self.name, self.storage_dtype = name, np.dtype(storage_dtype)
+
+    def encode(self, x):
+        if self.name == "bfloat16":
+            return float32_to_bfloat16_bits(x)
+        with np.errstate(over="ignore", under="ignore"):  # overflow to inf is the point here
+            return x.astype(np.float16)
+
+    def decode(self, stored, dtype=np.float32):
+        """The values as ``dtype``; a float16 array asked for as float16 is returned as is."""
+        if self.name == "bfloat16":
+            out = bfloat16_bits_to_float32(stored)
+            return out if dtype == np.float32 else out.astype(dtype)
+        return stored if stored.dtype == dtype else stored.astype(dtype)
+
+    def compute_dtype(self, device):
+        """float16 compute on a GPU for float16; float32 everywhere else (see the module doc)."""
+        return np.dtype(np.float16) if (self.name == "float16" and device == "cuda") else np.dtype(np.float32)
+
+    def __repr__(self):
+        return self.name
+
+
+FORMATS = {"float16": HalfFormat("float16", np.float16), "bfloat16": HalfFormat("bfloat16", np.uint16)}
+_ALIASES = {"float16": "float16", "fp16": "float16", "half": "float16",
+            "bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+
+def get_format(dtype):
+    """The :class:`HalfFormat` for ``"float16"`` / ``"bfloat16"`` (aliases fp16, half, bf16)."""
+    if isinstance(dtype, HalfFormat):
+        return dtype
+    name = _ALIASES.get(str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype)
+    if name is None:
+        raise ValueError(f"unknown half-precision dtype {dtype!r}; choose 'float16' or 'bfloat16'")
+    return FORMATS[name]
+
+
+# -- parameters: upcast on use, gradient stored half ----------------------------------------------
