@@ -2,7 +2,7 @@
 
     t = k · (3 + r) · F(m) · h  +  T_opt  +  2 · A / bw_copy
 
-F(m)   the plain fp32 forward at m samples, measured at two batch sizes and taken as affine in m
+F(m)   the plain fp32 forward at m samples, measured at B/4 and B samples and taken as affine in m
        (the intercept is the per-call overhead that micro-batching pays k times);
 3      forward + backward, backward counted as two forwards (two matmuls per matmul);
 r      the share of the forward that checkpointing runs again in backward (0 none; (n-1)/n per
@@ -48,7 +48,9 @@ class TimeModel:
         self.workload = workload
         random.manual_seed(0)
         model = workload.build("none")
-        small, large = 2, max(3, min(batch_size, 32))
+        # Measured near the sizes it predicts: extrapolating from tiny batches multiplies noise.
+        small = max(2, batch_size // 4)
+        large = max(small + 1, batch_size)
         self.sizes = (small, large)
         batches = {b: workload.batch(b) for b in self.sizes}
 
