@@ -250,10 +250,11 @@ class HalfModule(Module):
             return t.to(dtype=dtype) if t.dtype.kind == "f" and t.dtype != dtype else t
 
         args, kwargs = _map_tensors(args, to_compute), _map_tensors(kwargs, to_compute)
-        saved_as = {}
-        pack, unpack = _pack_hooks(self.format, saved_as)
-
         def half_context():
+            # Fresh per entry: the factory outlives the forward (a checkpoint keeps it for its
+            # recomputation), and must not keep this forward's half copies alive with it.
+            saved_as = {}
+            pack, unpack = _pack_hooks(self.format, saved_as)
             stack = contextlib.ExitStack()
             stack.enter_context(saved_tensors_hooks(pack, unpack))
             stack.enter_context(_half_modules(self.module, self.format, dtype, saved_as))
