@@ -25,12 +25,12 @@ counted in any bucket.
 import contextlib
 import re
 import time
-import tracemalloc
 import weakref
 
 import numpy as np
 
 from . import backend
+from .memory_probes import CupyProbe, TracemallocProbe
 
 _ndarray = np.ndarray
 
@@ -330,57 +330,6 @@ class Tracker:
         return format_table(self.peak_by_bucket(), "device bytes per bucket at the peak")
 
 
-class _TracemallocProbe:
-    """NumPy reports its data buffers to tracemalloc; we read the peak growth of all traced memory."""
-
-    def __init__(self):
-        self.started_here = not tracemalloc.is_tracing()
-        if self.started_here:
-            tracemalloc.start()
-        tracemalloc.reset_peak()
-        self.base = tracemalloc.get_traced_memory()[0]
-        self.result = None
-
-    def stop(self):
-        self.result = max(0, tracemalloc.get_traced_memory()[1] - self.base)
-        if self.started_here:
-            tracemalloc.stop()
-
-    def peak(self):
-        return self.result if self.result is not None else max(0, tracemalloc.get_traced_memory()[1] - self.base)
-
-
-class _CupyProbe:
-    """Follows the CuPy memory pool's used bytes through a MemoryHook to catch the peak."""
-
-    def __init__(self):
-        cupy = backend.get_cupy()
-        pool = cupy.get_default_memory_pool()
-        probe = self
-
-        class Hook(cupy.cuda.MemoryHook):
-            name = "tinymem_peak"
-
-            def alloc_postprocess(self, **kwargs):
-                probe.high = max(probe.high, pool.used_bytes())
-
-            def free_postprocess(self, **kwargs):
-                probe.high = max(probe.high, pool.used_bytes())
-
-        cupy.cuda.Device().synchronize()
-        self.pool, self.base = pool, pool.used_bytes()
-        self.high, self.result = self.base, None
-        self.hook = Hook()
-        self.hook.__enter__()
-
-    def stop(self):
-        self.hook.__exit__(None, None, None)
-        self.result = self.high - self.base
-
-    def peak(self):
-        return self.result if self.result is not None else self.high - self.base
-
-
 @contextlib.contextmanager
 def track(budget=None, measure=True, timeline=True, device=None):
     """Open a tracking window: ``with track(budget="64MB") as t: ...; t.peak()``.
@@ -395,7 +344,7 @@ def track(budget=None, measure=True, timeline=True, device=None):
             f"device budget of {tracker.budget:,d} B is already exceeded on entry\n"
             + format_table(LEDGER.by_bucket()))
     if measure:
-        tracker._probe = _CupyProbe() if tracker.device == "cuda" else _TracemallocProbe()
+        tracker._probe = CupyProbe() if tracker.device == "cuda" else TracemallocProbe()
     LEDGER.trackers.append(tracker)
     try:
         yield tracker
