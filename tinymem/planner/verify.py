@@ -22,7 +22,7 @@ def measure_step(workload, combo, batch_size, budget=None, steps=1, seed=0):
     """
     random.manual_seed(seed)
     gc.collect()
-    base = memory.live_bytes()
+    base = memory.LEDGER.by_bucket()  # bytes of whatever lived before: not this step's
     step = TrainingStep(workload, combo)
     batch = workload.batch(batch_size)
     losses = []
@@ -45,5 +45,6 @@ def measure_step(workload, combo, batch_size, budget=None, steps=1, seed=0):
     finally:
         step.close()
     t = max(peaks, key=lambda tr: tr.peak())
-    return {"ledger": t.peak() - base, "ledger_delta": t.peak_delta(), "measured": t.measured_peak(),
-            "by_bucket": t.peak_by_bucket(), "losses": losses, "seconds": seconds}
+    by_bucket = {b: n - base[b] for b, n in t.peak_by_bucket().items()}
+    return {"ledger": t.peak() - sum(base.values()), "ledger_delta": t.peak_delta(),
+            "measured": t.measured_peak(), "by_bucket": by_bucket, "losses": losses, "seconds": seconds}
