@@ -50,11 +50,7 @@ class Adam(Optimizer):
         beta1, beta2 = group["betas"]
         m *= beta1
         m += self._scratch((1 - beta1) * g)
-        v *= beta2
-        sq = self._scratch(g * g)
-        sq *= 1 - beta2
-        v += sq
-        del sq
+        self._average_square(v, g, beta2)
         xp = backend.array_module(v)
         if v_max is not None:
             xp.maximum(v_max, v, out=v_max)

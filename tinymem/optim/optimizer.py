@@ -78,6 +78,14 @@ class Optimizer:
         """
         return memory.register(array, "workspace", place=self.update_place)
 
+    def _average_square(self, v, g, decay):
+        """``v = decay * v + (1 - decay) * g * g`` in place, one ``g``-sized temporary at a time
+        (Adam's second moment, RMSprop's square average)."""
+        v *= decay
+        sq = self._scratch(g * g)
+        sq *= 1 - decay
+        v += sq
+
     def state_bytes(self):
         """Bytes held by the optimizer state (arrays only; step counters are Python ints)."""
         return sum(v.nbytes for s in self.state.values() for v in s.values() if hasattr(v, "nbytes"))
@@ -118,3 +126,23 @@ class Optimizer:
                 else:
                     restored[k] = v.item() if isinstance(v, np.ndarray) else v
             self.state[p] = restored
+
+
+class OptimizerWrapper:
+    """Base of techniques that wrap an optimizer (fp32 masters, offloaded state).
+
+    ``param_groups`` and ``state`` are the wrapped optimizer's, so learning-rate schedules and
+    :class:`~tinymem.techniques.grad_scaler.GradScaler` work on the wrapper unchanged.
+    """
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    @property
+    def state(self):
+        return self.optimizer.state
+

@@ -45,11 +45,7 @@ class RMSprop(Optimizer):
         alpha, wd = group["alpha"], group["weight_decay"]
         g = self._scratch(grad + wd * p.data) if wd else grad
         v = state["square_avg"]
-        v *= alpha
-        sq = self._scratch(g * g)
-        sq *= 1 - alpha
-        v += sq
-        del sq
+        self._average_square(v, g, alpha)
         xp = backend.array_module(v)
         if group["centered"]:
             a = state["grad_avg"]

@@ -13,11 +13,12 @@ import weakref
 import numpy as np
 
 from .. import backend
+from ..optim.optimizer import OptimizerWrapper
 from ..tensor import Tensor
 from .half_format import get_format
 
 
-class MasterOptimizer:
+class MasterOptimizer(OptimizerWrapper):
     """An optimizer whose parameters are fp32 master copies of a half model's weights.
 
     ``step()``: (1) master.grad = float32(half grad) for each parameter (4 bytes per parameter,
@@ -28,7 +29,8 @@ class MasterOptimizer:
     """
 
     def __init__(self, optimizer, model_params, fmt):
-        self.optimizer, self.format = optimizer, get_format(fmt)
+        super().__init__(optimizer)
+        self.format = get_format(fmt)
         by_id = {id(p): p for p in model_params}
         self.pairs = []
         self._sources = []
@@ -49,14 +51,6 @@ class MasterOptimizer:
                 self._sources.append(None)
             group["params"] = masters
         optimizer.state = {master_of.get(p, p): s for p, s in optimizer.state.items()}
-
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
-
-    @property
-    def state(self):
-        return self.optimizer.state
 
     def master_params(self):
         """The fp32 master tensors, in parameter order (clip these after ``unscale_``)."""

@@ -27,11 +27,12 @@ import numpy as np
 
 from .. import backend, memory
 from ..autograd import Tensor
+from ..optim.optimizer import OptimizerWrapper
 from .offload_prefetch import Worker
 from .offload_store import DiskStore, _File, _Pending
 
 
-class OffloadedOptimizer:
+class OffloadedOptimizer(OptimizerWrapper):
     """Wraps an optimizer so that its state and its update live on the host or on disk."""
 
     def __init__(self, optimizer, place="host", directory=None, prefetch=1):
@@ -39,7 +40,8 @@ class OffloadedOptimizer:
             raise ValueError(f"offload_optimizer: place must be 'host' or 'disk', got {place!r}")
         if prefetch < 0:
             raise ValueError(f"offload_optimizer: prefetch must be >= 0, got {prefetch}")
-        self.optimizer, self.place, self.depth = optimizer, place, prefetch
+        super().__init__(optimizer)
+        self.place, self.depth = place, prefetch
         optimizer.update_place = "host"
         self.files = (DiskStore(directory, "optimizer", "optimizer", "host", prefix="tinymem-optstate-")
                       if place == "disk" else None)
@@ -49,15 +51,7 @@ class OffloadedOptimizer:
         for p in list(optimizer.state):
             optimizer.state[p] = self._store(self._rehome(optimizer.state[p], "host"))
 
-    # -- the PyTorch surface -------------------------------------------------------------------
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
-
-    @property
-    def state(self):
-        return self.optimizer.state
-
+    # -- the PyTorch surface (param_groups and state come from OptimizerWrapper) -----------------
     def zero_grad(self, set_to_none=True):
         self.optimizer.zero_grad(set_to_none)
 
