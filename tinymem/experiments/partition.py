@@ -69,23 +69,21 @@ def summary(result):
 
 
 def plot(records, outdir):
+    return [_per_rank_figure(records, outdir, FIGURES[0], _memory_panel, 7.0, 4.4),
+            _per_rank_figure(records, outdir, FIGURES[1], _traffic_panel, 6.0, 4.2)]
+
+
+def _per_rank_figure(records, outdir, name, panel, width, height):
+    """One panel per rank count measured; the paper's table alone when MPI was missing."""
     runs = records.get("runs", {})
     ranks = sorted(runs, key=int)
-    fig, axes = plots.new_figure(ncols=max(1, len(ranks)), width=7.0, height=4.4)
+    fig, axes = plots.new_figure(ncols=max(1, len(ranks)), width=width, height=height)
     axes = list(axes) if len(ranks) > 1 else [axes]
     for ax, n in zip(axes, ranks):
-        _memory_panel(ax, runs[n])
+        panel(ax, runs[n])
     if not ranks:
         _paper_panel(axes[0], records["paper_table"])
-    paths = [plots.save(fig, records, outdir, FIGURES[0])]
-    fig, axes = plots.new_figure(ncols=max(1, len(ranks)), width=6.0, height=4.2)
-    axes = list(axes) if len(ranks) > 1 else [axes]
-    for ax, n in zip(axes, ranks):
-        _traffic_panel(ax, runs[n])
-    if not ranks:
-        _paper_panel(axes[0], records["paper_table"])
-    paths.append(plots.save(fig, records, outdir, FIGURES[1]))
-    return paths
+    return plots.save(fig, records, outdir, name)
 
 
 def _memory_panel(ax, result):
