@@ -7,7 +7,7 @@
 # gradients flowing backward, temporaries). Every technique in this course attacks one of
 # them, so first we learn to *see* them.
 #
-# tinymem registers every array it creates in a ledger (`tinymem/memory.py`), keyed by the
+# tinymem registers every array it creates in a ledger (`tinymem/memory/`), keyed by the
 # buffer that owns the memory, and releases it through a weak reference the moment the buffer
 # dies. So the ledger follows the real lifetimes of arrays — and we can check it against the
 # allocator itself (`tracemalloc` on NumPy, CuPy's memory pool on a GPU).

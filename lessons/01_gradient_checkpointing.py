@@ -8,8 +8,8 @@
 #
 # Gradient checkpointing trades time for that memory: keep only a few states, throw the rest
 # away, and recompute them in backward when they are needed. The source is short:
-# `tinymem/techniques/checkpoint.py` (checkpoint, checkpoint_sequential),
-# `tinymem/techniques/revolve.py` (the optimal schedule) and `tinymem/techniques/budget.py`
+# `tinymem/techniques/checkpoint/segments.py` (checkpoint, checkpoint_sequential),
+# `tinymem/techniques/checkpoint/revolve.py` (the optimal schedule) and `tinymem/techniques/checkpoint/schedule.py`
 # (choose a schedule for a byte budget). On the CPU the "device" is simulated by the ledger.
 
 # %%
@@ -21,9 +21,10 @@ import numpy as np
 import tinymem as tm
 from tinymem import memory, plots
 from tinymem.techniques import checkpoint as ckpt
-from tinymem.techniques.budget import choose_schedule
+from tinymem.techniques.checkpoint import segments
+from tinymem.techniques.checkpoint.schedule import choose_schedule
 from tinymem.techniques.checkpoint import checkpoint, checkpoint_sequential
-from tinymem.techniques.revolve import binomial_forwards, checkpoint_revolve, revolve
+from tinymem.techniques.checkpoint.revolve import binomial_forwards, checkpoint_revolve, revolve
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
 OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
@@ -79,7 +80,7 @@ print(inspect.getsource(ckpt.CheckpointFunction.forward))
 # of that graph: their `.grad` fills up right there.
 
 # %%
-print(inspect.getsource(ckpt.replay))
+print(inspect.getsource(segments.replay))
 
 # %% [markdown]
 # `checkpoint_sequential` has PyTorch's semantics: `segments - 1` checkpointed segments of

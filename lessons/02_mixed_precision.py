@@ -11,8 +11,8 @@
 # 3. why float16 needs **loss scaling**, and the rules of PyTorch's dynamic `GradScaler`;
 # 4. training with it, and the memory it saves — measured.
 #
-# Source: `tinymem/techniques/bfloat16.py` (bf16 by hand), `tinymem/techniques/grad_scaler.py`
-# (the scaler), `tinymem/techniques/precision.py` (half models, masters), and the figures
+# Source: `tinymem/techniques/precision/bfloat16.py` (bf16 by hand), `tinymem/techniques/precision/grad_scaler.py`
+# (the scaler), `tinymem/techniques/precision/half.py` (half models, masters), and the figures
 # of `tinymem/experiments/precision.py`.
 #
 # **Say it plainly: on the CPU mixed precision saves memory, not time.** NumPy has no float16
@@ -29,7 +29,7 @@ import tinymem as tm
 import tinymem.functional as F
 from tinymem import data, memory, models, optim, plots
 from tinymem.techniques import precision
-from tinymem.techniques.bfloat16 import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+from tinymem.techniques.precision.bfloat16 import bfloat16_bits_to_float32, float32_to_bfloat16_bits
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
 OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
@@ -139,7 +139,7 @@ print("fp16_range_report, unscaled:", {k: round(v, 2) for k, v in report.items()
 # before clipping; calling it twice raises (it would divide twice).
 
 # %%
-from tinymem.nn_utils import clip_grad_norm_  # noqa: E402
+from tinymem.nn.utils import clip_grad_norm_  # noqa: E402
 
 scaler = precision.GradScaler(init_scale=8.0, growth_interval=2)
 w = tm.tensor(np.ones(2, np.float32), requires_grad=True)
@@ -209,7 +209,7 @@ for dtype in ("float32", "float16", "bfloat16"):
 # not get cheaper; the activations do**, so the saving shows on activation-dominated training.
 
 # %%
-from tinymem.benchmarks import precision as bench  # noqa: E402
+from tinymem.experiments import precision_steps as bench  # noqa: E402
 
 sizes = (32, 6, 256) if QUICK else bench.SIZES["full"]
 rows = {mode: bench.step_memory(mode, *sizes) for mode in bench.MODES}

@@ -69,7 +69,7 @@ print("max error inside:", float(np.abs(back - r)[inside].max()), "  scale/2:", 
 # | `EntropyObserver` | the threshold of least KL divergence between the histogram and its 128-level version (TensorRT) |
 #
 # The first three and the histogram give exactly PyTorch's `scale` and `zero_point`
-# (`tests/test_quantization_observers.py` compares them on random data).
+# (`tests/techniques/quantization/test_observers.py` compares them on random data).
 
 # %%
 x_train, y_train, x_test, y_test = tm.data.load_digits()

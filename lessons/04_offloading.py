@@ -15,9 +15,9 @@
 # (Ren et al., 2021) does the second — it trained 13B parameters on one V100 — and
 # ZeRO-Infinity and FlexGen do the third, with NVMe and prefetching.
 #
-# Sources to keep open: `tinymem/techniques/offload.py` (the activation hooks),
-# `offload_store.py` (host copies, files, the prefetch thread), `offload_stream.py`,
-# `offload_optim.py`, `offload_bandwidth.py` and `tinymem/experiments/offload.py`.
+# Sources to keep open, all in `tinymem/techniques/offload/`: `activations.py` (the activation
+# hooks), `store.py` (host copies, files), `prefetch.py` (the prefetch thread), `stream.py`,
+# `optimizer.py`, `bandwidth.py`; and `tinymem/experiments/offload.py`.
 #
 # **An honest warning.** On a machine without a GPU, tinymem's "device" is the ledger's
 # budgeted place and "host" is *the same RAM*. So `save_on_host()` on the CPU is **accounting
@@ -39,7 +39,7 @@ import tinymem as tm
 import tinymem.functional as F
 from tinymem import memory
 from tinymem.experiments import offload as exp
-from tinymem.experiments._records import read_records
+from tinymem.measure.records import read_records
 from tinymem.techniques import offload
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
@@ -152,7 +152,7 @@ for mode in ("disk", "disk+prefetch"):
 # ## 5. Optimizer state on the host (ZeRO-Offload) and layer streaming
 #
 # `offload_optimizer(opt, "host")` wraps *any* tinymem optimizer through its state storage: the
-# gradient goes down, the optimizer's own `_update` runs on a host master copy and host state,
+# gradient goes down, the optimizer's own `update_parameter` runs on a host master copy and host state,
 # and the updated weight goes back up. `stream_layers(model, "host")` keeps the parameters on
 # the host and brings one layer at a time to the device, in forward and again in backward (a
 # pack hook saves a *reference* to the weight instead of its device copy); with `prefetch=1`

@@ -25,7 +25,7 @@ import tinymem as tm
 import tinymem.functional as F
 from tinymem import memory, optim, plots
 from tinymem.experiments import optimizers as experiment
-from tinymem.experiments._records import meta
+from tinymem.measure.records import meta
 from tinymem.optim import blockwise, table
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
@@ -159,7 +159,7 @@ print(plots.save(fig, {"meta": meta("cpu", QUICK)}, OUT, "lesson05_one_block.png
 # a similar *relative* error at every scale. Note also the order of operations in
 # `adam8bit.py`: dequantize, update in float32, take the step with the float32 moments, *then*
 # quantize what is carried to the next step. Below, 8-bit Adam against 32-bit Adam on the same
-# gradients (the test `tests/test_optim_blockwise.py` does it on a 1024 x 1024 parameter,
+# gradients (the test `tests/optim/test_blockwise.py` does it on a 1024 x 1024 parameter,
 # where the linear map's drift turns into blow-ups).
 
 # %%

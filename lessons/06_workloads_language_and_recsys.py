@@ -11,10 +11,10 @@
 #   thousand. A dense gradient and Adam's two moments each cost a full table; the cure is a
 #   **row-sparse gradient** (only the touched rows) and an optimizer with **one number per row**.
 #
-# Sources to keep open: `tinymem/ops/attention.py` (both attention ops), `tinymem/nn_seq.py`
-# (`MultiheadAttention`, `EmbeddingBag`), `tinymem/models_seq.py` (`TransformerLM`,
+# Sources to keep open: `tinymem/ops/attention.py` (both attention ops), `tinymem/nn/attention.py`
+# (`MultiheadAttention`, `EmbeddingBag`), `tinymem/models/transformer.py` (`TransformerLM`,
 # `Recommender`), `tinymem/sparse.py` (`RowSparse`), `tinymem/optim/rowwise_adagrad.py`,
-# `tinymem/data_seq.py`, and the figure families `tinymem/experiments/workload_seq_len.py` and
+# `tinymem/data/text.py`, and the figure families `tinymem/experiments/workload_seq_len.py` and
 # `workload_embeddings.py`.
 
 # %%
@@ -83,7 +83,7 @@ print("two-pass:", (full / full.sum()) @ v_rows)
 # `ChunkedAttention` in `tinymem/ops/attention.py` does exactly this for (chunk x chunk) blocks
 # of all heads at once; with `is_causal` it skips the key blocks right of the diagonal, so it
 # also does half the work. Its result equals the plain op to rounding (about 1e-7 relative in
-# float32: the sums run in another order) — `tests/test_attention.py` holds both against PyTorch.
+# float32: the sums run in another order) — `tests/nn/test_attention.py` holds both against PyTorch.
 
 # %%
 out_plain = F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -9,7 +9,7 @@
 # micro-batching and a batch-size finder.
 #
 # Sources to keep open: `tinymem/ops/conv.py` (im2col), `tinymem/ops/pool.py`,
-# `tinymem/ops/batchnorm.py`, `tinymem/unet.py`, `tinymem/datasets/phantoms.py`,
+# `tinymem/ops/batchnorm.py`, `tinymem/models/unet.py`, `tinymem/data/phantoms.py`,
 # `tinymem/techniques/microbatch.py`, `tinymem/techniques/batch_size.py`,
 # `tinymem/experiments/workload_resolution.py`.
 
@@ -21,12 +21,12 @@ import numpy as np
 import tinymem as tm
 import tinymem.functional as F
 from tinymem import memory, models
-from tinymem.datasets.phantoms import CLASSES, make_phantoms
+from tinymem.data.phantoms import CLASSES, make_phantoms
 from tinymem.ops import conv as conv_ops
 from tinymem.techniques.batch_size import find_max_batch
 from tinymem.techniques.checkpoint import checkpoint
 from tinymem.techniques.microbatch import accumulate_gradients
-from tinymem.unet import DoubleConv
+from tinymem.models.unet import DoubleConv
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
 OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")

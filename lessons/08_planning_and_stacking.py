@@ -25,7 +25,7 @@ import os
 import tinymem as tm
 from tinymem import memory, planner
 from tinymem.experiments import stack as experiment
-from tinymem.experiments._records import meta
+from tinymem.measure.records import meta
 from tinymem.planner.recipe import Combination
 from tinymem.planner.states import buffer_bytes, model_states, parameter_shapes
 
@@ -95,7 +95,7 @@ for name, sizes, combo in CASES:
 # builds its column matrix in blocks of at most `WORKSPACE_ELEMENTS`; once one block no longer
 # holds the whole micro-batch its workspace stops growing, and the prediction becomes an upper
 # bound. And the probe measures the ledger: how close the ledger is to the allocator is the
-# ledger's own test (`tests/test_memory.py`); `--verify` prints both.
+# ledger's own test (`tests/memory/test_memory.py`); `--verify` prints both.
 #
 # ## 3. The plan
 #

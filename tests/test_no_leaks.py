@@ -16,7 +16,7 @@ import tinymem.functional as F
 from tinymem import memory
 from tinymem.techniques import checkpoint as ckpt
 from tinymem.techniques import microbatch, offload, precision
-from tinymem.techniques.grad_scaler import GradScaler
+from tinymem.techniques.precision.grad_scaler import GradScaler
 from tinymem.techniques.quantization import compressed
 
 STEPS, FLAT_FROM = 200, 10

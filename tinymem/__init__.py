@@ -6,18 +6,18 @@
         (x * x).sum().backward()
     print(t.peak_by_bucket())
 """
-__version__ = "0.1.0"
-
-from . import backend, memory, random  # noqa: E402
-from .autograd import (Function, Tensor, backward, enable_grad, is_grad_enabled, no_grad,  # noqa: E402
+from . import autograd, backend, data, functional, memory, models, nn, optim, random
+from .autograd import (Function, Tensor, backward, enable_grad, is_grad_enabled, no_grad,
                        saved_tensors_hooks, set_grad_enabled, tensor)
-from . import functional  # noqa: E402  (installs the Tensor operators)
-from . import nn, optim, models, data  # noqa: E402
-from . import autograd  # noqa: E402
-from .backend import DeviceError, cuda_available  # noqa: E402
-from .memory import OutOfMemoryError  # noqa: E402
-from .random import get_rng_state, manual_seed, set_rng_state  # noqa: E402
-from .serialization import CheckpointError, load, save  # noqa: E402
+from .backend import DeviceError, cuda_available
+from .memory import OutOfMemoryError
+from .random import get_rng_state, manual_seed, set_rng_state
+from .serialization import CheckpointError, load, save
+from .version import __version__
+
+# Tensor's operators are differentiable ops, which sit above the engine: the table that declares
+# them (functional.TENSOR_METHODS) is attached here, once.
+functional.attach_tensor_methods(Tensor)
 
 float16, float32, float64 = "float16", "float32", "float64"
 int8, uint8, int32, int64 = "int8", "uint8", "int32", "int64"

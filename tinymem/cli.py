@@ -8,7 +8,8 @@ import time
 def cmd_info(args):
     import numpy as np
 
-    from . import __version__, backend
+    from . import backend
+    from .version import __version__
 
     print(f"tinymem     {__version__}")
     print(f"python      {sys.version.split()[0]}")
@@ -43,7 +44,8 @@ def cmd_figures(args):
 
     from . import backend
     from .experiments import families
-    from .experiments._records import meta, write_records
+    from .measure import claims
+    from .measure.records import meta, write_records
 
     device = backend.check_device(args.device)
     outdir = args.out or ("figures" if device == "cpu" else os.path.join("figures", "cuda"))
@@ -53,17 +55,25 @@ def cmd_figures(args):
     if unknown:
         print(f"unknown figure family {unknown}; known: {', '.join(found)}", file=sys.stderr)
         return 2
-    written = []
+    written, failures = [], []
     for name in tqdm(names, desc="figure families", unit="family"):
         module = found[name]
         start = time.perf_counter()
         records = module.run(quick=args.quick, device=device)
         records["meta"] = dict(meta(device, args.quick), seconds=round(time.perf_counter() - start, 2))
+        records["claims"] = claims.evaluate(getattr(module, "CLAIMS", []), records, args.quick)
         write_records(records, outdir, name)
         written += module.plot(records, outdir)
+        failures += [(name, row) for row in claims.failed(records["claims"])]
+        if records["claims"]:
+            tqdm.write(f"claims of {name}:\n" + claims.format_rows(records["claims"], color=sys.stdout.isatty()))
     for path in written:
         print(path)
-    return 0
+    if failures:
+        print(f"{len(failures)} claim(s) do not hold:", file=sys.stderr)
+        for name, row in failures:
+            print(f"  {name}: {row['text']} (measured {claims.format_value(row['value'])})", file=sys.stderr)
+    return 1 if failures and args.strict else 0
 
 
 def cmd_bench(args):
@@ -136,6 +146,7 @@ def build_parser():
     fig.add_argument("--only", nargs="+", metavar="NAME", help="only these families")
     fig.add_argument("--device", default=None, help="cpu or cuda (default: $TINYMEM_DEVICE or cpu)")
     fig.add_argument("--out", default=None, help="output folder (default figures/, figures/cuda/ on a GPU)")
+    fig.add_argument("--strict", action="store_true", help="exit non-zero when a claim of a figure does not hold")
     fig.set_defaults(fn=cmd_figures)
     bench = sub.add_parser("bench", help="side-by-side benchmarks against NumPy and PyTorch")
     bench.add_argument("names", nargs="*", help="benchmarks to run (default: all)")

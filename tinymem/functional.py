@@ -4,17 +4,23 @@ The ops themselves live in ``tinymem/ops/`` (one file per family); this module i
 face: it accepts Tensors, numbers and arrays, and calls ``Function.apply``. Each op's memory
 cost is stated in the docstring of its Function.
 """
+import operator
+
+from . import backend
 from .autograd import Tensor
-from .layers.conv_functional import avg_pool2d, batch_norm, conv2d, interpolate, max_pool2d  # noqa: F401
+from .ops import batchnorm as BN
+from .ops import conv as C
 from .ops import elementwise as E
-from .ops import nn_ops as N
+from .ops import layers as NL
+from .ops import losses as LS
+from .ops import pool as P
 from .ops import reduction as R
 from .ops import shape as S
 from .ops.attention import chunked_attention, scaled_dot_product_attention  # noqa: F401
 from .ops.embedding_bag import embedding_bag  # noqa: F401
 
 
-def _t(x):
+def _as_tensor(x):
     """Arrays become constant Tensors; numbers stay numbers (NumPy keeps the tensor's dtype)."""
     if isinstance(x, Tensor) or isinstance(x, (int, float, bool)):
         return x
@@ -23,7 +29,7 @@ def _t(x):
 
 def _binary(fn, name, a, b):
     try:
-        return fn.apply(_t(a), _t(b))
+        return fn.apply(_as_tensor(a), _as_tensor(b))
     except ValueError as exc:
         if "broadcast" not in str(exc):
             raise
@@ -64,7 +70,7 @@ def matmul(a, b):
     if ka != kb:
         raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not fit "
                          f"({ka} != {kb})")
-    return R.MatMul.apply(_t(a), _t(b))
+    return R.MatMul.apply(_as_tensor(a), _as_tensor(b))
 
 
 # -- elementwise functions -------------------------------------------------------------------
@@ -109,7 +115,7 @@ def gelu(x, approximate="tanh"):
 
 def where(condition, a, b):
     cond = condition.data if isinstance(condition, Tensor) else condition
-    return E.Where.apply(cond, _t(a), _t(b))
+    return E.Where.apply(cond, _as_tensor(a), _as_tensor(b))
 
 
 # -- reductions ------------------------------------------------------------------------------
@@ -148,37 +154,37 @@ def getitem(x, index):
 
 
 def concatenate(tensors, axis=0):
-    return S.Concatenate.apply(*[_t(t) for t in tensors], axis=axis)
+    return S.Concatenate.apply(*[_as_tensor(t) for t in tensors], axis=axis)
 
 
 cat = concatenate
 
 
 def stack(tensors, axis=0):
-    return S.Stack.apply(*[_t(t) for t in tensors], axis=axis)
+    return S.Stack.apply(*[_as_tensor(t) for t in tensors], axis=axis)
 
 
 # -- neural-network ops ----------------------------------------------------------------------
 def linear(x, weight, bias=None):
     """x @ weight.T + bias, weight of shape (out_features, in_features)."""
-    return N.Linear.apply(x, weight, bias) if bias is not None else N.Linear.apply(x, weight)
+    return NL.Linear.apply(x, weight, bias) if bias is not None else NL.Linear.apply(x, weight)
 
 
 def softmax(x, axis=-1):
-    return N.Softmax.apply(x, axis=axis)
+    return LS.Softmax.apply(x, axis=axis)
 
 
 def log_softmax(x, axis=-1):
-    return N.LogSoftmax.apply(x, axis=axis)
+    return LS.LogSoftmax.apply(x, axis=axis)
 
 
 def cross_entropy(logits, target, reduction="mean"):
     """Mean (or sum, or per-row) cross-entropy of logits (N, C) against class indices (N,)."""
-    return N.CrossEntropy.apply(logits, _t(target), reduction=reduction)
+    return LS.CrossEntropy.apply(logits, _as_tensor(target), reduction=reduction)
 
 
 def mse_loss(input, target, reduction="mean"):
-    return N.MSELoss.apply(input, _t(target), reduction=reduction)
+    return LS.MSELoss.apply(input, _as_tensor(target), reduction=reduction)
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -186,7 +192,48 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(x.shape[-ndim:]) != shape:
         raise ValueError(f"layer_norm: input of shape {x.shape} does not end in {shape}")
-    return N.LayerNorm.apply(x, weight, bias, normalized_ndim=ndim, eps=eps)
+    return NL.LayerNorm.apply(x, weight, bias, normalized_ndim=ndim, eps=eps)
+
+
+# -- vision (costs stated on the Functions in ops/conv.py, pool.py and batchnorm.py) -----------
+def conv2d(input, weight, bias=None, stride=1, padding=0):
+    """2-D convolution (cross-correlation) of (B, C, H, W) with weight (O, C, kh, kw), by im2col."""
+    args = (input, weight) if bias is None else (input, weight, bias)
+    return C.Conv2d.apply(*args, stride=C.pair(stride, "stride"), padding=C.pair(padding, "padding"))
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0):
+    """Window maximum; ``stride`` defaults to ``kernel_size`` as in PyTorch."""
+    kernel = C.pair(kernel_size, "kernel_size")
+    stride = kernel if stride is None else C.pair(stride, "stride")
+    return P.MaxPool2d.apply(input, kernel=kernel, stride=stride, padding=C.pair(padding, "padding"))
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0):
+    """Window mean (zero padding counted); ``stride`` defaults to ``kernel_size``."""
+    kernel = C.pair(kernel_size, "kernel_size")
+    stride = kernel if stride is None else C.pair(stride, "stride")
+    return P.AvgPool2d.apply(input, kernel=kernel, stride=stride, padding=C.pair(padding, "padding"))
+
+
+def interpolate(input, scale_factor=2, mode="nearest"):
+    """Upsample (B, C, H, W) by an integer factor; only ``mode="nearest"`` is implemented."""
+    if mode != "nearest":
+        raise ValueError(f"interpolate: tinymem implements mode='nearest' only, got {mode!r}")
+    if int(scale_factor) != scale_factor or scale_factor < 1:
+        raise ValueError(f"interpolate: scale_factor must be a positive integer, got {scale_factor!r}")
+    return P.UpsampleNearest2d.apply(input, scale=int(scale_factor))
+
+
+def batch_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+               training=False, momentum=0.1, eps=1e-5):
+    """Batch normalisation of (B, C, H, W); updates the running arrays in place when training
+    (except during checkpoint recomputation, see ``tinymem/ops/batchnorm.py``)."""
+    args = [input] + [t for t in (weight, bias) if t is not None]
+    if weight is None and bias is not None:
+        raise ValueError("batch_norm: a bias without a weight is not supported; pass both or neither")
+    return BN.BatchNorm2d.apply(*args, running_mean=running_mean, running_var=running_var,
+                                training=training, momentum=momentum, eps=eps)
 
 
 def dropout(x, p=0.5, training=True):
@@ -195,56 +242,57 @@ def dropout(x, p=0.5, training=True):
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     if not training or p == 0:
         return x
-    return N.Dropout.apply(x, p=p)
+    return NL.Dropout.apply(x, p=p)
 
 
 def embedding(indices, weight):
     """Rows ``weight[indices]``; ``indices`` is an integer Tensor or array."""
-    return N.Embedding.apply(_t(indices), weight)
+    return NL.Embedding.apply(_as_tensor(indices), weight)
 
 
-# -- Tensor operators and methods --------------------------------------------------------------
+# -- Tensor's operators and array methods: one table --------------------------------------------
 def _compare(op):
     def method(self, other):
         other = other.data if isinstance(other, Tensor) else other
-        return Tensor._wrap(op(self.data, other))
+        return Tensor.wrap(op(self.data, other))
     return method
 
 
-def _install_tensor_methods():
-    import operator
-
-    T = Tensor
-    T.__add__ = add
-    T.__radd__ = lambda self, other: add(other, self)
-    T.__sub__ = sub
-    T.__rsub__ = lambda self, other: sub(other, self)
-    T.__mul__ = mul
-    T.__rmul__ = lambda self, other: mul(other, self)
-    T.__truediv__ = div
-    T.__rtruediv__ = lambda self, other: div(other, self)
-    T.__neg__ = neg
-    T.__pow__ = pow
-    T.__rpow__ = lambda self, other: pow(other, self)
-    T.__matmul__ = matmul
-    T.__rmatmul__ = lambda self, other: matmul(_t(other), self)
-    T.__getitem__ = getitem
-    for name, op in (("__lt__", operator.lt), ("__le__", operator.le), ("__gt__", operator.gt),
-                     ("__ge__", operator.ge), ("__eq__", operator.eq), ("__ne__", operator.ne)):
-        setattr(T, name, _compare(op))
-    T.exp, T.log, T.sqrt, T.abs, T.tanh, T.sigmoid, T.relu = exp, log, sqrt, abs, tanh, sigmoid, relu
-    T.clamp = clamp
-    T.sum, T.mean, T.max = sum, mean, max
-    T.reshape = reshape
-    T.view = reshape
-    T.permute = permute
-    T.transpose = transpose
-    T.T = property(lambda self: permute(self, tuple(reversed(range(self.ndim)))))
-    T.softmax = softmax
-    T.log_softmax = log_softmax
-    T.matmul = matmul
-    T.flatten = lambda self, start_dim=0: reshape(self, tuple(self.shape[:start_dim]) + (-1,))
-    T.argmax = lambda self, axis=None: Tensor._wrap(self.data.argmax(axis=axis))
+def to(self, device=None, dtype=None):
+    """Move to ``device`` and/or cast to ``dtype`` (differentiable). ``to("float16")`` casts."""
+    if isinstance(device, str) and device not in backend.DEVICES and not device.startswith("cuda"):
+        device, dtype = None, device
+    return S.to_device_cast(self, device, dtype)
 
 
-_install_tensor_methods()
+TENSOR_METHODS = {
+    "__add__": add, "__radd__": lambda self, other: add(other, self),
+    "__sub__": sub, "__rsub__": lambda self, other: sub(other, self),
+    "__mul__": mul, "__rmul__": lambda self, other: mul(other, self),
+    "__truediv__": div, "__rtruediv__": lambda self, other: div(other, self),
+    "__neg__": neg,
+    "__pow__": pow, "__rpow__": lambda self, other: pow(other, self),
+    "__matmul__": matmul, "__rmatmul__": lambda self, other: matmul(_as_tensor(other), self),
+    "__getitem__": getitem,
+    "__lt__": _compare(operator.lt), "__le__": _compare(operator.le), "__gt__": _compare(operator.gt),
+    "__ge__": _compare(operator.ge), "__eq__": _compare(operator.eq), "__ne__": _compare(operator.ne),
+    "exp": exp, "log": log, "sqrt": sqrt, "abs": abs, "tanh": tanh, "sigmoid": sigmoid, "relu": relu,
+    "clamp": clamp, "sum": sum, "mean": mean, "max": max,
+    "reshape": reshape, "view": reshape, "permute": permute, "transpose": transpose,
+    "T": property(lambda self: permute(self, tuple(reversed(range(self.ndim))))),
+    "softmax": softmax, "log_softmax": log_softmax, "matmul": matmul,
+    "flatten": lambda self, start_dim=0: reshape(self, tuple(self.shape[:start_dim]) + (-1,)),
+    "argmax": lambda self, axis=None: Tensor.wrap(self.data.argmax(axis=axis)),
+    "to": to, "cpu": lambda self: to(self, "cpu"), "cuda": lambda self: to(self, "cuda"),
+    "float": lambda self: to(self, dtype="float32"), "double": lambda self: to(self, dtype="float64"),
+    "half": lambda self: to(self, dtype="float16"),
+}
+
+
+def attach_tensor_methods(cls):
+    """Give ``cls`` (Tensor) the operators and methods of :data:`TENSOR_METHODS`.
+
+    ``tinymem/__init__.py`` calls it once. The table lives here, above the engine, because each
+    entry is a differentiable op and the engine must not import the ops built on it."""
+    for name, method in TENSOR_METHODS.items():
+        setattr(cls, name, method)

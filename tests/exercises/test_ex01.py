@@ -20,7 +20,7 @@ def test_segment_peak_matches_the_ledger(exercise, n, k):
 
 
 def test_revolve_forwards(exercise):
-    from tinymem.techniques.revolve import revolve
+    from tinymem.techniques.checkpoint.revolve import revolve
     mod = exercise("ex01")
     assert mod.revolve_forwards(64, 4) == 200 and mod.revolve_forwards(64, 8) == 137
     for n in range(1, 30):

@@ -6,7 +6,7 @@ import pytest
 
 import tinymem as tm
 from tinymem import optim
-from tinymem.techniques.bfloat16 import float32_to_bfloat16_bits
+from tinymem.techniques.precision.bfloat16 import float32_to_bfloat16_bits
 from tinymem.techniques.precision import GradScaler
 
 pytestmark = pytest.mark.exercise_02

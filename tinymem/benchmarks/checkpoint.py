@@ -1,4 +1,4 @@
-"""Gradient checkpointing on the issue's target: a 64-block MLP (Linear 512 -> ReLU), batch 128,
+"""Gradient checkpointing on a 64-block MLP (Linear 512 -> ReLU), batch 128,
 float32, plain against sqrt(n) = 8 segments, tinymem and PyTorch side by side in one run.
 
 Reported: the activation peak ratio (ledger for tinymem, saved-tensor bytes for PyTorch), the
@@ -10,10 +10,10 @@ follows the share of the cores obtained more than the work.
 """
 import time
 
-from ..experiments._checkpoint_nets import (batch, deep_mlp, measure_memory, one_thread, step,
+from ..experiments.checkpoint_nets import (batch, deep_mlp, measure_memory, one_thread, step,
                                             torch_activation_peak, torch_step, torch_twin)
 from ..techniques.checkpoint import resolve_segments
-from ._timing import interleaved_times
+from ..measure.timing import interleaved_times
 
 NAME = "checkpoint"
 DESCRIPTION = "sqrt(n) checkpointing of a 64-layer MLP: activation peak and step time vs plain, vs PyTorch"

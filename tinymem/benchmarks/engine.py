@@ -13,7 +13,7 @@ import numpy as np
 from .. import functional as F
 from .. import memory, models, optim, random
 from ..autograd import Tensor, no_grad
-from ._timing import interleaved_times
+from ..measure.timing import interleaved_times
 
 NAME = "engine"
 DESCRIPTION = "MLP step: tinymem vs hand-written NumPy vs PyTorch CPU; per-op overhead"

@@ -3,7 +3,7 @@
 Each framework's offload is reported as a ratio to its own plain step, timed in alternation in
 one run: the median over rounds of the ratio within a round (both runs of a round see about the
 same load on a shared machine), so the two frameworks' different speeds cancel. The disk rows
-check the issue's targets: disk step time against the time predicted from the bytes moved and
+check the targets: disk step time against the time predicted from the bytes moved and
 the disk bandwidths measured in the same run, and prefetch against no prefetch.
 """
 import tempfile

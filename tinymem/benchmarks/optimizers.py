@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import optim
 from ..nn import Parameter
-from ._timing import interleaved_times
+from ..measure.timing import interleaved_times
 
 NAME = "optimizers"
 DESCRIPTION = "optimizer step time and state bytes: tinymem vs torch.optim"

@@ -12,70 +12,11 @@ Reported side by side from one run: the ledger peak, the allocator's measured pe
 same model in PyTorch fp32 and under ``torch.autocast("cpu", torch.bfloat16)``: bytes saved for
 backward (counted once per storage by a saved-tensors hook) and step time, for comparison.
 """
-import time
-
-import numpy as np
-
-from .. import data, memory, models, optim, random
-from .. import functional as F
-from ..techniques import precision
-from ._timing import interleaved_times
+from ..experiments.precision_steps import MODES, SIZES, step_memory, train_steps
+from ..measure.timing import interleaved_times
 
 NAME = "precision"
 DESCRIPTION = "fp32 vs fp16/bf16 (fp32 masters): measured peak on an activation-dominated MLP; torch autocast"
-
-MODES = ("float32", "float16", "bfloat16")
-# (width, depth, batch). Deep and narrow with a large batch: the saved activations (3 arrays of
-# B x W per block) dwarf the parameters and Adam's state, and the per-op float32 temporaries
-# of CPU compute (a few B x W arrays, independent of depth) are small next to them.
-SIZES = {"quick": (32, 8, 256), "full": (32, 64, 4096)}
-
-
-def _model(width, depth, device):
-    return models.MLP([64] + [width] * depth + [10], activation="gelu", layernorm=True, device=device)
-
-
-def _batch(batch, device):
-    x_np, y_np, _, _ = data.load_digits()
-    idx = np.random.default_rng(0).integers(0, len(x_np), batch)
-    return data.Tensor(x_np[idx], device=device), data.Tensor(y_np[idx], device=device)
-
-
-def _train_steps(mode, width, depth, batch, steps, device, xy=None):
-    x, y = xy if xy is not None else _batch(batch, device)
-    random.manual_seed(0)
-    model = _model(width, depth, device)
-    opt = optim.Adam(model.parameters(), lr=1e-3)
-    scaler = precision.GradScaler(enabled=mode == "float16")
-    run = model
-    if mode != "float32":
-        run, opt = precision.half(model, opt, dtype=mode)
-
-    def step():
-        opt.zero_grad()
-        loss = F.cross_entropy(run(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        return loss.item()
-
-    losses = [step() for _ in range(steps)]
-    return model, opt, step, losses
-
-
-def step_memory(mode, width=32, depth=64, batch=2048, steps=2, device="cpu"):
-    """Peaks of ``steps`` training steps in ``mode``, model and optimizer built in the window."""
-    xy = _batch(batch, device)  # the data is not part of the step's memory
-    # No timeline: its event list would itself show up in the allocator's measurement.
-    start = time.perf_counter()
-    with memory.track(device=device, timeline=False) as t:
-        model, opt, _, losses = _train_steps(mode, width, depth, batch, steps, device, xy)
-        n_params = model.num_parameters()
-    seconds = time.perf_counter() - start
-    return {"mode": mode, "width": width, "depth": depth, "batch": batch, "params": n_params,
-            "ledger_peak": t.peak_delta(), "peak_by_bucket": t.peak_by_bucket(),
-            "max_by_bucket": t.max_by_bucket(), "measured_peak": t.measured_peak(),
-            "loss": losses[-1], "seconds_with_tracemalloc": seconds}
 
 
 def torch_reference(width=32, depth=64, batch=2048, repeats=3):
@@ -130,7 +71,7 @@ def run(quick=False, device="cpu"):
     for mode in MODES:
         mem[mode] = step_memory(mode, width, depth, batch, device=device)
     # Times in turns, so machine load hits every mode alike.
-    steps = {mode: _train_steps(mode, width, depth, batch, 1, device)[2] for mode in MODES}
+    steps = {mode: train_steps(mode, width, depth, batch, 1, device)[2] for mode in MODES}
     times = interleaved_times(steps, repeats=2 if quick else 3, warmup=0)
     base = mem["float32"]
     for mode in MODES:

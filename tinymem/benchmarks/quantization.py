@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 
-from ._timing import interleaved_times
+from ..measure.timing import interleaved_times
 
 NAME = "quantization"
 DESCRIPTION = "observers vs torch.ao.quantization: scale/zero_point agreement and time"

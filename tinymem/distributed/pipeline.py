@@ -113,7 +113,7 @@ class Pipeline:
 
     def _forward(self, m, xs, ys, loss_fn, inflight, sends):
         if self.stage == 0:
-            inp, box = Tensor._wrap(xs[m]), []
+            inp, box = Tensor.wrap(xs[m]), []
         else:
             header = np.zeros(_HEADER, np.int64)
             self.comm.recv(header, self.stage - 1, tag=2 * m)

@@ -78,7 +78,7 @@ def forward_backward(units, x, y, loss_fn, strategy):
     for i, unit in enumerate(units):
         strategy.before_forward(i)
         box = []
-        inp = Tensor._wrap(h) if i == 0 else unit_input(h, box)
+        inp = Tensor.wrap(h) if i == 0 else unit_input(h, box)
         with strategy.saving(i):
             out = unit(inp)
         strategy.after_forward(i)

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import functional as F
 from .. import backend, memory, models, optim, random
-from ..benchmarks._timing import best_time
+from ..measure.timing import best_time
 from .calculator import traffic_bytes
 from .comm import Communicator
 from .data_parallel import DataParallel

@@ -113,7 +113,7 @@ class ZeRO(DataParallel):
     def _pack(self, i, tensor):
         full = self.full.get(i)
         array = tensor.data
-        if full is None or memory._root(array) is not full:
+        if full is None or memory.owner_of(array) is not full:
             return tensor
         offset = (address(array) - address(full)) // full.itemsize
         return _ParamRef(i, offset, array.shape, array.strides)

@@ -15,11 +15,11 @@ Timings: one thread, CPU seconds of the process, interleaved, best of the repeat
 import time
 
 from .. import plots
-from ..techniques.budget import predict_revolve, predict_segments, profile_layers
+from ..techniques.checkpoint.schedule import predict_revolve, predict_segments, profile_layers
 from ..techniques.checkpoint import resolve_segments
-from ..techniques.revolve import binomial_forwards
-from ..benchmarks._timing import interleaved_times
-from ._checkpoint_nets import (batch, deep_mlp, forward, measure_memory, one_thread, step, synchronize,
+from ..techniques.checkpoint.revolve import binomial_forwards
+from ..measure.timing import interleaved_times
+from .checkpoint_nets import (batch, deep_mlp, forward, measure_memory, one_thread, step, synchronize,
                                torch_activation_peak, torch_step, torch_twin)
 
 NAME = "checkpoint"

@@ -17,7 +17,7 @@ import numpy as np
 from .. import data, memory, models, plots, random
 from .. import functional as F
 from ..autograd import Tensor, no_grad
-from ..benchmarks._timing import best_time
+from ..measure.timing import best_time
 from ..optim import table
 from ..optim.table import CONFIGS
 

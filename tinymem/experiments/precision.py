@@ -18,8 +18,8 @@ import numpy as np
 
 from .. import data, models, optim, plots, random
 from .. import functional as F
-from ..autograd import Function, no_grad
-from ..benchmarks import precision as bench
+from ..autograd import Function, Tensor, no_grad
+from . import precision_steps as bench
 from ..techniques import precision
 
 NAME = "precision"
@@ -53,7 +53,7 @@ class _GradProbe(Function):
 def _probe_outputs(model, sink):
     """Wrap every leaf module so the gradient reaching its output is sampled."""
     for m in model.modules():
-        if not m._modules:
+        if not m.children():
             cls_forward = type(m).forward
             object.__setattr__(m, "forward", lambda *a, _m=m, _f=cls_forward: _GradProbe.apply(_f(_m, *a), sink=sink))
 
@@ -63,7 +63,7 @@ def _regression_data():
     random.manual_seed(123)
     teacher = models.MLP([64, 32, 8], activation="tanh")
     with no_grad():
-        y = teacher(data.Tensor(x)).numpy() * 3.0
+        y = teacher(Tensor(x)).numpy() * 3.0
     return x, y
 
 
@@ -126,7 +126,7 @@ def train_digits(mode, epochs, scaler_kw=None, seed=0):
             scaler.update()
             step += 1
     with no_grad():
-        pred = run(data.Tensor(x_test)).numpy().argmax(1)
+        pred = run(Tensor(x_test)).numpy().argmax(1)
     return {"accuracy": 100.0 * float((pred == y_test).mean()), "scale": scales, "skipped": skipped}
 
 

@@ -3,8 +3,8 @@
 One MLP that is mostly activations at its batch size. Stage by stage (``planner.stack.stages``):
 fp32 + Adam, + Adam8bit, + checkpoint (sqrt), + k micro-batches, + optimizer state on the host.
 Each stage's peak is the ledger's (split by bucket) and the allocator's growth is recorded beside
-it; the step times are measured side by side in one run. Then the demonstration the issue asks
-for: under a budget of a quarter of the fp32 + Adam need, the plain run raises OutOfMemoryError
+it; the step times are measured side by side in one run. Then the demonstration that stacking
+is what makes a model fit: under a budget of a quarter of the fp32 + Adam need, the plain run raises OutOfMemoryError
 and the stacked run trains (its losses are recorded).
 """
 import math

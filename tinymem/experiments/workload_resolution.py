@@ -1,6 +1,6 @@
 """Figure: a segmentation U-Net's memory and step time against image resolution.
 
-One Adam training step of :class:`tinymem.unet.UNet` (batch 1) on CT-like phantoms at each
+One Adam training step of :class:`tinymem.models.unet.UNet` (batch 1) on CT-like phantoms at each
 resolution, four ways: plain float32, per-block checkpointing
 (``model.checkpoint_fn = tinymem.techniques.checkpoint.checkpoint``), float16 storage
 (``tinymem.techniques.precision.half`` with a GradScaler), and both. Recorded per run: the
@@ -15,8 +15,8 @@ import numpy as np
 
 from .. import memory, models, optim, random
 from ..autograd import Tensor, no_grad
-from ..benchmarks._timing import interleaved_times
-from ..datasets.phantoms import CLASSES, make_phantoms
+from ..measure.timing import interleaved_times
+from ..data.phantoms import CLASSES, make_phantoms
 from ..techniques import precision
 from ..techniques.checkpoint import checkpoint
 from .. import plots

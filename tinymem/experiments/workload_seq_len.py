@@ -16,7 +16,7 @@ import numpy as np
 from .. import data, memory, models, optim, plots, random
 from .. import functional as F
 from ..autograd import Tensor, no_grad
-from ..benchmarks._timing import interleaved_times
+from ..measure.timing import interleaved_times
 
 NAME = "workload_seq_len"
 ORDER = 61

@@ -52,15 +52,15 @@ class Adafactor(Optimizer):
             return math.prod(shape) * itemsize
         return (math.prod(shape[:-1]) + math.prod(shape[:-2]) * shape[-1]) * itemsize
 
-    def _update(self, p, grad, state, group):
+    def update_parameter(self, p, grad, state, group):
         factored = grad.ndim > 1
         if "step" not in state:
             state["step"] = 0
             if factored:
-                state["row_var"] = self._state_array(p.data, shape=grad.shape[:-1] + (1,))
-                state["col_var"] = self._state_array(p.data, shape=grad.shape[:-2] + (1, grad.shape[-1]))
+                state["row_var"] = self.state_array(p.data, shape=grad.shape[:-1] + (1,))
+                state["col_var"] = self.state_array(p.data, shape=grad.shape[:-2] + (1, grad.shape[-1]))
             else:
-                state["variance"] = self._state_array(p.data)
+                state["variance"] = self.state_array(p.data)
         state["step"] += 1
         t = state["step"]
         xp = backend.array_module(grad)
@@ -76,15 +76,15 @@ class Adafactor(Optimizer):
             # mean of g^2 along one axis without a full-size g*g temporary
             row += weight * (xp.einsum("...ij,...ij->...i", grad, grad)[..., None] / grad.shape[-1] - row)
             col += weight * (xp.einsum("...ij,...ij->...j", grad, grad)[..., None, :] / grad.shape[-2] - col)
-            var = self._scratch(row @ col)
+            var = self.scratch(row @ col)
             var /= xp.maximum(row.mean(axis=-2, keepdims=True), eps1)
         else:
             v = state["variance"]
-            v += self._scratch(weight * (grad * grad - v))
-            var = self._scratch(v.copy())
+            v += self.scratch(weight * (grad * grad - v))
+            var = self.scratch(v.copy())
         xp.maximum(var, eps1 * eps1, out=var)
         xp.sqrt(var, out=var)
-        update = self._scratch(grad / var)
+        update = self.scratch(grad / var)
         del var
         update *= alpha / max(1.0, _rms(update, xp) / group["d"])
         p.data -= update

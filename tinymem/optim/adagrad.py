@@ -29,20 +29,20 @@ class Adagrad(Optimizer):
         """State bytes of one parameter of ``shape``: the running sum of squares."""
         return math.prod(shape) * itemsize
 
-    def _update(self, p, grad, state, group):
+    def update_parameter(self, p, grad, state, group):
         if "sum" not in state:
             state["step"] = 0
-            state["sum"] = self._state_array(p.data, fill=group["initial_accumulator_value"])
+            state["sum"] = self.state_array(p.data, fill=group["initial_accumulator_value"])
         state["step"] += 1
         wd = group["weight_decay"]
-        g = self._scratch(grad + wd * p.data) if wd else grad
+        g = self.scratch(grad + wd * p.data) if wd else grad
         clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
         total = state["sum"]
-        total += self._scratch(g * g)
+        total += self.scratch(g * g)
         xp = backend.array_module(total)
-        std = self._scratch(xp.sqrt(total))
+        std = self.scratch(xp.sqrt(total))
         std += group["eps"]
-        update = self._scratch(g / std)
+        update = self.scratch(g / std)
         del std
         update *= clr
         p.data -= update

@@ -39,7 +39,7 @@ class Adam(Optimizer):
         if group["decoupled_weight_decay"]:
             p.data *= 1 - group["lr"] * wd
             return grad
-        return self._scratch(grad + wd * p.data)
+        return self.scratch(grad + wd * p.data)
 
     def _direction(self, m, v, g, step, group, v_max=None):
         """Update ``m``, ``v`` (and ``v_max``) in place with ``g``; return the step ``p -= result``.
@@ -49,16 +49,16 @@ class Adam(Optimizer):
         """
         beta1, beta2 = group["betas"]
         m *= beta1
-        m += self._scratch((1 - beta1) * g)
+        m += self.scratch((1 - beta1) * g)
         self._average_square(v, g, beta2)
         xp = backend.array_module(v)
         if v_max is not None:
             xp.maximum(v_max, v, out=v_max)
             v = v_max
-        denom = self._scratch(xp.sqrt(v))
+        denom = self.scratch(xp.sqrt(v))
         denom /= math.sqrt(1 - beta2 ** step)
         denom += group["eps"]
-        update = self._scratch(m / denom)
+        update = self.scratch(m / denom)
         update *= group["lr"] / (1 - beta1 ** step)
         return update
 
@@ -66,14 +66,14 @@ class Adam(Optimizer):
         """Adam's step for gradient ``g`` with state shaped like ``g`` (created on first use)."""
         if "exp_avg" not in state:
             state["step"] = 0
-            state["exp_avg"] = self._state_array(g)
-            state["exp_avg_sq"] = self._state_array(g)
+            state["exp_avg"] = self.state_array(g)
+            state["exp_avg_sq"] = self.state_array(g)
             if group["amsgrad"]:
-                state["max_exp_avg_sq"] = self._state_array(g)
+                state["max_exp_avg_sq"] = self.state_array(g)
         state["step"] += 1
         return self._direction(state["exp_avg"], state["exp_avg_sq"], g, state["step"], group,
                                state.get("max_exp_avg_sq"))
 
-    def _update(self, p, grad, state, group):
+    def update_parameter(self, p, grad, state, group):
         g = self._decay(p, grad, group)
         p.data -= self._moments(g, state, group)

@@ -63,22 +63,22 @@ class Adam8bit(Adam):
                                     for signed in (True, False))
         return self._maps[key]
 
-    def _update(self, p, grad, state, group):
+    def update_parameter(self, p, grad, state, group):
         if p.size < group["min_8bit_size"]:
-            return super()._update(p, grad, state, group)
+            return super().update_parameter(p, grad, state, group)
         block, n = group["block_size"], p.size
         qm, qv = self._qmaps(group["qmap"], grad)
         if "exp_avg_codes" not in state:
             state["step"] = 0
             blocks = blockwise.num_blocks(n, block)
             for name in ("exp_avg", "exp_avg_sq"):
-                state[name + "_codes"] = self._state_array(grad, dtype=np.uint8)
+                state[name + "_codes"] = self.state_array(grad, dtype=np.uint8)
                 # an all-zero code block must dequantize to 0: the scale starts at 0
-                state[name + "_absmax"] = self._state_array(grad, dtype=np.float32, shape=(blocks,))
+                state[name + "_absmax"] = self.state_array(grad, dtype=np.float32, shape=(blocks,))
         state["step"] += 1
         g = self._decay(p, grad, group)
-        m = blockwise.dequantize(state["exp_avg_codes"], state["exp_avg_absmax"], qm, block, self._scratch)
-        v = blockwise.dequantize(state["exp_avg_sq_codes"], state["exp_avg_sq_absmax"], qv, block, self._scratch)
+        m = blockwise.dequantize(state["exp_avg_codes"], state["exp_avg_absmax"], qm, block, self.scratch)
+        v = blockwise.dequantize(state["exp_avg_sq_codes"], state["exp_avg_sq_absmax"], qv, block, self.scratch)
         p.data -= self._direction(m, v, g.astype(np.float32, copy=False), state["step"], group).astype(p.dtype, copy=False)
-        blockwise.quantize(m, qm, block, state["exp_avg_codes"], state["exp_avg_absmax"], self._scratch)
-        blockwise.quantize(v, qv, block, state["exp_avg_sq_codes"], state["exp_avg_sq_absmax"], self._scratch)
+        blockwise.quantize(m, qm, block, state["exp_avg_codes"], state["exp_avg_absmax"], self.scratch)
+        blockwise.quantize(v, qv, block, state["exp_avg_sq_codes"], state["exp_avg_sq_absmax"], self.scratch)

@@ -76,7 +76,7 @@ def quantize(x, qmap, block_size, codes=None, absmax=None, scratch=_uncounted):
 
     Temporaries: the normalised values (4 bytes per element) and the nearest-code indices
     (8 bytes per element, int64 from searchsorted); ``scratch`` counts them (an optimizer's
-    ``_scratch`` puts them in the ledger's workspace bucket).
+    ``scratch`` puts them in the ledger's workspace bucket).
     """
     xp = backend.array_module(x)
     blocks = _blocks(x.reshape(-1), block_size, xp)

@@ -41,25 +41,25 @@ class GaLore(Adam):
             return Adam.bytes_for(shape, itemsize, group)
         return group["rank"] * (min(shape) + 2 * max(shape)) * itemsize
 
-    def _update(self, p, grad, state, group):
+    def update_parameter(self, p, grad, state, group):
         if not self._projected(p.shape, group):
-            return super()._update(p, grad, state, group)
+            return super().update_parameter(p, grad, state, group)
         g = self._decay(p, grad, group)
         right = g.shape[0] >= g.shape[1]
         if "projector" not in state or state["step"] % group["update_proj_gap"] == 0:
             self._refresh(g, state, group["rank"], right)
         proj = state["projector"]
-        low = self._scratch(g @ proj.T if right else proj.T @ g)
+        low = self.scratch(g @ proj.T if right else proj.T @ g)
         step = self._moments(low, state, group)
-        update = self._scratch(step @ proj if right else proj @ step)
+        update = self.scratch(step @ proj if right else proj @ step)
         update *= group["scale"]
         p.data -= update
 
     def _refresh(self, g, state, rank, right):
         xp = backend.array_module(g)
         # u, vh are counted; LAPACK's own workspace inside svd is not visible to the ledger
-        u, _, vh = (self._scratch(a) for a in xp.linalg.svd(g, full_matrices=False))
+        u, _, vh = (self.scratch(a) for a in xp.linalg.svd(g, full_matrices=False))
         top = vh[:rank] if right else u[:, :rank]
         if "projector" not in state:
-            state["projector"] = self._state_array(g, shape=top.shape)
+            state["projector"] = self.state_array(g, shape=top.shape)
         state["projector"][...] = top

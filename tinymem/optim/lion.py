@@ -29,14 +29,14 @@ class Lion(Optimizer):
         """State bytes of one parameter of ``shape``: one momentum buffer."""
         return math.prod(shape) * itemsize
 
-    def _update(self, p, grad, state, group):
+    def update_parameter(self, p, grad, state, group):
         if "exp_avg" not in state:
-            state["exp_avg"] = self._state_array(p.data)
+            state["exp_avg"] = self.state_array(p.data)
         beta1, beta2 = group["betas"]
         m = state["exp_avg"]
         xp = backend.array_module(m)
-        direction = self._scratch(beta1 * m)
-        direction += self._scratch((1 - beta1) * grad)
+        direction = self.scratch(beta1 * m)
+        direction += self.scratch((1 - beta1) * grad)
         xp.sign(direction, out=direction)
         direction *= group["lr"]
         if group["weight_decay"]:
@@ -44,4 +44,4 @@ class Lion(Optimizer):
         p.data -= direction
         del direction
         m *= beta2
-        m += self._scratch((1 - beta2) * grad)
+        m += self.scratch((1 - beta2) * grad)

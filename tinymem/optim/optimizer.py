@@ -1,7 +1,7 @@
 """The optimizer base class: parameter groups, per-parameter state in the ledger, save/load.
 
-Subclasses write ``_update(p, grad, state, group)`` for one parameter and create their state
-arrays with :meth:`Optimizer._state_array`, which registers them in the ledger's ``optimizer``
+Subclasses write ``update_parameter(p, grad, state, group)`` for one parameter and create their state
+arrays with :meth:`Optimizer.state_array`, which registers them in the ledger's ``optimizer``
 bucket. :meth:`state_bytes` is then the exact size of the state, which the tests check against
 the ledger and against each optimizer's bytes-per-parameter formula.
 """
@@ -14,10 +14,10 @@ class Optimizer:
     """Base class with PyTorch's shape: ``param_groups``, ``state``, ``step()``, ``zero_grad()``."""
 
     defaults = {}
-    # Whether _update takes a tinymem.sparse.RowSparse gradient (embedding_bag(sparse=True)).
+    # Whether update_parameter takes a tinymem.sparse.RowSparse gradient (embedding_bag(sparse=True)).
     accepts_sparse_grad = False
     # Where the update runs, so where its state arrays and temporaries are counted. Optimizer-
-    # state offload sets "host" on an instance and hands ``_update`` host arrays.
+    # state offload sets "host" on an instance and hands ``update_parameter`` host arrays.
     update_place = "device"
 
     def __init__(self, params, **hyper):
@@ -57,20 +57,20 @@ class Optimizer:
                         f"{type(self).__name__} does not take sparse gradients (parameter of shape "
                         f"{tuple(p.shape)}): use optim.RowWiseAdagrad, or make the lookup with sparse=False")
                 state = self.state.setdefault(p, {})
-                self._update(p, p.grad.data, state, group)
+                self.update_parameter(p, p.grad.data, state, group)
 
-    def _update(self, p, grad, state, group):
-        raise NotImplementedError(f"{type(self).__name__} must define _update")
+    def update_parameter(self, p, grad, state, group):
+        raise NotImplementedError(f"{type(self).__name__} must define update_parameter")
 
     # -- state -----------------------------------------------------------------------------
-    def _state_array(self, like, dtype=None, shape=None, fill=0):
+    def state_array(self, like, dtype=None, shape=None, fill=0):
         """A new state array registered in the ``optimizer`` bucket at :attr:`update_place`."""
         xp = backend.array_module(like)
         array = xp.full(like.shape if shape is None else shape, fill,
                         dtype=like.dtype if dtype is None else dtype)
         return memory.register(array, "optimizer", place=self.update_place)
 
-    def _scratch(self, array):
+    def scratch(self, array):
         """Count a temporary of the update (``lr * grad``, say) in ``workspace``.
 
         Temporaries the size of a parameter are what pushes the step's peak above the sum of
@@ -82,7 +82,7 @@ class Optimizer:
         """``v = decay * v + (1 - decay) * g * g`` in place, one ``g``-sized temporary at a time
         (Adam's second moment, RMSprop's square average)."""
         v *= decay
-        sq = self._scratch(g * g)
+        sq = self.scratch(g * g)
         sq *= 1 - decay
         v += sq
 
@@ -132,7 +132,7 @@ class OptimizerWrapper:
     """Base of techniques that wrap an optimizer (fp32 masters, offloaded state).
 
     ``param_groups`` and ``state`` are the wrapped optimizer's, so learning-rate schedules and
-    :class:`~tinymem.techniques.grad_scaler.GradScaler` work on the wrapper unchanged.
+    :class:`~tinymem.techniques.precision.grad_scaler.GradScaler` work on the wrapper unchanged.
     """
 
     def __init__(self, optimizer):

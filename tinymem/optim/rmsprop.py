@@ -33,35 +33,35 @@ class RMSprop(Optimizer):
         buffers = 1 + (group["momentum"] > 0) + bool(group["centered"])
         return buffers * math.prod(shape) * itemsize
 
-    def _update(self, p, grad, state, group):
+    def update_parameter(self, p, grad, state, group):
         if "square_avg" not in state:
             state["step"] = 0
-            state["square_avg"] = self._state_array(p.data)
+            state["square_avg"] = self.state_array(p.data)
             if group["momentum"] > 0:
-                state["momentum_buffer"] = self._state_array(p.data)
+                state["momentum_buffer"] = self.state_array(p.data)
             if group["centered"]:
-                state["grad_avg"] = self._state_array(p.data)
+                state["grad_avg"] = self.state_array(p.data)
         state["step"] += 1
         alpha, wd = group["alpha"], group["weight_decay"]
-        g = self._scratch(grad + wd * p.data) if wd else grad
+        g = self.scratch(grad + wd * p.data) if wd else grad
         v = state["square_avg"]
         self._average_square(v, g, alpha)
         xp = backend.array_module(v)
         if group["centered"]:
             a = state["grad_avg"]
-            a += self._scratch((1 - alpha) * (g - a))
-            denom = self._scratch(v - a * a)
+            a += self.scratch((1 - alpha) * (g - a))
+            denom = self.scratch(v - a * a)
             xp.sqrt(denom, out=denom)
         else:
-            denom = self._scratch(xp.sqrt(v))
+            denom = self.scratch(xp.sqrt(v))
         denom += group["eps"]
-        update = self._scratch(g / denom)
+        update = self.scratch(g / denom)
         del denom
         if group["momentum"] > 0:
             b = state["momentum_buffer"]
             b *= group["momentum"]
             b += update
-            update = self._scratch(group["lr"] * b)
+            update = self.scratch(group["lr"] * b)
         else:
             update *= group["lr"]
         p.data -= update

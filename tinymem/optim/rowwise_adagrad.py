@@ -33,12 +33,12 @@ class RowWiseAdagrad(Optimizer):
         """State bytes of one parameter of ``shape``: one accumulator per row (first dim)."""
         return shape[0] * itemsize
 
-    def _update(self, p, grad, state, group):
+    def update_parameter(self, p, grad, state, group):
         xp = backend.array_module(p.data)
         rows = p.data.reshape(p.shape[0], -1)  # a view: parameters are contiguous
         if "sum" not in state:
             state["step"] = 0
-            state["sum"] = self._state_array(p.data, shape=(p.shape[0],),
+            state["sum"] = self.state_array(p.data, shape=(p.shape[0],),
                                              fill=group["initial_accumulator_value"])
         state["step"] += 1
         if getattr(grad, "is_sparse", False):

@@ -25,16 +25,16 @@ class SGD(Optimizer):
         """State bytes of one parameter of ``shape``: a momentum buffer, or nothing."""
         return math.prod(shape) * itemsize if group["momentum"] else 0
 
-    def _update(self, p, grad, state, group):
+    def update_parameter(self, p, grad, state, group):
         wd, momentum, dampening = group["weight_decay"], group["momentum"], group["dampening"]
-        g = self._scratch(grad + wd * p.data) if wd else grad
+        g = self.scratch(grad + wd * p.data) if wd else grad
         if momentum:
             if "momentum_buffer" not in state:
-                buf = state["momentum_buffer"] = self._state_array(p.data)
+                buf = state["momentum_buffer"] = self.state_array(p.data)
                 buf[...] = g
             else:
                 buf = state["momentum_buffer"]
                 buf *= momentum
-                buf += self._scratch((1 - dampening) * g) if dampening else g
-            g = self._scratch(g + momentum * buf) if group["nesterov"] else buf
-        p.data -= self._scratch(group["lr"] * g)
+                buf += self.scratch((1 - dampening) * g) if dampening else g
+            g = self.scratch(g + momentum * buf) if group["nesterov"] else buf
+        p.data -= self.scratch(group["lr"] * g)

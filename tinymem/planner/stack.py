@@ -14,11 +14,11 @@ of the activations, which the checkpoint and micro-batches have already made sma
 not compose here with optimizer offload (see :mod:`.recipe`). The planner still weighs it.
 
 :func:`waterfall` measures every stage with the ledger (peak per bucket) and times their steps
-side by side in one run (:func:`tinymem.benchmarks._timing.interleaved_times`), so the time each
+side by side in one run (:func:`tinymem.measure.timing.interleaved_times`), so the time each
 technique adds is a ratio measured under the same conditions.
 """
 from .. import memory
-from ..benchmarks._timing import interleaved_times
+from ..measure.timing import interleaved_times
 from .recipe import Combination, TrainingStep
 from .verify import measure_step
 

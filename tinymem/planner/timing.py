@@ -22,7 +22,7 @@ import math
 
 from .. import memory, random
 from ..autograd import Tensor, no_grad
-from ..benchmarks._timing import best_time
+from ..measure.timing import best_time
 from ..techniques.offload import measure_bandwidths, offload_optimizer
 from ..techniques.precision import half
 from .recipe import make_optimizer
@@ -85,7 +85,7 @@ class TimeModel:
 
         def step():
             for p, g in zip(params, grads):
-                p.grad = Tensor._wrap(g.copy(), bucket="gradient")
+                p.grad = Tensor.wrap(g.copy(), bucket="gradient")
             opt.step()
 
         seconds = best_time(step, repeats)

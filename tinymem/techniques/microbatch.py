@@ -43,7 +43,7 @@ def split_batch(batch_size, micro_batches=None, micro_batch_size=None):
 
 def _take(x, s):
     # A view of the batch: micro-batching must not copy the inputs.
-    return Tensor._wrap(x.data[s]) if isinstance(x, Tensor) else x[s]
+    return Tensor.wrap(x.data[s]) if isinstance(x, Tensor) else x[s]
 
 
 def accumulate_gradients(loss_fn, batch, micro_batches=None, micro_batch_size=None, reduction="mean"):

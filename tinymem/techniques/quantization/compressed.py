@@ -145,13 +145,13 @@ class compress_saved_activations(saved_tensors_hooks):
         array = t.data
         if array.dtype.kind != "f" or _is_parameter(array):
             return t
-        key = id(memory._root(array))
+        key = id(memory.owner_of(array))
         hit = self._seen.get(key)
-        if hit is not None and hit[0]() is memory._root(array) and hit[1]() is not None:
+        if hit is not None and hit[0]() is memory.owner_of(array) and hit[1]() is not None:
             return hit[1]()
         packed = compress(array, self.bits, self.group_size, self.stochastic, self.keep_sign)
         memory.register_bytes(packed, packed.nbytes, "activation", "device", label=f"int{self.bits} saved")
-        self._seen[key] = (weakref.ref(memory._root(array)), weakref.ref(packed))
+        self._seen[key] = (weakref.ref(memory.owner_of(array)), weakref.ref(packed))
         self.stats["tensors"] += 1
         self.stats["original_bytes"] += array.nbytes
         self.stats["compressed_bytes"] += packed.nbytes

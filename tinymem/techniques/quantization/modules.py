@@ -136,16 +136,13 @@ class ObservedLinear(nn.Module):
 def _swap(model, kind, make):
     """Replace every sub-module of type ``kind`` by ``make(module)``, in place.
 
-    The new module takes the old one's slot in the parent's ordered sub-modules: tinymem's
-    ``Module.__setattr__`` would move a re-assigned name to the end, and a Sequential would then
-    run its layers out of order.
+    The new module takes the old one's slot in the parent's ordered sub-modules
+    (``Module.replace_child``), so a Sequential still runs its layers in order.
     """
     for _, parent in list(model.named_modules()):
-        for name, child in list(parent._modules.items()):
+        for name, child in list(parent.named_children()):
             if type(child) is kind:
-                new = make(child)
-                parent._modules[name] = new
-                object.__setattr__(parent, name, new)
+                parent.replace_child(name, make(child))
     return model
 
 

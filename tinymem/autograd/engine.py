@@ -1,0 +1,112 @@
+"""The backward pass: gradients flow from the outputs to the leaves, iteratively.
+
+Kahn's algorithm over dependency counts, so a chain of thousands of nodes needs no recursion.
+Each node's saved arrays and incoming gradients are dropped as soon as its backward has run
+(unless ``retain_graph``), which is why activation memory falls during backward.
+"""
+import numpy as np
+
+from .. import backend, memory
+
+
+def sum_to(grad, shape):
+    """Sum ``grad`` over the axes that broadcasting added or stretched, to get ``shape``."""
+    if grad.shape == shape:
+        return grad
+    extra = grad.ndim - len(shape)
+    axes = tuple(range(extra)) + tuple(
+        i + extra for i, n in enumerate(shape) if n == 1 and grad.shape[i + extra] != 1)
+    out = grad.sum(axis=axes, keepdims=True) if axes else grad
+    if extra:
+        out = out.reshape(out.shape[extra:]) if out.ndim > len(shape) else out
+    return out.reshape(shape)
+
+
+def _accumulate_leaf(leaf, g, claimed):
+    if g.dtype != leaf.dtype:
+        g = g.astype(leaf.dtype)
+    elif id(memory.owner_of(g)) in claimed:
+        # An add passes one array to both inputs; each .grad must own its buffer, because
+        # unscale_ or clipping later edit gradients in place.
+        g = g.copy()
+    if leaf.grad is None:
+        claimed.add(id(memory.owner_of(g)))
+        leaf.grad = g  # the setter wraps the array as a Tensor in the gradient bucket
+    else:
+        # Out of place: ``g`` may still be shared with another node's pending gradient.
+        leaf.grad.data = leaf.grad.data + g
+
+
+def run_backward(roots, grads, retain_graph=False):
+    """Backpropagate ``grads`` (arrays) from the Tensors ``roots`` through their graph."""
+    memory.mark("backward")
+    pending = {}
+    start = []
+    claimed = {id(memory.owner_of(g)) for g in grads}
+    for root, g in zip(roots, grads):
+        if root._ctx is None:
+            if root.requires_grad:
+                _accumulate_leaf(root, g, claimed)
+            continue
+        node = root._ctx
+        if node not in pending:
+            pending[node] = [None] * len(node.output_meta)
+            start.append(node)
+        slot = pending[node]
+        slot[root._index] = g if slot[root._index] is None else slot[root._index] + g
+
+    # Count, for every node, how many consumers will send it a gradient.
+    deps = {}
+    stack = list(start)
+    seen = set(start)
+    while stack:
+        node = stack.pop()
+        for parent in node.parents:
+            if type(parent) is tuple:
+                pnode = parent[0]
+                deps[pnode] = deps.get(pnode, 0) + 1
+                if pnode not in seen:
+                    seen.add(pnode)
+                    stack.append(pnode)
+
+    ready = [n for n in start if deps.get(n, 0) == 0]
+    while ready:
+        node = ready.pop()
+        slot = pending.pop(node)
+        if any(g is None for g in slot):  # an output nobody used: its gradient is zero
+            xp = backend.array_module(next(g for g in slot if g is not None))
+            slot = [xp.zeros(*node.output_meta[i]) if g is None else g for i, g in enumerate(slot)]
+        if node._released:
+            node.saved_tensors  # raises the "second time" error
+        in_grads = type(node).backward(node, *slot)
+        del slot
+        if not isinstance(in_grads, tuple):
+            in_grads = (in_grads,)
+        if len(in_grads) < len(node.parents):
+            # Trailing non-tensor arguments (a shape, an axis) need no gradient slot.
+            if any(p is not None for p in node.parents[len(in_grads):]):
+                raise RuntimeError(f"{type(node).__name__}.backward returned {len(in_grads)} "
+                                   f"gradients for {len(node.parents)} inputs")
+            in_grads = in_grads + (None,) * (len(node.parents) - len(in_grads))
+        parents, meta = node.parents, node.input_meta
+        if not retain_graph:
+            node.release_saved()
+            node.parents = ()
+        for parent, g, m in zip(parents, in_grads, meta):
+            if parent is None or g is None:
+                continue
+            g = sum_to(g, m[0])
+            if isinstance(g, np.generic):
+                g = np.asarray(g)
+            if type(parent) is tuple:
+                pnode, index = parent
+                memory.register(g)
+                if pnode not in pending:
+                    pending[pnode] = [None] * len(pnode.output_meta)
+                pslot = pending[pnode]
+                pslot[index] = g if pslot[index] is None else pslot[index] + g
+                deps[pnode] -= 1
+                if deps[pnode] == 0:
+                    ready.append(pnode)
+            else:
+                _accumulate_leaf(parent, g, claimed)

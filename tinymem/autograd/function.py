@@ -1,0 +1,153 @@
+"""Function: one differentiable op, the node of the graph (it doubles as the ``ctx``).
+
+Functions compute on raw arrays (NumPy or CuPy) and return raw arrays; :meth:`Function.apply`
+wraps the results into Tensors and records the node when a gradient is needed. A node points to
+the nodes that made its inputs, never to its outputs, so a finished graph is freed by reference
+counting alone.
+
+Everything a backward needs is kept through :meth:`Function.save_for_backward`, where
+:class:`~tinymem.autograd.modes.saved_tensors_hooks` plug in (pack at save time, unpack at use
+time): the seam that half-precision storage, int8 compression and offload use. The ledger counts
+saved arrays in the ``activation`` bucket until backward has used them.
+"""
+import numpy as np
+
+from .. import backend, memory
+from .modes import _state
+from .tensor import Tensor
+
+def _storage(obj):
+    """The array inside a packed object that should count as an activation, if any."""
+    if isinstance(obj, Tensor):
+        return obj.data
+    if hasattr(obj, "nbytes") and hasattr(obj, "dtype"):
+        return obj
+    return None
+
+
+class Function:
+    """An op: subclass it and write ``forward(ctx, *arrays)`` and ``backward(ctx, *grads)``.
+
+    Both may be plain methods (``self`` is the ctx) or static methods taking ``ctx``. ``forward``
+    receives arrays (and any non-tensor arguments) and returns an array or a tuple of arrays;
+    ``backward`` receives one gradient array per output and returns one gradient (or ``None``)
+    per positional input. Gradients of broadcast inputs are summed back to the input's shape by
+    the engine, so ops need not do it.
+    """
+
+    def __init__(self):
+        self.parents = ()
+        self.needs_input_grad = ()
+        self._saved = None
+        self.recording = False
+        self._released = False
+
+    # -- saving ---------------------------------------------------------------------------
+    def save_for_backward(self, *arrays):
+        """Keep arrays for backward. Memory: their bytes stay in ``activation`` until used."""
+        if not self.recording:
+            return
+        hooks = _state.hooks
+        if hooks and hooks[-1] is not None:
+            pack, unpack = hooks[-1]
+            saved = []
+            for a in arrays:
+                if a is None:
+                    saved.append(None)
+                    continue
+                packed = pack(Tensor.wrap(a))
+                storage = _storage(packed)
+                if storage is not None:
+                    memory.hold(storage)
+                saved.append((unpack, packed, storage))
+            self._saved = (True, saved)
+        else:
+            for a in arrays:
+                if a is not None:
+                    memory.hold(a)
+            self._saved = (False, arrays)
+
+    @property
+    def saved_tensors(self):
+        """The saved arrays, unpacked (a tuple)."""
+        if self._released:
+            raise RuntimeError(
+                "trying to backward through the graph a second time (its saved tensors were "
+                "freed); pass retain_graph=True to the first backward() if you need this")
+        if self._saved is None:
+            return ()
+        hooked, items = self._saved
+        if not hooked:
+            return items
+        out = []
+        for item in items:
+            if item is None:
+                out.append(None)
+                continue
+            unpack, packed, _ = item
+            value = unpack(packed)
+            out.append(value.data if isinstance(value, Tensor) else value)
+        return tuple(out)
+
+    def release_saved(self):
+        """Drop the saved arrays (called by backward as soon as this node is done)."""
+        if self._saved is not None:
+            hooked, items = self._saved
+            for item in items:
+                if item is None:
+                    continue
+                storage = item[2] if hooked else item
+                if storage is not None:
+                    memory.unhold(storage)
+            self._saved = None
+        self._released = True
+
+    def __del__(self):
+        # A graph dropped without backward (evaluation with grad on) still gives its bytes back.
+        if self._saved is not None:
+            self.release_saved()
+
+    # -- running --------------------------------------------------------------------------
+    @classmethod
+    def apply(cls, *inputs, **kwargs):
+        """Run the op on Tensors (and constants), recording the graph when a gradient is needed."""
+        device = None
+        arrays = []
+        needs = []
+        for x in inputs:
+            if isinstance(x, Tensor):
+                if device is None:
+                    device = x.device
+                elif x.device != device:
+                    raise backend.DeviceError(
+                        f"{cls.__name__}: tensors on different devices ({device} and {x.device}); "
+                        f"move them with .to('{device}') first")
+                arrays.append(x.data)
+                needs.append(x.requires_grad)
+            else:
+                arrays.append(x)
+                needs.append(False)
+        ctx = cls()
+        record = _state.grad_enabled and any(needs)
+        ctx.recording = record
+        ctx.needs_input_grad = tuple(needs)
+        out = cls.forward(ctx, *arrays, **kwargs)
+        multi = isinstance(out, tuple)
+        # NumPy turns 0-d results into scalars; a Tensor always holds an array.
+        outs = tuple(np.asarray(o) if isinstance(o, np.generic) else o for o in (out if multi else (out,)))
+        tensors = tuple(Tensor.wrap(o, requires_grad=record, ctx=ctx if record else None, index=i)
+                        for i, o in enumerate(outs))
+        if record:
+            ctx.parents = tuple(
+                (x._ctx, x._index) if isinstance(x, Tensor) and x._ctx is not None
+                else (x if isinstance(x, Tensor) and x.requires_grad else None)
+                for x in inputs)
+            ctx.input_meta = tuple((x.shape, x.dtype) if isinstance(x, Tensor) else None for x in inputs)
+            ctx.output_meta = tuple((o.shape, o.dtype) for o in outs)
+        return tensors if multi else tensors[0]
+
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError(f"{type(ctx).__name__} must define forward")
+
+    def backward(ctx, *grads):
+        raise NotImplementedError(f"{type(ctx).__name__} has no backward")

@@ -1,0 +1,210 @@
+"""Tensor: an array with an optional gradient and a link to the op that made it.
+
+The ledger counts a tensor's ``data`` in the tensor's bucket (``workspace`` unless it is a
+Parameter, a gradient or optimizer state); assigning ``.data`` or ``.grad`` re-registers the new
+array. ``tensor()`` makes a leaf; Python floats give float32 and ints int64, as in PyTorch.
+"""
+import numpy as np
+
+from .. import backend, memory
+from .engine import run_backward
+
+
+def _as_array(data, dtype, device):
+    xp = backend.array_module(device)
+    if isinstance(data, Tensor):
+        data = data.data
+    if backend.device_of(data) != device and hasattr(data, "shape"):
+        data = backend.to_device(data, device)
+    if dtype is None:
+        arr = xp.asarray(data)
+        if arr.dtype == np.float64 and not hasattr(data, "dtype"):
+            arr = arr.astype(np.float32)  # Python floats become float32, as in PyTorch
+        elif arr.dtype.kind in "iu" and not hasattr(data, "dtype"):
+            arr = arr.astype(np.int64)
+    else:
+        arr = xp.asarray(data, dtype=dtype)
+    return arr
+
+
+class Tensor:
+    """An array with an optional gradient and a link to the op that made it.
+
+    Attributes: ``data`` (the NumPy or CuPy array), ``grad`` (a Tensor or ``None``),
+    ``requires_grad``, ``shape``, ``dtype``, ``device``. The ledger counts ``data`` in the
+    tensor's bucket (``workspace`` unless it is a Parameter, a gradient or optimizer state).
+
+    Its operators and array methods (``+ - * / @ ** []``, comparisons, ``sum``, ``reshape``,
+    ``to``, ...) are differentiable ops, declared in one table, ``TENSOR_METHODS`` in
+    ``tinymem/functional.py``, which ``tinymem/__init__.py`` attaches to this class.
+    """
+
+    __array_priority__ = 1000  # so ndarray + Tensor calls Tensor.__radd__
+    __hash__ = object.__hash__  # == is elementwise, yet tensors key dicts (optimizer state)
+    _bucket = "workspace"
+
+    def __init__(self, data, requires_grad=False, dtype=None, device=None):
+        device = backend.check_device(device) if device is not None else (
+            backend.device_of(data.data if isinstance(data, Tensor) else data)
+            if hasattr(data, "shape") else backend.default_device())
+        self._data = None
+        self.data = _as_array(data, backend.resolve_dtype(dtype), device)
+        self._ctx = None
+        self._index = 0
+        self._grad = None
+        self.requires_grad = bool(requires_grad)
+        if requires_grad and self._data.dtype.kind not in "fc":
+            raise TypeError(f"only floating-point tensors can require gradients, not {self._data.dtype}")
+
+    @classmethod
+    def wrap(cls, array, requires_grad=False, ctx=None, index=0, bucket=None):
+        """Wrap an existing array as a Tensor without copying or checking it (the seam for ops
+        and techniques). It is registered in the ledger in ``bucket`` (the class's default,
+        ``workspace`` for a plain Tensor). Memory: none beyond the array itself."""
+        t = cls.__new__(cls)
+        if bucket is not None:
+            t._bucket = bucket
+        t._data = array
+        memory.register(array, t._bucket)
+        t._ctx, t._index, t._grad, t.requires_grad = ctx, index, None, requires_grad
+        return t
+
+    # -- data and grad ---------------------------------------------------------------------
+    @property
+    def data(self):
+        return self._data
+
+    @data.setter
+    def data(self, value):
+        if isinstance(value, Tensor):
+            value = value.data
+        memory.register(value, self._bucket)
+        self._data = value
+
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:
+            if not isinstance(value, Tensor):
+                value = Tensor.wrap(value, bucket="gradient")
+            if value.shape != self.shape:
+                raise ValueError(f"assigned grad of shape {value.shape} to a tensor of shape {self.shape}")
+            value._bucket = "gradient"
+            memory.register(value.data, "gradient")
+        self._grad = value
+
+    @property
+    def shape(self):
+        return self._data.shape
+
+    @property
+    def dtype(self):
+        return self._data.dtype
+
+    @property
+    def ndim(self):
+        return self._data.ndim
+
+    @property
+    def size(self):
+        return self._data.size
+
+    @property
+    def nbytes(self):
+        return self._data.nbytes
+
+    @property
+    def device(self):
+        return backend.device_of(self._data)
+
+    @property
+    def is_leaf(self):
+        return self._ctx is None
+
+    @property
+    def grad_fn(self):
+        return self._ctx
+
+    def numel(self):
+        return self._data.size
+
+    def dim(self):
+        return self._data.ndim
+
+    def __len__(self):
+        return len(self._data)
+
+    def __repr__(self):
+        extra = f", grad_fn={type(self._ctx).__name__}" if self._ctx is not None else (
+            ", requires_grad=True" if self.requires_grad else "")
+        dev = "" if self.device == "cpu" else ", device='cuda'"
+        return f"tensor({backend.to_numpy(self._data)!r}{dev}{extra})"
+
+    # -- conversion ------------------------------------------------------------------------
+    def numpy(self):
+        """The values as a NumPy array (copied from the GPU when needed)."""
+        return backend.to_numpy(self._data)
+
+    def item(self):
+        if self._data.size != 1:
+            raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+        return self._data.reshape(()).item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def detach(self):
+        """A new leaf sharing this tensor's data, outside the graph."""
+        return Tensor.wrap(self._data)
+
+    def requires_grad_(self, flag=True):
+        self.requires_grad = bool(flag)
+        return self
+
+    def clone(self):
+        return self * 1
+
+    # -- backward --------------------------------------------------------------------------
+    def backward(self, grad=None, retain_graph=False):
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad``.
+
+        ``grad`` is required unless this tensor has one element (the usual scalar loss).
+        """
+        if not self.requires_grad:
+            raise RuntimeError("backward() on a tensor that does not require grad "
+                               "(no input had requires_grad=True, or it was made under no_grad())")
+        xp = backend.array_module(self._data)
+        if grad is None:
+            if self._data.size != 1:
+                raise RuntimeError(f"grad can be implicitly created only for scalar outputs; this "
+                                   f"tensor has shape {self.shape}: pass backward(grad) of that shape")
+            g = xp.ones(self.shape, self.dtype)
+        else:
+            g = grad.data if isinstance(grad, Tensor) else xp.asarray(grad, dtype=self.dtype)
+            if g.shape != self.shape:
+                raise ValueError(f"backward: grad of shape {g.shape} for a tensor of shape {self.shape}")
+        run_backward((self,), (g,), retain_graph=retain_graph)
+
+    def zero_(self):
+        self._data[...] = 0
+        return self
+
+
+def tensor(data, requires_grad=False, dtype=None, device=None):
+    """Make a leaf Tensor (PyTorch's ``torch.tensor``). Python floats give float32."""
+    return Tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
+
+
+def backward(tensors, grad_tensors=None, retain_graph=False):
+    """Backward from several outputs at once (``torch.autograd.backward``)."""
+    tensors = list(tensors)
+    if grad_tensors is None:
+        grad_tensors = [None] * len(tensors)
+    grads = []
+    for t, g in zip(tensors, grad_tensors):
+        xp = backend.array_module(t.data)
+        grads.append(xp.ones(t.shape, t.dtype) if g is None else (g.data if isinstance(g, Tensor) else g))
+    run_backward(tensors, grads, retain_graph=retain_graph)

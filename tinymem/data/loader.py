@@ -1,0 +1,36 @@
+"""DataLoader: seeded, shuffled batches of Tensors from arrays, one epoch per pass."""
+import numpy as np
+
+from ..autograd import Tensor
+
+
+class DataLoader:
+    """Iterate ``(x, y, ...)`` batches of Tensors from arrays, shuffled by a seed per epoch.
+
+    ``DataLoader((x, y), batch_size=64, shuffle=True, seed=0)``; each pass over it is one
+    epoch and uses the next seed, so runs are reproducible.
+    """
+
+    def __init__(self, arrays, batch_size=64, shuffle=True, seed=0, drop_last=False, device=None):
+        self.arrays = tuple(np.asarray(a) for a in arrays)
+        if len({len(a) for a in self.arrays}) != 1:
+            raise ValueError(f"arrays have different lengths: {[len(a) for a in self.arrays]}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        self.drop_last, self.device, self.epoch = drop_last, device, 0
+
+    def __len__(self):
+        n = len(self.arrays[0])
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self):
+        n = len(self.arrays[0])
+        order = (np.random.default_rng([self.seed, self.epoch]).permutation(n)
+                 if self.shuffle else np.arange(n))
+        self.epoch += 1
+        for start in range(0, n, self.batch_size):
+            idx = order[start:start + self.batch_size]
+            if self.drop_last and len(idx) < self.batch_size:
+                break
+            yield tuple(Tensor(a[idx], device=self.device) for a in self.arrays)

@@ -1,1 +1,0 @@
-"""Procedural data sets that work offline at any size."""

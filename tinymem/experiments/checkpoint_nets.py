@@ -1,0 +1,176 @@
+"""The deep MLP the checkpointing figures and benchmark measure, in tinymem and (as a twin with
+the same weights) in PyTorch, with one training step per schedule and a meter for each.
+
+A "layer" is one block Linear(w, w) -> ReLU. Per block and sample it saves the Linear's input
+and the ReLU's output: 2·4·w bytes in float32, so 8·B·w·n bytes for n blocks at batch B.
+"""
+import contextlib
+import tracemalloc
+import weakref
+
+import numpy as np
+
+from .. import backend, memory, nn, random
+from ..autograd import Tensor
+from ..techniques.checkpoint import checkpoint_sequential
+from ..techniques.checkpoint.revolve import checkpoint_revolve
+
+
+@contextlib.contextmanager
+def one_thread():
+    """NumPy's BLAS and PyTorch on one thread each, for timing with ``time.process_time``: on a
+    machine shared with other jobs, CPU time of a one-thread run follows the work itself."""
+    try:
+        import torch
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+    except ImportError:
+        torch = None
+    try:
+        from threadpoolctl import threadpool_limits
+        limits = threadpool_limits(1)
+    except ImportError:
+        limits = contextlib.nullcontext()
+    try:
+        with limits:
+            yield
+    finally:
+        if torch is not None:
+            torch.set_num_threads(before)
+
+
+def deep_mlp(depth, width, device="cpu"):
+    random.manual_seed(0)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(width, width, device=device), nn.ReLU())
+                           for _ in range(depth)])
+
+
+def batch(model, size, device="cpu"):
+    width = model[0][0].in_features
+    data = np.random.default_rng(0).standard_normal((size, width)).astype(np.float32)
+    x = Tensor(data, device=device, requires_grad=True)
+    return x, np.ones((size, width), np.float32) if device == "cpu" else x.data * 0 + 1
+
+
+def forward(model, x, mode):
+    """``mode`` is ("none", 0), ("segments", k) or ("revolve", slots)."""
+    kind, count = mode
+    if kind == "none":
+        return model(x)
+    if kind == "segments":
+        return checkpoint_sequential(model, count, x)
+    return checkpoint_revolve(model, count, x)
+
+
+def step(model, x, grad, mode):
+    """One forward + backward; parameter gradients accumulate into existing buffers. On a GPU it
+    waits for the queued kernels, so that a timer around it sees the work."""
+    out = forward(model, x, mode)
+    out.backward(grad)
+    synchronize(x)
+
+
+def synchronize(x):
+    """Wait for the GPU's queued kernels (nothing to wait for on the CPU)."""
+    if x.device == "cuda":
+        backend.get_cupy().cuda.Device().synchronize()
+
+
+def keep_grads(model, x, grad):
+    """Run one step so that every ``.grad`` exists, then zero it in place (measurements inside a
+    window then see activations, not the first allocation of the gradients)."""
+    step(model, x, grad, ("none", 0))
+    model.zero_grad(set_to_none=False)
+    x.grad = None
+
+
+def measure_memory(model, x, grad, mode, measure=True):
+    """Ledger activation peak, ledger growth and allocator growth (``None`` unless ``measure``)
+    of one step, in bytes."""
+    # tracemalloc must already trace the gradient buffers born in keep_grads: freeing a buffer
+    # it never saw allocated would not lower its count, and the growth would include them.
+    start_here = measure and x.device == "cpu" and not tracemalloc.is_tracing()
+    if start_here:
+        tracemalloc.start()
+    try:
+        if measure:
+            keep_grads(model, x, grad)
+        with memory.track(measure=measure, timeline=False, device=x.device) as t:
+            step(model, x, grad, mode)
+    finally:
+        if start_here:
+            tracemalloc.stop()
+    x.grad = None
+    return {"activation_peak": t.max_by_bucket()["activation"], "ledger_peak_delta": t.peak_delta(),
+            "measured_peak_delta": t.measured_peak()}
+
+
+# -- PyTorch twin ----------------------------------------------------------------------------------
+def torch_twin(model):
+    import torch
+    blocks = []
+    for block in model:
+        lin = torch.nn.Linear(block[0].in_features, block[0].out_features)
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(block[0].weight.numpy()))
+            lin.bias.copy_(torch.from_numpy(block[0].bias.numpy()))
+        blocks.append(torch.nn.Sequential(lin, torch.nn.ReLU()))
+    return torch.nn.Sequential(*blocks)
+
+
+def torch_step(model, x, grad, segments):
+    """PyTorch's step: plain (segments 1) or ``torch.utils.checkpoint.checkpoint_sequential``
+    (reentrant, the variant tinymem's node mirrors)."""
+    from torch.utils.checkpoint import checkpoint_sequential as torch_cs
+    out = model(x) if segments == 1 else torch_cs(model, segments, x, use_reentrant=True)
+    out.backward(grad)
+
+
+class TorchSavedBytes:
+    """Peak bytes of tensors PyTorch saves for backward (parameters excluded), by storage,
+    followed through ``torch.autograd.graph.saved_tensors_hooks``: PyTorch on the CPU has no
+    allocator statistics, so this is its counterpart of the ledger's activation bucket."""
+
+    def __init__(self, model):
+        self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self.live, self.peak, self.refs = 0, 0, {}
+
+    def pack(self, t):
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key in self.params:
+            return t
+        if key not in self.refs:
+            self.refs[key] = 0
+            self.live += storage.nbytes()
+            self.peak = max(self.peak, self.live)
+        self.refs[key] += 1
+        holder = _Held(t)
+        weakref.finalize(holder, self._drop, key, storage.nbytes())
+        return holder
+
+    def _drop(self, key, nbytes):
+        self.refs[key] -= 1
+        if self.refs[key] == 0:
+            del self.refs[key]
+            self.live -= nbytes
+
+    @staticmethod
+    def unpack(packed):
+        return packed.t if isinstance(packed, _Held) else packed
+
+
+class _Held:
+    __slots__ = ("t", "__weakref__")
+
+    def __init__(self, t):
+        self.t = t
+
+
+def torch_activation_peak(model, x, grad, segments):
+    import torch
+    meter = TorchSavedBytes(model)
+    with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
+        torch_step(model, x, grad, segments)
+    x.grad = None
+    return meter.peak

@@ -1,1 +1,0 @@
-"""Layer families kept out of nn.py so it stays short; nn.py re-exports them."""

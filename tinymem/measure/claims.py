@@ -1,0 +1,80 @@
+"""Claims as code: what a figure, its caption, the README and the lesson say, checked on its records.
+
+A figure family declares ``CLAIMS``, a list of :class:`Claim`. Each claim names the sentence it
+supports and a function of the family's records that returns ``(value, holds)``: the measured
+number the sentence rests on and whether the sentence is true of it. ``modes`` says at which
+sizes the claim is meant to hold (``"quick"``, ``"full"`` or both): an effect that needs a big
+model to rise above the noise is marked ``("full",)`` and is not judged at quick sizes.
+
+    CLAIMS = [
+        Claim("sqrt_activations", "sqrt(n) segments keep <= 0.3x the activations of plain at n = 64",
+              lambda r: (r["ratio"], r["ratio"] <= 0.3), modes=("full",)),
+    ]
+
+``evaluate(CLAIMS, records, quick)`` gives one row per claim; ``tinymem figures`` prints them as a
+table, writes them into the family's JSON under ``"claims"``, puts failed ones in the figure's
+footer and, with ``--strict``, exits non-zero when one fails. Memory and time: negligible.
+"""
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One checked sentence: ``check(records) -> (value, holds)``, judged in ``modes``."""
+
+    name: str
+    text: str
+    check: object
+    modes: tuple = field(default=("quick", "full"))
+
+
+def _plain(value):
+    """A JSON-friendly form of a measured value (floats rounded for the table)."""
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return number if math.isfinite(number) else str(number)
+
+
+def evaluate(claims, records, quick):
+    """One row per claim: name, text, mode, measured value, and ``holds`` (True, False, or None
+    when the claim is not meant to hold at this run's sizes). A claim whose check raises counts
+    as failed, with the error as its value: a missing record is a broken claim, not a pass."""
+    mode = "quick" if quick else "full"
+    rows = []
+    for claim in claims:
+        try:
+            value, holds = claim.check(records)
+            holds = bool(holds)
+        except Exception as exc:  # a claim that cannot be computed has not been shown
+            value, holds = f"{type(exc).__name__}: {exc}", False
+        judged = mode in claim.modes
+        rows.append({"name": claim.name, "text": claim.text, "mode": mode, "value": _plain(value),
+                     "holds": holds if judged else None, "judged_in": list(claim.modes)})
+    return rows
+
+
+def failed(rows):
+    """The rows of claims that were judged and do not hold."""
+    return [r for r in rows if r["holds"] is False]
+
+
+def format_value(value):
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def format_rows(rows, color=False):
+    """A text table of claim rows; with ``color`` a failed claim is printed in red."""
+    red, reset = ("\033[31m", "\033[0m") if color else ("", "")
+    lines = []
+    for r in rows:
+        verdict = {True: "holds", False: "FAILS", None: f"not judged ({'/'.join(r['judged_in'])} only)"}[r["holds"]]
+        line = f"  {verdict:<22} {format_value(r['value']):>12}  {r['text']}"
+        lines.append(f"{red}{line}{reset}" if r["holds"] is False else line)
+    return "\n".join(lines)

@@ -1,0 +1,70 @@
+"""Records: the JSON behind each figure, with the machine, versions and date it came from."""
+import datetime
+import json
+import os
+import platform
+
+import numpy as np
+
+from .. import backend
+from ..version import __version__
+
+
+def machine_name(device="cpu"):
+    """The CPU model (from /proc/cpuinfo where it exists) or the GPU's name."""
+    if device == "cuda":
+        cupy = backend.get_cupy()
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        name = props["name"]
+        return name.decode() if isinstance(name, bytes) else str(name)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip() + f" ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return (platform.processor() or platform.machine()) + f" ({os.cpu_count()} cores)"
+
+
+def meta(device="cpu", quick=False):
+    info = {"machine": machine_name(device), "device": device, "quick": bool(quick),
+            "date": datetime.date.today().isoformat(), "tinymem": __version__,
+            "numpy": np.__version__, "python": platform.python_version()}
+    if device == "cuda":
+        info["cupy"] = backend.get_cupy().__version__
+    try:
+        import torch
+        info["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+
+
+def write_records(records, outdir, name):
+    """Write ``outdir/data/name.json`` atomically (a temporary file renamed into place)."""
+    folder = os.path.join(outdir, "data")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{name}.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(_plain(records), f, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
+def read_records(outdir, name):
+    with open(os.path.join(outdir, "data", f"{name}.json")) as f:
+        return json.load(f)

@@ -1,0 +1,206 @@
+"""The memory ledger: who holds which bytes, where, and at what peak.
+
+Training memory has five buckets: ``parameter`` (weights), ``gradient`` (``.grad`` of
+parameters), ``optimizer`` (optimizer state), ``activation`` (tensors saved for backward) and
+``workspace`` (everything else the framework allocates: op outputs, gradients flowing backward).
+Each byte also has a place: ``device`` (the accelerator, or on the CPU the simulated device),
+``host`` (host RAM reached by offload) or ``disk``.
+
+Every array the framework creates is registered here by its *owning buffer* (a view is counted
+through the array that owns the memory) and released by a weak-reference callback when that
+buffer dies. The ledger therefore follows real lifetimes, which is why it can be held against
+the allocator's own count (``Tracker.measured_peak`` in ``tracker.py``).
+
+An array saved for backward is *held*: while held, a workspace array counts as ``activation``;
+when the last hold is released (backward used it) it falls back to ``workspace``. Parameters,
+gradients and optimizer state keep their bucket even when saved.
+
+Memory cost of the ledger itself: one small record per live array (about 200 bytes), not
+counted in any bucket.
+"""
+import weakref
+
+import numpy as np
+
+
+_ndarray = np.ndarray
+
+BUCKETS = ("parameter", "gradient", "optimizer", "activation", "workspace")
+PLACES = ("device", "host", "disk")
+# When an array is registered twice, the more specific owner wins (a saved weight stays a weight).
+_PRIORITY = {"workspace": 0, "activation": 1, "gradient": 2, "optimizer": 3, "parameter": 4}
+
+
+class OutOfMemoryError(RuntimeError):
+    """Device bytes would exceed the budget of an active :func:`track` window."""
+
+
+class _Entry:
+    __slots__ = ("ref", "nbytes", "place", "base", "holds", "bucket", "label")
+
+    def __init__(self, ref, nbytes, place, base, label):
+        self.ref, self.nbytes, self.place, self.base, self.holds = ref, nbytes, place, base, 0
+        self.bucket, self.label = base, label
+
+
+class Ledger:
+    """Live bytes per (place, bucket), kept exact by weak references to owning buffers."""
+
+    def __init__(self):
+        self.entries = {}
+        self.live = {(p, b): 0 for p in PLACES for b in BUCKETS}
+        self.trackers = []
+
+    # -- registration -------------------------------------------------------------------
+    def register(self, array, bucket="workspace", place="device", owner=None, label=None):
+        """Count ``array``'s owning buffer in ``bucket`` at ``place``; returns ``array``.
+
+        ``owner`` is an object whose death releases the bytes, for buffers that cannot be
+        weakly referenced. Registering an already known buffer only raises its bucket.
+        """
+        root = owner_of(array)
+        if not hasattr(root, "__array_interface__") and not hasattr(root, "__cuda_array_interface__"):
+            return array  # a NumPy scalar: a few bytes, and it cannot be weakly referenced
+        if type(root).__module__ == "numpy" and not isinstance(root, _ndarray):
+            return array
+        key = id(root)
+        entry = self.entries.get(key)
+        if entry is not None:
+            if _PRIORITY[bucket] > _PRIORITY[entry.base]:
+                self._set_bucket(entry, bucket, base=bucket)
+            return array
+        self._add(key, root if owner is None else owner, int(root.nbytes), bucket, place, label)
+        return array
+
+    def register_bytes(self, owner, nbytes, bucket, place, label=None):
+        """Count ``nbytes`` that are not an array (a file on disk, say) until ``owner`` dies."""
+        self._add(id(owner), owner, int(nbytes), bucket, place, label)
+
+    def _add(self, key, target, nbytes, bucket, place, label):
+        if bucket not in _PRIORITY:
+            raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}")
+        if place not in PLACES:
+            raise ValueError(f"unknown place {place!r}; choose one of {', '.join(PLACES)}")
+        if place == "device":
+            for tracker in self.trackers:
+                tracker._check_budget(nbytes, bucket, label)
+        ref = _weakref(target, self._release_key(key))
+        self.entries[key] = _Entry(ref, nbytes, place, bucket, label)
+        self.live[(place, bucket)] += nbytes
+        self._event("alloc", bucket, place, nbytes, label)
+
+    def _release_key(self, key):
+        def release(ref):
+            entry = self.entries.get(key)
+            if entry is not None and entry.ref is ref:
+                del self.entries[key]
+                self.live[(entry.place, entry.bucket)] -= entry.nbytes
+                self._event("free", entry.bucket, entry.place, entry.nbytes, entry.label)
+        return release
+
+    def release(self, array_or_owner):
+        """Stop counting a buffer now (for storage freed by hand, such as a deleted file)."""
+        root = owner_of(array_or_owner) if hasattr(array_or_owner, "nbytes") else array_or_owner
+        entry = self.entries.get(id(root))
+        if entry is not None:
+            self._release_key(id(root))(entry.ref)
+
+    # -- saved-for-backward holds ---------------------------------------------------------
+    def hold(self, array):
+        """Mark ``array`` as saved for backward (counted as ``activation`` while held)."""
+        root = owner_of(array)
+        entry = self.entries.get(id(root))
+        if entry is None:
+            self.register(array, "workspace", "device")
+            entry = self.entries.get(id(root))
+            if entry is None:  # a Python or NumPy scalar: nothing to count
+                return
+        entry.holds += 1
+        if entry.holds == 1 and entry.base == "workspace":
+            self._set_bucket(entry, "activation")
+
+    def unhold(self, array):
+        """Undo one :meth:`hold`; the array returns to ``workspace`` when no hold is left."""
+        entry = self.entries.get(id(owner_of(array)))
+        if entry is None or entry.holds == 0:
+            return
+        entry.holds -= 1
+        if entry.holds == 0 and entry.bucket == "activation":
+            self._set_bucket(entry, entry.base)
+
+    def _set_bucket(self, entry, bucket, base=None):
+        if base is not None:
+            entry.base = base
+            if entry.holds and base == "workspace":
+                bucket = "activation"
+        if bucket == entry.bucket:
+            return
+        self.live[(entry.place, entry.bucket)] -= entry.nbytes
+        self._event("free", entry.bucket, entry.place, entry.nbytes, entry.label)
+        entry.bucket = bucket
+        self.live[(entry.place, bucket)] += entry.nbytes
+        self._event("alloc", bucket, entry.place, entry.nbytes, entry.label)
+
+    # -- queries --------------------------------------------------------------------------
+    def bytes(self, bucket=None, place="device"):
+        """Live bytes of one bucket (or all buckets) at one place (or ``None``: every place)."""
+        places = PLACES if place is None else (place,)
+        buckets = BUCKETS if bucket is None else (bucket,)
+        return sum(self.live[(p, b)] for p in places for b in buckets)
+
+    def by_bucket(self, place="device"):
+        return {b: self.live[(place, b)] for b in BUCKETS}
+
+    def _event(self, kind, bucket, place, nbytes, label):
+        for tracker in self.trackers:
+            tracker._record(kind, bucket, place, nbytes, label)
+
+
+def owner_of(array):
+    """The array that owns the memory ``array`` looks at (itself unless it is a view).
+
+    The ledger counts bytes by this owner, so every view of one buffer is one entry; techniques
+    use it to tell whether two arrays share memory."""
+    base = getattr(array, "base", None)
+    while base is not None and hasattr(base, "nbytes") and hasattr(base, "base"):
+        array, base = base, base.base
+    return array
+
+
+def _weakref(target, callback):
+    return weakref.ref(target, callback)
+
+
+LEDGER = Ledger()
+register = LEDGER.register
+register_bytes = LEDGER.register_bytes
+release = LEDGER.release
+hold = LEDGER.hold
+unhold = LEDGER.unhold
+
+
+def locate(array):
+    """``(bucket, place)`` under which the ledger counts ``array``'s buffer, or ``None``.
+
+    Techniques ask it where an array already lives: offload leaves parameters alone (they are
+    resident anyway) and skips the copy for a gradient that is already on the host.
+    """
+    entry = LEDGER.entries.get(id(owner_of(array)))
+    return None if entry is None else (entry.bucket, entry.place)
+
+
+def holds(array):
+    """How many saved-for-backward holds ``array``'s buffer has now (0: nothing saved it)."""
+    entry = LEDGER.entries.get(id(owner_of(array)))
+    return 0 if entry is None else entry.holds
+
+
+def live_bytes(bucket=None, place="device"):
+    """Bytes live now in ``bucket`` (all buckets when ``None``) at ``place``."""
+    return LEDGER.bytes(bucket, place)
+
+
+def mark(label):
+    """Put a labelled marker (``"forward"``, ``"backward"``, ``"optimizer"``) on every timeline."""
+    for tracker in LEDGER.trackers:
+        tracker._record("mark", None, None, 0, label)

@@ -1,0 +1,196 @@
+"""Module, Parameter and Sequential: how a model finds its weights and its sub-modules.
+
+A :class:`Module` finds its :class:`Parameter` s and sub-modules through attribute assignment, as
+in PyTorch. Parameters live in the ledger's ``parameter`` bucket.
+"""
+from collections import OrderedDict
+
+import numpy as np
+
+from .. import backend
+from ..autograd import Tensor
+
+
+class Parameter(Tensor):
+    """A Tensor that is a weight: it requires a gradient and counts in the ``parameter`` bucket."""
+
+    _bucket = "parameter"
+
+    def __init__(self, data, requires_grad=True):
+        super().__init__(data.data if isinstance(data, Tensor) else data, requires_grad=requires_grad)
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
+
+
+class Module:
+    """Base class: override ``forward``; call the module like a function."""
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(f"call super().__init__() in {type(self).__name__}.__init__ first")
+        # Re-assigning keeps the slot (dict assignment keeps order), as PyTorch does: a
+        # Sequential whose layer is swapped must still run its layers in order.
+        if not isinstance(value, Parameter):
+            self._parameters.pop(name, None)
+        if not isinstance(value, Module):
+            self._modules.pop(name, None)
+        if isinstance(value, Parameter):
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._modules[name] = value
+        object.__setattr__(self, name, value)
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward")
+
+    # -- traversal -----------------------------------------------------------------------
+    def named_modules(self, prefix=""):
+        yield prefix, self
+        for name, module in self._modules.items():
+            yield from module.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def modules(self):
+        return [m for _, m in self.named_modules()]
+
+    def children(self):
+        return list(self._modules.values())
+
+    def named_children(self):
+        """``(name, module)`` for each direct sub-module, in the order they were assigned."""
+        yield from self._modules.items()
+
+    def replace_child(self, name, module):
+        """Put ``module`` in the slot of the child called ``name`` (the seam that quantization
+        uses to swap a Linear for its quantized twin). The slot keeps its place in the order, so a
+        Sequential still runs its layers in order. Memory: the old child is freed once nothing
+        else holds it."""
+        if name not in self._modules:
+            raise KeyError(f"{type(self).__name__} has no child module {name!r}; its children are "
+                           f"{', '.join(self._modules) or 'none'}")
+        if not isinstance(module, Module):
+            raise TypeError(f"replace_child: {name!r} must be replaced by a Module, not {type(module).__name__}")
+        setattr(self, name, module)
+
+    def named_parameters(self, prefix="", recurse=True):
+        """``(dotted name, Parameter)`` for every parameter, each once; ``recurse=False`` gives
+        only this module's own parameters."""
+        seen = set()
+        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mod_name, module in modules:
+            for name, p in module._parameters.items():
+                if p is not None and id(p) not in seen:
+                    seen.add(id(p))
+                    yield (f"{mod_name}.{name}" if mod_name else name), p
+
+    def parameters(self):
+        return [p for _, p in self.named_parameters()]
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.parameters():
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.data = p.grad.data * 0
+
+    def train(self, mode=True):
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def to(self, device=None, dtype=None):
+        """Move (and/or cast) every parameter in place, keeping the Parameter objects."""
+        device = backend.check_device(device) if device is not None else None
+        dtype = backend.resolve_dtype(dtype)
+        for p in self.parameters():
+            data = backend.to_device(p.data, device) if device is not None else p.data
+            if dtype is not None and data.dtype.kind == "f":
+                data = data.astype(dtype)
+            p.data = data
+            if p.grad is not None:
+                p.grad = None
+        return self
+
+    def num_parameters(self):
+        return sum(p.size for p in self.parameters())
+
+    # -- state -------------------------------------------------------------------------------
+    def state_dict(self):
+        """Parameter arrays (copies, on the CPU) by dotted name, plus any extra buffers."""
+        state = OrderedDict((name, p.numpy().copy()) for name, p in self.named_parameters())
+        for mod_name, module in self.named_modules():
+            for name, value in module._extra_state().items():
+                state[f"{mod_name}.{name}" if mod_name else name] = np.array(backend.to_numpy(value))
+        return state
+
+    def load_state_dict(self, state):
+        """Copy arrays into the parameters; names and shapes must match exactly."""
+        own = dict(self.named_parameters())
+        buffers = {}
+        for mod_name, module in self.named_modules():
+            for name in module._extra_state():
+                buffers[f"{mod_name}.{name}" if mod_name else name] = (module, name)
+        missing = sorted((set(own) | set(buffers)) - set(state))
+        unexpected = sorted(set(state) - set(own) - set(buffers))
+        if missing or unexpected:
+            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+        for name, p in own.items():
+            value = np.asarray(state[name])
+            if value.shape != p.shape:
+                raise ValueError(f"load_state_dict: {name} has shape {value.shape}, expected {p.shape}")
+            p.data = backend.to_device(value.astype(p.dtype), p.device).copy()
+        for key, (module, name) in buffers.items():
+            module._load_extra_state(name, state[key])
+
+    def _extra_state(self):
+        """Non-parameter state to save (running statistics); empty by default."""
+        return {}
+
+    def _load_extra_state(self, name, value):
+        setattr(self, name, value)
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__}({self.extra_repr()}"]
+        for name, m in self._modules.items():
+            lines.append(f"  ({name}): " + repr(m).replace("\n", "\n  "))
+        return lines[0] + (")" if len(lines) == 1 else "\n" + "\n".join(lines[1:]) + "\n)")
+
+    def extra_repr(self):
+        return ""
+
+
+class Sequential(Module):
+    """Run modules in order. Indexable and iterable, like PyTorch's."""
+
+    def __init__(self, *modules):
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], (list, tuple)):
+            modules = modules[0]
+        for i, m in enumerate(modules):
+            setattr(self, str(i), m)
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+    def __getitem__(self, i):
+        mods = list(self._modules.values())
+        return Sequential(*mods[i]) if isinstance(i, slice) else mods[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())

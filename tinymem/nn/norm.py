@@ -1,0 +1,83 @@
+"""Normalisation layers: LayerNorm (over the last dims) and BatchNorm2d (per channel)."""
+import numpy as np
+
+from .. import backend, memory
+from .. import functional as F
+from ..autograd import is_recomputing
+from .module import Module, Parameter
+
+
+class LayerNorm(Module):
+    """Normalise over the last dims; weight 1, bias 0 at init. Memory: 8·D parameter bytes."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, device=None):
+        super().__init__()
+        device = backend.check_device(device)
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.normalized_shape, self.eps = shape, eps
+        xp = backend.array_module(device)
+        self.weight = Parameter(xp.ones(shape, np.float32)) if elementwise_affine else None
+        self.bias = Parameter(xp.zeros(shape, np.float32)) if elementwise_affine else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class BatchNorm2d(Module):
+    """Batch normalisation per channel with running statistics (PyTorch's defaults).
+
+    The running mean and variance are buffers, not parameters: no gradient, saved by
+    ``state_dict()``, counted in the ledger's ``parameter`` bucket (2·C floats) because they are
+    model state that lives as long as the model. Under checkpoint recomputation they are not
+    updated a second time (see ``tinymem/ops/batchnorm.py``).
+    """
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, device=None):
+        super().__init__()
+        device = backend.check_device(device)
+        xp = backend.array_module(device)
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.weight = Parameter(xp.ones(num_features, np.float32)) if affine else None
+        self.bias = Parameter(xp.zeros(num_features, np.float32)) if affine else None
+        self.track_running_stats, self._device = track_running_stats, device
+        if track_running_stats:
+            self._load_extra_state("running_mean", xp.zeros(num_features, np.float32))
+            self._load_extra_state("running_var", xp.ones(num_features, np.float32))
+        else:
+            self.running_mean = self.running_var = None
+        self.num_batches_tracked = 0
+
+    def forward(self, x):
+        training = self.training or not self.track_running_stats
+        if self.training and self.track_running_stats and not is_recomputing():
+            self.num_batches_tracked += 1
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                            training, self.momentum, self.eps)
+
+    def _extra_state(self):
+        if not self.track_running_stats:
+            return {}
+        return {"running_mean": self.running_mean, "running_var": self.running_var,
+                "num_batches_tracked": np.array(self.num_batches_tracked, np.int64)}
+
+    def _load_extra_state(self, name, value):
+        if name == "num_batches_tracked":
+            self.num_batches_tracked = int(value)
+            return
+        array = backend.to_device(value, self._device).astype(np.float32)  # astype copies
+        memory.register(array, "parameter")
+        setattr(self, name, array)
+
+    def to(self, device=None, dtype=None):
+        """Move the parameters (and cast them); the running statistics move but stay float32."""
+        super().to(device, dtype)
+        if device is not None:
+            self._device = backend.check_device(device)
+            if self.track_running_stats:
+                for name in ("running_mean", "running_var"):
+                    self._load_extra_state(name, getattr(self, name))
+        return self
+
+    def extra_repr(self):
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"

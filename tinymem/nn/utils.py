@@ -1,0 +1,51 @@
+"""Gradient utilities with PyTorch's names (``torch.nn.utils``).
+
+``clip_grad_norm_`` rescales gradients in place so that their global norm is at most
+``max_norm``. With loss scaling, clip only after ``scaler.unscale_(optimizer)``, and clip the
+tensors the optimizer updates (the fp32 masters under mixed precision): the norm of scaled
+gradients is the scale times too large.
+
+Memory: one float32 copy of one gradient at a time for its norm (4 bytes per value of the
+largest gradient), no extra persistent bytes.
+"""
+import math
+
+import numpy as np
+
+from .. import backend
+from ..autograd import Tensor
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+    """Scale the ``.grad`` of ``parameters`` in place so their total norm is <= ``max_norm``.
+
+    As PyTorch: total = norm of the per-tensor norms; each grad *= min(1, max_norm /
+    (total + 1e-6)). Returns the total norm before clipping (a 0-d float32 Tensor). Norms are
+    computed in float32 even for float16 gradients (whose squares would overflow).
+    """
+    if isinstance(parameters, Tensor):
+        parameters = [parameters]
+    grads = [p.grad.data for p in parameters if p.grad is not None]
+    norm_type = float(norm_type)
+    if not grads:
+        return Tensor(np.zeros((), np.float32))
+    for g in grads:
+        if g.dtype.kind != "f":
+            raise TypeError(f"clip_grad_norm_: gradient of dtype {g.dtype} (bfloat16 bits?); clip the "
+                            "fp32 masters instead: clip_grad_norm_(optimizer.master_params(), max_norm)")
+    xp = backend.array_module(grads[0])
+    if math.isinf(norm_type):
+        norms = [xp.abs(g.astype(np.float32)).max() for g in grads]
+        total = xp.stack(norms).max()
+    else:
+        norms = [(xp.abs(g.astype(np.float32)) ** norm_type).sum() ** (1.0 / norm_type) for g in grads]
+        total = (xp.stack(norms) ** norm_type).sum() ** (1.0 / norm_type)
+    total = total.astype(np.float32)
+    if error_if_nonfinite and not bool(xp.isfinite(total)):
+        raise RuntimeError(f"the total norm of order {norm_type} of the gradients is non-finite, so "
+                           "they cannot be clipped; pass error_if_nonfinite=False to clip anyway")
+    coef = min(float(max_norm) / (float(total) + 1e-6), 1.0)
+    with np.errstate(invalid="ignore"):  # an inf norm makes NaN gradients, as in PyTorch
+        for g in grads:
+            g *= g.dtype.type(coef)
+    return Tensor(total)

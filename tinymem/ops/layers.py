@@ -1,0 +1,107 @@
+"""The ops behind nn's layers, fused so that each saves only what its backward needs.
+
+Memory of each (B rows, D features, float32 = 4 bytes):
+- ``linear``: saves the input x (B x in) and the weight (already a parameter): 4·B·in new bytes.
+- ``layer_norm``: saves the normalised input (4·B·D) and 1/std (4·B).
+- ``dropout``: saves the keep-mask as bytes (B·D), not floats: 4x less than a float mask.
+- ``embedding``: saves the indices (8·N); the gradient is a dense table (``embedding_bag`` with
+  ``sparse=True`` gives a row-sparse one).
+"""
+from .. import random
+from ..autograd import Function
+from ..backend import array_module, device_of, scatter_add
+
+
+class Linear(Function):
+    """y = x W^T + b with W of shape (out, in), as PyTorch's ``F.linear``."""
+
+    def forward(ctx, x, w, b=None):
+        if x.shape[-1] != w.shape[1]:
+            raise ValueError(f"linear: input of shape {x.shape} does not fit weight of shape "
+                             f"{w.shape} (last input dim {x.shape[-1]} != in_features {w.shape[1]})")
+        gx, gw = ctx.needs_input_grad[:2]
+        ctx.save_for_backward(x if gw else None, w if gx else None)
+        y = x @ w.T
+        if b is not None:
+            y += b
+        return y
+
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        gx = g @ w if needs[0] else None
+        gw = gb = None
+        if needs[1]:
+            g2 = g.reshape(-1, g.shape[-1])
+            gw = g2.T @ x.reshape(-1, x.shape[-1])
+        if len(needs) > 2 and needs[2]:
+            gb = g.reshape(-1, g.shape[-1]).sum(0)
+        return gx, gw, gb
+
+
+class LayerNorm(Function):
+    """Normalise over the last dimensions, then scale and shift. Saves x-hat and 1/std."""
+
+    def forward(ctx, x, weight=None, bias=None, normalized_ndim=1, eps=1e-5):
+        xp = array_module(x)
+        axes = tuple(range(x.ndim - normalized_ndim, x.ndim))
+        mean = x.mean(axis=axes, keepdims=True)
+        centered = x - mean
+        var = (centered * centered).mean(axis=axes, keepdims=True)
+        rstd = (1.0 / xp.sqrt(var + eps)).astype(x.dtype)
+        xhat = centered * rstd
+        ctx.axes = axes
+        ctx.save_for_backward(xhat, rstd, weight)
+        y = xhat * weight if weight is not None else xhat
+        return y + bias if bias is not None else y
+
+    def backward(ctx, g):
+        xhat, rstd, weight = ctx.saved_tensors
+        axes = ctx.axes
+        lead = tuple(range(g.ndim - len(axes)))
+        gw = (g * xhat).sum(axis=lead) if weight is not None and ctx.needs_input_grad[1] else None
+        gb = g.sum(axis=lead) if len(ctx.needs_input_grad) > 2 and ctx.needs_input_grad[2] else None
+        gxhat = g * weight if weight is not None else g
+        n = 1
+        for a in axes:
+            n *= g.shape[a]
+        gx = rstd * (gxhat - gxhat.mean(axis=axes, keepdims=True)
+                     - xhat * (gxhat * xhat).sum(axis=axes, keepdims=True) / n)
+        return gx, gw, gb
+
+
+class Dropout(Function):
+    """Zero each element with probability p and scale the rest by 1/(1-p).
+
+    The mask comes from tinymem's seeded RNG, so restoring the RNG state (as checkpointing
+    does) redraws the same mask.
+    """
+
+    def forward(ctx, x, p=0.5):
+        keep = random.rand(x.shape, device_of(x)) >= p
+        ctx.scale = 1.0 / (1.0 - p)
+        ctx.save_for_backward(keep)
+        return x * keep * x.dtype.type(ctx.scale)
+
+    def backward(ctx, g):
+        (keep,) = ctx.saved_tensors
+        return g * keep * g.dtype.type(ctx.scale)
+
+
+class Embedding(Function):
+    """Rows of a table: ``weight[indices]``. Saves the indices; the gradient is a dense table
+    of the weight's size with the used rows summed into it."""
+
+    def forward(ctx, indices, weight):
+        if indices.dtype.kind not in "iu":
+            raise TypeError(f"embedding indices must be integers, got {indices.dtype}")
+        ctx.num_rows = weight.shape[0]
+        ctx.save_for_backward(indices)
+        return weight[indices]
+
+    def backward(ctx, g):
+        (indices,) = ctx.saved_tensors
+        xp = array_module(g)
+        out = xp.zeros((ctx.num_rows, g.shape[-1]), g.dtype)
+        scatter_add(xp, out, indices.reshape(-1), g.reshape(-1, g.shape[-1]))
+        return None, out

@@ -1,0 +1,142 @@
+"""Activation offload: ``save_on_host`` and ``save_on_disk``, saved-tensor hooks that copy every
+tensor saved for backward out of the device at pack time and bring it back at unpack time, with
+a background prefetch (the stores are in ``store.py``, the prefetch thread in ``prefetch.py``).
+They are used like PyTorch's ``torch.autograd.graph.save_on_cpu``.
+
+Memory: the device keeps no saved activation between forward and backward:
+``sum(nbytes)`` of them moves to the host or disk, each array once even when two ops save it
+(a ReLU's output is also the next Linear's input). During backward the device holds the arrays
+of the node running plus ``prefetch`` brought back ahead of time, and in forward (disk) up to
+``prefetch`` arrays waiting for their write. Parameters saved by an op (a Linear's weight) stay
+where they are: they are resident anyway, and copying them would move bytes for nothing.
+Time: each saved byte crosses twice (out in forward, back in backward); prefetch hides the way
+back behind the backward compute, and on disk the same background thread writes behind
+forward, when a second core or a DMA engine is free. ``stats()`` measures what was hidden.
+
+On NumPy the "device" is the ledger's budgeted place and the host is the same RAM:
+:class:`save_on_host` there is honest accounting plus a real copy, *not* a physical saving.
+Disk offload is real on every machine (the OS page cache may serve the reads from RAM; the
+measured bandwidths say which). On CuPy the host copies go to pinned memory on a copy stream.
+
+Pitfalls:
+* :class:`save_on_disk` removes its files when the ``with`` block exits, so run ``backward()``
+  inside the block; unpacking later raises :class:`OffloadError` saying so.
+  :class:`save_on_host` has no such limit (its copies live as long as the graph).
+* Prefetch guesses the order from the pack order; a branchy graph only lowers the hit rate
+  (``stats()["prefetch_hits"]``), never the correctness.
+"""
+import weakref
+from collections import OrderedDict
+
+from ... import memory
+from ...autograd import Tensor, saved_tensors_hooks
+from .prefetch import Prefetcher
+from .store import DiskStore, HostStore
+
+
+class _SaveOffloaded(saved_tensors_hooks):
+    """Pack: store a copy, keep a handle. Unpack: bring it back (prefetched when possible)."""
+
+    def __init__(self, prefetch):
+        if prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0 (0 turns it off), got {prefetch}")
+        self.prefetch = prefetch
+        self.store = self.prefetcher = None
+        self._recent = OrderedDict()  # id(array) -> (weakref to it, weakref to its handle)
+        super().__init__(self._pack, self._unpack)
+
+    def __enter__(self):
+        self.store = self._new_store()
+        self.prefetcher = Prefetcher(self.store, self.prefetch)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        self._recent.clear()
+        self.prefetcher.close()
+        self.store.close()
+        return False
+
+    def _pack(self, t):
+        located = memory.locate(t.data)
+        if (located is not None and located[0] == "parameter") or getattr(t.data, "ndim", 0) == 0:
+            return t  # resident anyway, or a scalar (a loss weight): a few bytes, nothing to move
+        seen = self._recent.get(id(t.data))
+        if seen is not None and seen[0]() is t.data and seen[1]() is not None:
+            return self.prefetcher.share(seen[1]())  # the same array, saved by a second op
+        handle = self.prefetcher.track(self.store.put(t.data, self.prefetcher.worker, self.prefetch))
+        self._recent[id(t.data)] = (weakref.ref(t.data), weakref.ref(handle))
+        if len(self._recent) > 16:  # sharing happens between neighbouring ops
+            self._recent.popitem(last=False)
+        return handle
+
+    def _unpack(self, packed):
+        if isinstance(packed, Tensor):
+            return packed
+        return self.prefetcher.get(packed)
+
+    def stats(self):
+        """Bytes moved each way, prefetch hits and misses, and the seconds the main thread was
+        blocked waiting for loads (``wait_s``) and for writes (``write_wait_s``)."""
+        return {"bytes_out": self.store.moved_out, "bytes_in": self.store.moved_in,
+                "prefetch_hits": self.prefetcher.hits, "prefetch_misses": self.prefetcher.misses,
+                "wait_s": self.prefetcher.wait_s, "write_wait_s": getattr(self.store, "write_wait_s", 0.0),
+                "place": self.store.place}
+
+
+class save_on_host(_SaveOffloaded):
+    """``with save_on_host(): loss = model(x)`` — saved tensors wait in host memory.
+
+    ``pin_memory`` (CuPy): copy into page-locked memory on a separate stream, so copies run
+    asynchronously; ``prefetch``: how many saved tensors to bring back ahead of use (0: none).
+    Backward may run inside or after the block, as with ``save_on_cpu``.
+    """
+
+    def __init__(self, pin_memory=True, prefetch=1):
+        self.pin_memory = pin_memory
+        super().__init__(prefetch)
+
+    def _new_store(self):
+        # The host copies outlive the block; after it, loads are synchronous (no thread).
+        return HostStore("activation", "workspace", self.pin_memory)
+
+
+class save_on_disk(_SaveOffloaded):
+    """``with save_on_disk(): loss = model(x); loss.backward()`` — saved tensors wait in files.
+
+    ``directory``: where the private temporary folder goes (default: the system temporary
+    directory); ``prefetch``: the depth of the background I/O, which writes files behind
+    forward and reads them ahead of backward, ``prefetch`` of each in flight (0: synchronous);
+    ``page_cache=False``: flush each file and evict it from the OS page cache, so backward reads
+    the disk itself (slower, and what offloading to a real disk costs once RAM is short).
+    The folder and every file in it are removed when the block exits, normally or by an
+    exception (Ctrl-C included).
+    """
+
+    def __init__(self, directory=None, prefetch=1, page_cache=True):
+        self.directory, self.page_cache = directory, page_cache
+        super().__init__(prefetch)
+
+    def _new_store(self):
+        return DiskStore(self.directory, "activation", "workspace", "device", page_cache=self.page_cache)
+
+    @property
+    def path(self):
+        """The temporary folder of the block in progress (``None`` outside one)."""
+        return None if self.store is None else self.store.directory
+
+
+def saved_schedule(forward):
+    """Run ``forward()`` and return the bytes of each array it saves for backward, in order,
+    once per array and parameters left out: exactly what :class:`save_on_disk` would write."""
+    sizes, seen = [], set()
+
+    def pack(t):
+        located = memory.locate(t.data)
+        if (located is None or located[0] != "parameter") and id(t.data) not in seen:
+            seen.add(id(t.data))
+            sizes.append(t.data.nbytes)
+        return t  # keeps every saved array alive, so no id is reused
+    with saved_tensors_hooks(pack, lambda t: t):
+        forward()
+    return sizes

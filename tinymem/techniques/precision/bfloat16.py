@@ -1,0 +1,68 @@
+"""bfloat16 by hand: float32 <-> bfloat16 as uint16 bit patterns.
+
+bfloat16 is the top half of a float32: 1 sign bit, the same 8 exponent bits (so the same range,
+about 1.2e-38 to 3.4e38, and no loss scaling is needed), and 7 stored mantissa bits instead
+of 23 (8 bits of precision: about 2-3 decimal digits)::
+
+    float32   s eeeeeeee mmmmmmmmmmmmmmmmmmmmmmm
+    bfloat16  s eeeeeeee mmmmmmm                   (the top 16 bits)
+
+NumPy and CuPy have no bfloat16 dtype, so tinymem stores bfloat16 as ``uint16`` arrays of those
+bits: 2 bytes per value, half of float32. Computing needs float32 again
+(:func:`bfloat16_bits_to_float32`), which is exact: append 16 zero bits.
+
+Rounding float32 -> bfloat16 is round-to-nearest, ties-to-even, done with integer arithmetic on
+the bits (the trick PyTorch's ``c10::BFloat16`` uses)::
+
+    bits16 = (bits32 + 0x7FFF + ((bits32 >> 16) & 1)) >> 16
+
+Adding 0x7FFF carries into bit 16 exactly when the dropped low half is above one half ulp; the
+``+ lsb`` term breaks a tie towards the even neighbour. The carry may ripple into the exponent,
+which is right (1.9999999 rounds to 2.0), and from the largest finite exponent into infinity
+(float32's max, 3.4028235e38, rounds to +inf, as in PyTorch). Subnormals and -0.0 need no
+special case. Only NaN does: the carry could turn a NaN with a small payload into infinity, so
+every NaN becomes the canonical quiet NaN 0x7FC0.
+
+PyTorch agrees bit for bit on every non-NaN float32. For NaN, PyTorch itself is not consistent:
+its scalar conversion gives 0x7FC0, its vectorized CPU kernel gives 0xFFFF; both are NaN.
+
+Memory: the conversion makes one uint32 temporary of the input's size (4 bytes per value) and
+returns 2 bytes per value. Works on NumPy and CuPy arrays alike (only shared functions).
+"""
+import numpy as np
+
+from ...backend import array_module
+
+BFLOAT16_NAN = 0x7FC0
+
+
+def float32_to_bfloat16_bits(x):
+    """Round float32 values to bfloat16 (nearest, ties to even); return the bits as uint16.
+
+    ``x`` is a NumPy or CuPy array; other float dtypes are cast to float32 first.
+
+    Pitfall: float64 input is first rounded to float32 here, then to bfloat16: a double
+    rounding that can differ from PyTorch's direct float64 -> bfloat16 in rare ties. Pass
+    float32 when bit-exactness matters.
+    """
+    xp = array_module(x)
+    x = xp.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32)
+    lsb = (bits >> np.uint32(16)) & np.uint32(1)
+    rounded = ((bits + np.uint32(0x7FFF) + lsb) >> np.uint32(16)).astype(np.uint16)
+    return xp.where(xp.isnan(x), np.uint16(BFLOAT16_NAN), rounded)
+
+
+def bfloat16_bits_to_float32(bits):
+    """The float32 values of bfloat16 bit patterns (uint16): exact, the bits shifted up by 16."""
+    xp = array_module(bits)
+    bits = xp.asarray(bits)
+    if bits.dtype != np.uint16:
+        raise TypeError(f"bfloat16 bits must be a uint16 array, got {bits.dtype}; "
+                        "make them with float32_to_bfloat16_bits")
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def round_to_bfloat16(x):
+    """float32 values rounded to the nearest bfloat16, still as float32 (for comparisons)."""
+    return bfloat16_bits_to_float32(float32_to_bfloat16_bits(x))

@@ -1,0 +1,212 @@
+"""Loss scaling: ``GradScaler``, with the semantics of ``torch.amp.GradScaler``.
+
+Why: float16's smallest subnormal is 2^-24 (5.96e-8) and its smallest normal 2^-14 (6.10e-5);
+gradients below the first become 0 when stored in float16 and lose digits below the second.
+Multiplying the loss by a scale S multiplies every gradient by S (backward is linear in the
+incoming gradient), lifting small gradients into range; dividing by S in float32 before the
+update undoes it exactly (S is a power of two). Too large an S overflows (> 65504 becomes inf).
+
+Dynamic scaling (the defaults) finds S by trial, as PyTorch does::
+
+    a step whose gradients contain inf or NaN is skipped and S *= backoff_factor (0.5);
+    after growth_interval (2000) clean steps in a row, S *= growth_factor (2.0).
+
+Static scaling is a fixed S: ``GradScaler(init_scale=1024., growth_factor=1.0,
+backoff_factor=1.0)`` never changes S (steps with inf/NaN are still skipped).
+
+The loop, as in PyTorch::
+
+    scaler = GradScaler()
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)                        # optional: to clip true gradients
+        clip_grad_norm_(optimizer.master_params(), 1.0)   # or model.parameters() in fp32
+        scaler.step(optimizer)                            # skipped if any grad is inf/NaN
+        scaler.update()
+
+Contract and pitfalls (PyTorch's):
+- ``unscale_`` at most once per optimizer between two ``update`` calls (a second call raises:
+  it would divide by S twice); ``step`` unscales itself when you did not.
+- ``update`` needs at least one ``step`` (or ``unscale_``) since the last update: the inf check.
+- With an optimizer keeping fp32 master weights (:class:`~tinymem.techniques.precision.MasterOptimizer`)
+  the half gradients are first copied into fp32 master gradients, then divided by S: dividing
+  in float16 would underflow the small gradients again. Unscaling float16 gradients in place
+  raises, as in PyTorch.
+- ``enabled=False`` makes every method a pass-through, so one loop serves fp32 and fp16.
+
+Memory: no arrays; the state is a few Python numbers (the scale is kept as a float32 value,
+as PyTorch keeps a one-element float32 tensor, so its arithmetic rounds the same way).
+"""
+import math
+
+import numpy as np
+
+from ... import backend
+from ...autograd import Tensor
+
+_READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
+
+
+def _grads_of(optimizer):
+    """The gradient arrays the optimizer will apply, fp32 masters when it keeps them."""
+    prepare = getattr(optimizer, "copy_grads_to_masters", None)
+    if prepare is not None:
+        prepare()
+    return [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+
+
+class GradScaler:
+    """Dynamic (or static) loss scaling with PyTorch's interface and rules (see the module doc)."""
+
+    def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
+                 growth_interval=2000, enabled=True):
+        if enabled:
+            if init_scale <= 0:
+                raise ValueError(f"init_scale must be > 0, got {init_scale}")
+            if growth_factor < 1.0:
+                raise ValueError(f"growth_factor must be >= 1.0 (1.0 disables growth), got {growth_factor}")
+            if not 0.0 < backoff_factor <= 1.0:
+                raise ValueError(f"backoff_factor must be in (0, 1] (1.0 disables backoff), got {backoff_factor}")
+            if int(growth_interval) != growth_interval or growth_interval < 1:
+                raise ValueError(f"growth_interval must be a positive integer, got {growth_interval}")
+        self._enabled = bool(enabled)
+        self._scale = np.float32(init_scale)
+        self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
+        self._growth_interval = int(growth_interval)
+        self._growth_tracker = 0
+        self._per_optimizer = {}
+
+    # -- the four calls of the loop -------------------------------------------------------------
+    def scale(self, outputs):
+        """``outputs * scale`` (a Tensor, or a list/tuple of them); unchanged when disabled."""
+        if not self._enabled:
+            return outputs
+        if isinstance(outputs, (list, tuple)):
+            return type(outputs)(self.scale(o) for o in outputs)
+        if not isinstance(outputs, Tensor):
+            raise TypeError(f"scale() takes a Tensor (the loss) or a list of them, got {type(outputs).__name__}")
+        return outputs * float(self._scale)
+
+    def unscale_(self, optimizer):
+        """Divide the optimizer's gradients by the scale, in place, and record inf/NaN.
+
+        Call it before touching the true gradients (clipping, logging). Raises if called twice
+        for the same optimizer before :meth:`update`, or after :meth:`step`.
+        """
+        if not self._enabled:
+            return
+        state = self._state(optimizer)
+        if state["stage"] == _UNSCALED:
+            raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
+        if state["stage"] == _STEPPED:
+            raise RuntimeError("unscale_() is being called after step().")
+        inv_scale = np.float32(1.0 / np.float64(self._scale))  # PyTorch: double reciprocal, then float
+        found_inf = False
+        for grad in _grads_of(optimizer):
+            data = grad.data
+            if data.dtype == np.float16:
+                raise ValueError("Attempting to unscale FP16 gradients: unscale fp32 copies instead "
+                                 "(use precision.half(model, optimizer) so the optimizer keeps fp32 masters)")
+            if data.dtype.kind != "f":
+                raise TypeError(f"cannot unscale gradients of dtype {data.dtype}; the optimizer should "
+                                "hold float32 parameters (fp32 masters)")
+            xp = backend.array_module(data)
+            if not bool(xp.isfinite(data).all()):
+                found_inf = True
+            data *= data.dtype.type(inv_scale)
+        state["found_inf"] = found_inf
+        state["stage"] = _UNSCALED
+
+    def step(self, optimizer, *args, **kwargs):
+        """``optimizer.step()`` unless a gradient is inf/NaN (then the step is skipped).
+
+        Unscales first if :meth:`unscale_` was not called. Returns what ``optimizer.step``
+        returns, or ``None`` for a skipped step.
+        """
+        if not self._enabled:
+            return optimizer.step(*args, **kwargs)
+        if "closure" in kwargs:
+            raise RuntimeError("Closure use is not currently supported if GradScaler is enabled.")
+        state = self._state(optimizer)
+        if state["stage"] == _STEPPED:
+            raise RuntimeError("step() has already been called since the last update().")
+        if state["stage"] == _READY:
+            self.unscale_(optimizer)
+        result = None
+        if not state["found_inf"]:
+            result = optimizer.step(*args, **kwargs)
+        state["stage"] = _STEPPED
+        return result
+
+    def update(self, new_scale=None):
+        """Set the scale for the next iteration: ``new_scale`` if given, else the dynamic rule."""
+        if not self._enabled:
+            return
+        if new_scale is not None:
+            value = float(new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
+            self._scale = np.float32(value)
+        else:
+            found = [s["found_inf"] for s in self._per_optimizer.values() if s["found_inf"] is not None]
+            if not found:
+                raise AssertionError("No inf checks were recorded prior to update(): call "
+                                     "scaler.step(optimizer) (or unscale_) before update().")
+            if any(found):
+                self._scale = np.float32(self._scale * np.float32(self._backoff_factor))
+                self._growth_tracker = 0
+            else:
+                successful = self._growth_tracker + 1
+                if successful == self._growth_interval:
+                    grown = np.float32(self._scale * np.float32(self._growth_factor))
+                    if math.isfinite(grown):
+                        self._scale = grown
+                    self._growth_tracker = 0
+                else:
+                    self._growth_tracker = successful
+        self._per_optimizer = {}
+
+    # -- queries and state ----------------------------------------------------------------------
+    def get_scale(self):
+        """The current scale as a Python float (1.0 when disabled)."""
+        return float(self._scale) if self._enabled else 1.0
+
+    def get_growth_factor(self):
+        return self._growth_factor
+
+    def get_backoff_factor(self):
+        return self._backoff_factor
+
+    def get_growth_interval(self):
+        return self._growth_interval
+
+    def is_enabled(self):
+        return self._enabled
+
+    def found_inf(self, optimizer):
+        """Whether the last unscale_/step of ``optimizer`` saw an inf or NaN (None: not yet)."""
+        return self._per_optimizer.get(id(optimizer), {}).get("found_inf")
+
+    def state_dict(self):
+        """``{"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}``
+        (empty when disabled), as PyTorch's."""
+        if not self._enabled:
+            return {}
+        return {"scale": self.get_scale(), "growth_factor": self._growth_factor,
+                "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
+                "_growth_tracker": self._growth_tracker}
+
+    def load_state_dict(self, state_dict):
+        if not self._enabled:
+            return
+        if len(state_dict) == 0:
+            raise RuntimeError("The source state dict is empty, possibly because it was saved "
+                               "from a disabled instance of GradScaler.")
+        self._scale = np.float32(state_dict["scale"])
+        self._growth_factor = float(state_dict["growth_factor"])
+        self._backoff_factor = float(state_dict["backoff_factor"])
+        self._growth_interval = int(state_dict["growth_interval"])
+        self._growth_tracker = int(state_dict["_growth_tracker"])
+
+    def _state(self, optimizer):
+        return self._per_optimizer.setdefault(id(optimizer), {"stage": _READY, "found_inf": None})
