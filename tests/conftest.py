@@ -1,18 +1,30 @@
-"""Shared test parameters: devices, dtypes with their tolerances, and the PyTorch reference."""
+"""Shared test parameters: devices, dtypes with their tolerances, the references (PyTorch,
+MPI) and what happens when one is missing (a skip, or a failure under ``CI=true``), and the
+loading of the exercise checks' answer files."""
 import gc
 import importlib.util
 import os
 import pathlib
+import sys
+import types
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 import tinymem as tm
 from tinymem import backend
+from tinymem.distributed import launch
+
+# Property tests stay cheap (the whole Hypothesis part of the suite takes seconds) and write no
+# example database into the checkout; a failing example found once is kept as an @example.
+# HYPOTHESIS_PROFILE=thorough searches far longer (for hunting new failing examples by hand).
+settings.register_profile("tinymem", max_examples=40, deadline=None, database=None)
+settings.register_profile("thorough", max_examples=2000, deadline=None, database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "tinymem"))
 
 # Devices are a parameter (needle's _DEVICES): cpu always, cuda when CuPy sees a GPU.
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not backend.cuda_available(), reason="needs CuPy and a GPU"))]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
 # One tolerance per dtype, written down once (relative, absolute).
 TOL = {"float64": (1e-7, 1e-9), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3)}
@@ -23,7 +35,30 @@ try:
 except ImportError:
     HAVE_TORCH = False
 
-requires_torch = pytest.mark.skipif(not HAVE_TORCH, reason="PyTorch is not installed (pip install .[test])")
+# A reference that is missing skips its tests on a laptop, but fails them in CI: a run that
+# quietly skipped every PyTorch comparison would pass while checking nothing.
+CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+requires_torch = pytest.mark.torch  # skipped (or failed under CI=true) without PyTorch
+requires_mpi = pytest.mark.mpi  # skipped (or failed under CI=true) without mpi4py and mpiexec
+
+
+def missing_reference(what, install):
+    """Skip the running test, or fail it when ``CI`` is set (reference packages are required there)."""
+    if CI:
+        pytest.fail(f"{what} is missing and CI=true: the reference tests must run, not skip "
+                    f"({install})", pytrace=False)
+    pytest.skip(f"{what} is not installed ({install})")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("torch") and not HAVE_TORCH:
+        missing_reference("PyTorch", "pip install .[test]")
+    if item.get_closest_marker("mpi") and not launch.mpi_available():
+        missing_reference("mpi4py or mpiexec", "pip install .[dist]")
+    if item.get_closest_marker("cuda") and not backend.cuda_available():
+        pytest.skip("needs CuPy and a GPU")
 
 
 @pytest.fixture(params=DEVICES)
@@ -47,27 +82,112 @@ def assert_close(actual, expected, dtype="float32", what=""):
     np.testing.assert_allclose(to_np(actual), to_np(expected), rtol=rtol, atol=atol, err_msg=what)
 
 
-# Exercise checks, one pytest marker per lesson (as minitorch does).
+# Exercise checks (tests/exercises/), one pytest marker per lesson (as minitorch does).
 #
 # Each lesson's exercises are functions in ``lessons/exercises/exNN.py`` (the student's file)
-# with reference answers in ``lessons/solutions/exNN.py``. The checks in tests/exercises/ run
-# against the solutions by default, so CI proves every check can pass; a student checks their
-# own work with
+# with reference answers in ``lessons/solutions/exNN.py``. TINYMEM_EXERCISES says which of the
+# two the checks load: ``solutions`` (the default, so CI proves every check can pass) or
+# ``student``. A student checks their own work with
 #
 #     TINYMEM_EXERCISES=student python -m pytest -m exercise_01
+#
+# ``exercise("ex01")`` imports the file afresh at every call, so a check that first forbids a
+# library function (``forbid``) also catches an answer that imported it at the top of its file.
+# ``wrong_answer`` is None except in the graders' self-test (tests/exercises/test_graders.py):
+# there the check runs on the reference answers with one known mistake from
+# tests/exercises/wrong/ swapped in, and must fail.
 LESSONS = pathlib.Path(__file__).resolve().parents[1] / "lessons"
+EXERCISE_FOLDERS = {"student": "exercises", "solutions": "solutions"}
 
 
-def load_exercise(name):
-    """Import ``lessons/{exercises|solutions}/{name}.py`` as a module."""
-    folder = "exercises" if os.environ.get("TINYMEM_EXERCISES") == "student" else "solutions"
-    path = LESSONS / folder / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"{folder}_{name}", path)
+def exercise_folder():
+    """The folder of lessons/ the exercise checks load, from TINYMEM_EXERCISES."""
+    value = os.environ.get("TINYMEM_EXERCISES", "solutions")
+    if value not in EXERCISE_FOLDERS:
+        raise pytest.UsageError(
+            f"TINYMEM_EXERCISES={value!r} is not understood: set it to 'student' to check your "
+            "answers in lessons/exercises/, or to 'solutions' (or leave it unset) to check the "
+            "reference answers in lessons/solutions/")
+    return LESSONS / EXERCISE_FOLDERS[value]
+
+
+def pytest_configure(config):
+    exercise_folder()  # a misspelt TINYMEM_EXERCISES stops the run before anything is checked
+
+
+def pytest_report_header(config):
+    value = os.environ.get("TINYMEM_EXERCISES", "solutions")
+    return f"exercise checks: TINYMEM_EXERCISES={value} -> {exercise_folder().relative_to(LESSONS.parent)}/ex*.py"
+
+
+def import_file(path, name, **names):
+    """Import the file at ``path`` as a new module, with ``names`` defined in it beforehand."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    vars(module).update(names)
     spec.loader.exec_module(module)
     return module
 
 
+def load_exercise(name):
+    """Import ``lessons/{exercises|solutions}/{name}.py`` as a new module object."""
+    folder = exercise_folder()
+    return import_file(folder / f"{name}.py", f"{folder.name}_{name}")
+
+
+def swapped_names(wrong, solution):
+    """The functions a wrong-answer module defines itself that the solution also defines."""
+    return sorted(n for n, v in vars(wrong).items() if callable(v) and not n.startswith("_")
+                  and getattr(v, "__module__", None) == wrong.__name__ and hasattr(solution, n))
+
+
+def with_wrong_answer(solution, path):
+    """The solution module with the functions of the wrong answer at ``path`` swapped in. The
+    wrong answer sees the reference answers as ``solution``, so it can state only its mistake."""
+    wrong = import_file(path, f"wrong_{path.stem}", solution=solution)
+    merged = types.ModuleType(solution.__name__)
+    merged.__dict__.update(vars(solution))
+    merged.__dict__.update({n: getattr(wrong, n) for n in swapped_names(wrong, solution)})
+    return merged
+
+
 @pytest.fixture
-def exercise():
-    return load_exercise
+def wrong_answer():
+    return None  # the graders' self-test parametrizes it with (exercise name, path)
+
+
+@pytest.fixture
+def exercise(wrong_answer):
+    if wrong_answer is None:
+        return load_exercise
+    name, path = wrong_answer
+    return lambda n: with_wrong_answer(load_exercise(n), path) if n == name else load_exercise(n)
+
+
+def subclasses(cls):
+    """Every class below ``cls`` (to forbid a method each optimizer defines for itself)."""
+    return {sub for direct in cls.__subclasses__() for sub in {direct} | subclasses(direct)}
+
+
+@pytest.fixture
+def forbid(monkeypatch):
+    """``forbid(f, ...)``: while the check runs, every name under which tinymem exposes the
+    function or class ``f`` raises when called; ``(owner, "name")`` does it for a method. An
+    answer that calls the library instead of building the thing fails."""
+
+    def refuse(what):
+        def refused(*args, **kwargs):
+            raise AssertionError(f"the exercise asks you to build this yourself; your answer called {what}")
+        return refused
+
+    def apply(*targets):
+        for target in targets:
+            if isinstance(target, tuple):
+                monkeypatch.setattr(*target, refuse(f"{target[0].__name__}.{target[1]}"))
+                continue
+            for name, module in list(sys.modules.items()):
+                if module is not None and name.split(".")[0] == "tinymem":
+                    for attr, value in list(vars(module).items()):
+                        if value is target:
+                            monkeypatch.setattr(module, attr, refuse(f"{target.__module__}.{target.__qualname__}"))
+    return apply
