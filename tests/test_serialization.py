@@ -76,3 +76,60 @@ def test_resumed_training_is_bit_identical(tmp_path, make_opt):
     resumed = _train(12, resume_at=5, path=tmp_path / "c.npz", make_opt=make_opt)
     for a, b in zip(straight, resumed):
         np.testing.assert_array_equal(a, b)
+
+
+def test_zero_d_arrays_and_numpy_scalars_keep_their_shape_and_type(tmp_path):
+    obj = {"zero_d": np.array(2.5, np.float32), "f32": np.float32(1.5), "i8": np.int8(-3),
+           "b": np.bool_(True), "t0": tm.tensor(np.array(4.0, np.float32)), "empty": np.zeros((0, 3))}
+    tm.save(obj, tmp_path / "c.npz")
+    back = tm.load(tmp_path / "c.npz")
+    assert back["zero_d"].shape == () and back["zero_d"].dtype == np.float32 and back["zero_d"] == 2.5
+    assert type(back["f32"]) is np.float32 and back["f32"] == 1.5
+    assert type(back["i8"]) is np.int8 and back["i8"] == -3
+    assert type(back["b"]) is np.bool_ and back["b"]
+    assert back["t0"].shape == () and back["t0"].item() == 4.0
+    assert back["empty"].shape == (0, 3)
+
+
+def _hand_made(path, manifest_text, **arrays):
+    members = {k: np.asarray(v) for k, v in arrays.items()}
+    members["manifest"] = np.frombuffer(manifest_text.encode(), dtype=np.uint8)
+    np.savez(path, **members)
+    return path
+
+
+ROOT = '{"format": "tinymem-checkpoint-1", "root": %s}'
+
+
+@pytest.mark.parametrize("manifest", [
+    ROOT % '{"array": 5}',                      # names no array (was KeyError)
+    ROOT % '{"array": "0"}',
+    ROOT % '"just text"',                       # not an entry (was AttributeError)
+    ROOT % '{"dict": [[{"value": "k"}]]}',      # a pair without its value
+    ROOT % '{"dict": [[{"list": []}, {"value": 1}]]}',  # an unhashable key
+    ROOT % '{"int": null}',
+    ROOT % '{"int": "twelve"}',
+    ROOT % '{"value": [1, 2]}',
+    ROOT % '{"a": 1, "b": 2}',
+    ROOT % '{"scalar": 0}',                     # a scalar entry naming a 1-d array
+    ROOT % ('{"list": [' * 5000 + ']}' * 5000),  # deep nesting (was RecursionError)
+    '["not", "a", "dict"]',
+    '{"format": "tinymem-checkpoint-1"}',
+])
+def test_hand_made_bad_manifests_raise_the_checkpoint_error(tmp_path, manifest):
+    path = _hand_made(tmp_path / "bad.npz", manifest, a0=np.ones(2))
+    with pytest.raises(tm.CheckpointError, match="bad.npz"):
+        tm.load(path)
+
+
+def test_a_new_file_follows_the_umask_and_an_overwritten_one_keeps_its_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        tm.save({"v": np.ones(2)}, tmp_path / "new.npz")
+        assert os.stat(tmp_path / "new.npz").st_mode & 0o777 == 0o644
+        os.chmod(tmp_path / "new.npz", 0o640)
+        tm.save({"v": np.zeros(2)}, tmp_path / "new.npz")
+        assert os.stat(tmp_path / "new.npz").st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
+    np.testing.assert_array_equal(tm.load(tmp_path / "new.npz")["v"], np.zeros(2))

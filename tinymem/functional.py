@@ -187,6 +187,16 @@ def mse_loss(input, target, reduction="mean"):
     return LS.MSELoss.apply(input, _as_tensor(target), reduction=reduction)
 
 
+def huber_loss(input, target, reduction="mean", delta=1.0):
+    """Quadratic for |input - target| <= delta, linear beyond (``torch.nn.functional.huber_loss``)."""
+    return LS.HuberLoss.apply(input, _as_tensor(target), reduction=reduction, delta=delta)
+
+
+def smooth_l1_loss(input, target, reduction="mean", beta=1.0):
+    """``huber_loss / beta`` (PyTorch's ``smooth_l1_loss``): the loss DQN implementations use."""
+    return huber_loss(input, target, reduction, beta) / beta
+
+
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     ndim = 1 if isinstance(normalized_shape, int) else len(normalized_shape)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)

@@ -15,7 +15,8 @@ them with ``model.load_state_dict`` / ``Tensor.to``).
 """
 import json
 import os
-import tempfile
+import secrets
+import stat
 import zipfile
 
 import numpy as np
@@ -32,13 +33,18 @@ class CheckpointError(ValueError):
 
 def _encode(value, arrays):
     if isinstance(value, Tensor):
-        arrays.append(value.numpy())
+        arrays.append(_contiguous(value.numpy()))
         return {"tensor": len(arrays) - 1}
+    if isinstance(value, np.generic):  # np.float32(1.5) comes back a np.float32, not shape (1,)
+        if value.dtype == object:
+            raise CheckpointError("object scalars cannot be saved without pickle")
+        arrays.append(np.asarray(value))
+        return {"scalar": len(arrays) - 1}
     if hasattr(value, "__array_interface__") or hasattr(value, "__cuda_array_interface__"):
         array = backend.to_numpy(value)
         if array.dtype == object:
             raise CheckpointError("object arrays cannot be saved without pickle")
-        arrays.append(np.ascontiguousarray(array))
+        arrays.append(_contiguous(array))
         return {"array": len(arrays) - 1}
     if value is None or isinstance(value, (bool, str)):
         return {"value": value}
@@ -54,44 +60,103 @@ def _encode(value, arrays):
                           "numbers, strings, None and dicts/lists/tuples of them")
 
 
+def _contiguous(array):
+    """``array`` in C order with its shape (``np.ascontiguousarray`` turns 0-d into shape (1,))."""
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
 def _decode(node, arrays):
+    """The value a manifest node stands for; anything malformed raises ``ValueError``."""
+    if not isinstance(node, dict) or len(node) != 1:
+        raise ValueError(f"a manifest entry must be a one-key object, got {node!r:.60}")
     (kind, payload), = node.items()
-    if kind == "tensor":
-        return Tensor(arrays[f"a{payload}"])
-    if kind == "array":
-        return arrays[f"a{payload}"]
+    if kind in ("tensor", "array", "scalar"):
+        name = f"a{payload}"
+        if type(payload) is not int or name not in arrays:
+            raise ValueError(f"entry {node!r:.60} names no array of the archive")
+        array = arrays[name]
+        if kind == "scalar":
+            if array.ndim != 0:
+                raise ValueError(f"scalar entry {payload} holds an array of shape {array.shape}")
+            return array[()]
+        return Tensor(array) if kind == "tensor" else array
     if kind == "value":
+        if payload is not None and not isinstance(payload, (bool, str)):
+            raise ValueError(f"a 'value' entry holds None, a bool or a string, got {payload!r:.60}")
         return payload
-    if kind == "int":
-        return int(payload)
-    if kind == "float":
-        return float(payload)
+    if kind in ("int", "float"):
+        if not isinstance(payload, str):
+            raise ValueError(f"an '{kind}' entry holds its number as text, got {payload!r:.60}")
+        return int(payload) if kind == "int" else float(payload)
     if kind == "dict":
-        return {_decode(k, arrays): _decode(v, arrays) for k, v in payload}
+        if not isinstance(payload, list) or not all(isinstance(kv, list) and len(kv) == 2 for kv in payload):
+            raise ValueError("a 'dict' entry holds a list of [key, value] pairs")
+        out = {}
+        for k, v in payload:
+            key = _decode(k, arrays)
+            if isinstance(key, (dict, list, np.ndarray, Tensor)):
+                raise ValueError(f"a dict key cannot be a {type(key).__name__}")
+            out[key] = _decode(v, arrays)
+        return out
     if kind in ("list", "tuple"):
+        if not isinstance(payload, list):
+            raise ValueError(f"a '{kind}' entry holds a list of entries")
         items = [_decode(v, arrays) for v in payload]
         return tuple(items) if kind == "tuple" else items
-    raise CheckpointError(f"unknown entry {kind!r} in the manifest")
+    raise ValueError(f"unknown entry {kind!r} in the manifest")
 
 
 def save(obj, path):
-    """Write ``obj`` (state dicts, arrays, numbers...) to ``path`` atomically."""
+    """Write ``obj`` (state dicts, arrays, numbers...) to ``path`` atomically.
+
+    A new file gets the usual permissions (0666 less the umask); an overwritten one keeps its own.
+    """
     arrays = []
-    manifest = {"format": _FORMAT, "root": _encode(obj, arrays)}
+    try:
+        manifest = {"format": _FORMAT, "root": _encode(obj, arrays)}
+    except RecursionError:
+        raise CheckpointError("the object is nested too deeply to save") from None
     members = {f"a{i}": a for i, a in enumerate(arrays)}
     members["manifest"] = np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)
+    write_atomically(path, lambda f: np.savez(f, **members), suffix=".npz")
+
+
+def write_atomically(path, write, suffix=""):
+    """Call ``write(file)`` on a temporary file beside ``path``, flush it to the disk and rename
+    it over ``path``: a reader sees the old file or the whole new one, never half of it, and the
+    temporary file is removed when anything fails. A new file gets the usual permissions (0666
+    less the umask); an overwritten one keeps its own."""
+    path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = None
+    fd, tmp = _create_temporary(folder, suffix)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **members)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def _create_temporary(folder, suffix):
+    """A new file beside the target, opened like ``open(..., "w")`` would create it (0666 less
+    the umask; ``tempfile.mkstemp`` makes 0600, which the rename would hand to the checkpoint)."""
+    for _ in range(100):
+        tmp = os.path.join(folder, f".tmp-{secrets.token_hex(6)}{suffix}")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise CheckpointError(f"cannot create a temporary file in {folder}")
 
 
 def load(path):
@@ -101,13 +166,18 @@ def load(path):
             if "manifest" not in archive.files:
                 raise CheckpointError(f"{path} is not a tinymem checkpoint (no manifest)")
             manifest = json.loads(archive["manifest"].tobytes().decode())
-            if manifest.get("format") != _FORMAT:
-                raise CheckpointError(f"{path} has format {manifest.get('format')!r}, expected {_FORMAT!r}")
+            if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+                found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+                raise CheckpointError(f"{path} has format {found!r}, expected {_FORMAT!r}")
             arrays = {name: archive[name] for name in archive.files if name != "manifest"}
     except CheckpointError:
         raise
     except FileNotFoundError:
         raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, json.JSONDecodeError) as exc:
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, RecursionError,
+            UnicodeDecodeError) as exc:
         raise CheckpointError(f"{path} is truncated or not a tinymem checkpoint ({exc})") from exc
-    return _decode(manifest["root"], arrays)
+    try:
+        return _decode(manifest.get("root"), arrays)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise CheckpointError(f"{path} has a damaged manifest: {exc}") from exc

@@ -74,6 +74,11 @@ OPS = {
     "cross_entropy_sum": (lambda a: F.cross_entropy(a, TARGETS, reduction="sum"), lambda a: _tF().cross_entropy(
         a, __import__("torch").tensor(TARGETS), reduction="sum"), [(4, 3)], None),
     "mse_loss": (F.mse_loss, lambda a, b: _tF().mse_loss(a, b), [(3, 4), (3, 4)], None),
+    "huber_loss": (F.huber_loss, lambda a, b: _tF().huber_loss(a, b), [(3, 4), (3, 4)], "away_kink"),
+    "huber_loss_delta_sum": (lambda a, b: F.huber_loss(a, b, "sum", delta=0.5),
+                             lambda a, b: _tF().huber_loss(a, b, "sum", delta=0.5), [(3, 4), (3, 4)], "away_kink"),
+    "smooth_l1_loss": (lambda a, b: F.smooth_l1_loss(a, b, beta=2.0),
+                       lambda a, b: _tF().smooth_l1_loss(a, b, beta=2.0), [(3, 4), (3, 4)], "away_kink"),
     "linear": (F.linear, lambda x, w, b: _tF().linear(x, w, b), [(2, 3, 4), (5, 4), (5,)], None),
     "layer_norm": (lambda x, w, b: F.layer_norm(x, 4, w, b), lambda x, w, b: _tF().layer_norm(x, (4,), w, b),
                    [(3, 4), (4,), (4,)], None),
@@ -92,6 +97,8 @@ def _inputs(shapes, domain, seed=0):
             a = rng.standard_normal(shape)
             if domain == "away0":
                 a = np.where(np.abs(a) < 0.1, 0.3, a)
+            if domain == "away_kink":  # differences of two such inputs avoid |d| = 0.5, 1 and 2
+                a = np.round(a * 4) / 4 + (0.1 if len(out) == 0 else 0.0)
             if domain == "away_edges":
                 a = np.where((np.abs(a + 0.5) < 0.05) | (np.abs(a - 0.7) < 0.05), 0.1, a)
         out.append(a)

@@ -7,6 +7,7 @@ Each node's saved arrays and incoming gradients are dropped as soon as its backw
 import numpy as np
 
 from .. import backend, memory
+from ..memory import attribution
 
 
 def sum_to(grad, shape):
@@ -39,6 +40,14 @@ def _accumulate_leaf(leaf, g, claimed):
 
 def run_backward(roots, grads, retain_graph=False):
     """Backpropagate ``grads`` (arrays) from the Tensors ``roots`` through their graph."""
+    outer = attribution.enter_backward(None)  # each node's arrays are stamped with its module
+    try:
+        _backward(roots, grads, retain_graph)
+    finally:
+        attribution.leave_backward(outer)
+
+
+def _backward(roots, grads, retain_graph):
     memory.mark("backward")
     pending = {}
     start = []
@@ -72,6 +81,7 @@ def run_backward(roots, grads, retain_graph=False):
     ready = [n for n in start if deps.get(n, 0) == 0]
     while ready:
         node = ready.pop()
+        attribution.enter_backward(node)
         slot = pending.pop(node)
         if any(g is None for g in slot):  # an output nobody used: its gradient is zero
             xp = backend.array_module(next(g for g in slot if g is not None))

@@ -13,6 +13,8 @@ saved arrays in the ``activation`` bucket until backward has used them.
 import numpy as np
 
 from .. import backend, memory
+from ..backend import device_of
+from ..memory import attribution
 from .modes import _state
 from .tensor import Tensor
 
@@ -35,12 +37,16 @@ class Function:
     the engine, so ops need not do it.
     """
 
-    def __init__(self):
-        self.parents = ()
-        self.needs_input_grad = ()
-        self._saved = None
-        self.recording = False
-        self._released = False
+    # An op whose output can be handed to it defines keep_for_backward(ctx, out, *args,
+    # **kwargs): what forward keeps for backward, without computing ``out`` (see op_hook).
+    keep_for_backward = None
+    # Defaults as class attributes: a node is made for every op, and an instance that never
+    # records (no_grad, inputs without requires_grad) then only sets the two fields it uses.
+    parents = ()
+    needs_input_grad = ()
+    recording = False
+    _saved = None
+    _released = False
 
     # -- saving ---------------------------------------------------------------------------
     def save_for_backward(self, *arrays):
@@ -111,18 +117,19 @@ class Function:
     @classmethod
     def apply(cls, *inputs, **kwargs):
         """Run the op on Tensors (and constants), recording the graph when a gradient is needed."""
-        device = None
+        first = None  # the first tensor's array type: arrays of one type share a device
         arrays = []
         needs = []
         for x in inputs:
             if isinstance(x, Tensor):
-                if device is None:
-                    device = x.device
-                elif x.device != device:
+                data = x._data
+                if first is None:
+                    first = data
+                elif type(data) is not type(first) and device_of(data) != device_of(first):
                     raise backend.DeviceError(
-                        f"{cls.__name__}: tensors on different devices ({device} and {x.device}); "
-                        f"move them with .to('{device}') first")
-                arrays.append(x.data)
+                        f"{cls.__name__}: tensors on different devices ({device_of(first)} and "
+                        f"{device_of(data)}); move them with .to('{device_of(first)}') first")
+                arrays.append(data)
                 needs.append(x.requires_grad)
             else:
                 arrays.append(x)
@@ -131,20 +138,34 @@ class Function:
         record = _state.grad_enabled and any(needs)
         ctx.recording = record
         ctx.needs_input_grad = tuple(needs)
-        out = cls.forward(ctx, *arrays, **kwargs)
-        multi = isinstance(out, tuple)
-        # NumPy turns 0-d results into scalars; a Tensor always holds an array.
-        outs = tuple(np.asarray(o) if isinstance(o, np.generic) else o for o in (out if multi else (out,)))
-        tensors = tuple(Tensor.wrap(o, requires_grad=record, ctx=ctx if record else None, index=i)
-                        for i, o in enumerate(outs))
+        outer_op = attribution.enter_op(cls.__name__)  # the ledger stamps new arrays with the op
+        ctx.module_path = attribution.SCOPE.path  # and backward stamps its arrays with the module
+        try:
+            hook = _state.op_hook
+            if hook is not None and hook.wants(cls):
+                out = hook.run(cls, ctx, arrays, kwargs)
+            else:
+                out = cls.forward(ctx, *arrays, **kwargs)
+            multi = isinstance(out, tuple)
+            tensors = []
+            for i, o in enumerate(out if multi else (out,)):
+                if isinstance(o, np.generic):
+                    o = np.asarray(o)  # NumPy turns 0-d results into scalars; a Tensor holds an array
+                tensors.append(Tensor.wrap(o, requires_grad=record, ctx=ctx if record else None, index=i))
+        finally:
+            attribution.leave_op(outer_op)
         if record:
-            ctx.parents = tuple(
-                (x._ctx, x._index) if isinstance(x, Tensor) and x._ctx is not None
-                else (x if isinstance(x, Tensor) and x.requires_grad else None)
-                for x in inputs)
-            ctx.input_meta = tuple((x.shape, x.dtype) if isinstance(x, Tensor) else None for x in inputs)
-            ctx.output_meta = tuple((o.shape, o.dtype) for o in outs)
-        return tensors if multi else tensors[0]
+            parents, input_meta = [], []
+            for x in inputs:
+                if isinstance(x, Tensor):
+                    parents.append((x._ctx, x._index) if x._ctx is not None else (x if x.requires_grad else None))
+                    input_meta.append((x._data.shape, x._data.dtype))
+                else:
+                    parents.append(None)
+                    input_meta.append(None)
+            ctx.parents, ctx.input_meta = tuple(parents), tuple(input_meta)
+            ctx.output_meta = tuple([(t._data.shape, t._data.dtype) for t in tensors])
+        return tuple(tensors) if multi else tensors[0]
 
     def forward(ctx, *args, **kwargs):
         raise NotImplementedError(f"{type(ctx).__name__} must define forward")

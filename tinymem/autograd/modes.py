@@ -2,7 +2,8 @@
 
 Grad mode (``no_grad``), saved-tensor hooks (the seam for half, int8 and offloaded storage of
 saved tensors), ``saved_as_is`` (saves that bypass the hooks), forward contexts (what a
-recomputation must re-enter) and the recomputation flag. Everything here is thread-local, as in
+recomputation must re-enter), the recomputation flag and the op hook (the seam for selective
+recomputation). Everything here is thread-local, as in
 PyTorch, so an offload prefetch thread never sees the main thread's modes.
 
 Memory cost: none.
@@ -19,6 +20,7 @@ class _State(threading.local):
         self.hooks = []
         self.recomputing = False
         self.forward_contexts = []
+        self.op_hook = None
 
 
 _state = _State()
@@ -168,3 +170,26 @@ class saved_as_is:
 
     def __exit__(self, *exc):
         _state.hooks.pop()
+
+
+class op_hook:
+    """``with op_hook(hook):`` ops for which ``hook.wants(op_class)`` is true are run by
+    ``hook.run(op_class, ctx, arrays, kwargs)`` instead of ``op_class.forward(ctx, *arrays)``.
+
+    The seam of selective recomputation: a checkpoint's forward lets the hook keep the outputs
+    of chosen ops (matmuls, convolutions), and its recomputation lets the hook hand them back
+    without computing them, through :meth:`Function.keep_for_backward`. The innermost hook
+    wins; ``op_hook(None)`` switches hooks off inside. Cost per op when no hook is set: one
+    attribute read.
+    """
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    def __enter__(self):
+        self.prev = _state.op_hook
+        _state.op_hook = self.hook
+        return self
+
+    def __exit__(self, *exc):
+        _state.op_hook = self.prev

@@ -161,6 +161,9 @@ class Tensor:
         return Tensor.wrap(self._data)
 
     def requires_grad_(self, flag=True):
+        if flag and self._data.dtype.kind not in "fc":
+            raise TypeError(f"only floating-point tensors can require gradients, not {self._data.dtype}; "
+                            "convert first, e.g. t.float().requires_grad_()")
         self.requires_grad = bool(flag)
         return self
 

@@ -22,6 +22,8 @@ import weakref
 
 import numpy as np
 
+from .attribution import SCOPE
+
 
 _ndarray = np.ndarray
 
@@ -35,12 +37,26 @@ class OutOfMemoryError(RuntimeError):
     """Device bytes would exceed the budget of an active :func:`track` window."""
 
 
-class _Entry:
-    __slots__ = ("ref", "nbytes", "place", "base", "holds", "bucket", "label")
+class _Entry(weakref.ref):
+    """The record of one owning buffer, and the weak reference to it whose death releases it.
 
-    def __init__(self, ref, nbytes, place, base, label):
-        self.ref, self.nbytes, self.place, self.base, self.holds = ref, nbytes, place, base, 0
-        self.bucket, self.label = base, label
+    One object per live array is the ledger's whole cost per op, so the record *is* the weak
+    reference (a subclass with slots) instead of a record holding a reference and a closure.
+    ``label`` and ``module`` say which op and module made the array (attribution; ``None`` when
+    it is switched off).
+    """
+    __slots__ = ("key", "nbytes", "place", "base", "holds", "bucket", "label", "module")
+    # A weak reference hashes and compares its referent (an array: unhashable, elementwise ==);
+    # an entry is a record, so it is hashed and compared by identity.
+    __hash__ = object.__hash__
+
+    def __eq__(self, other):
+        return self is other
+
+    @property
+    def ref(self):
+        """The weak reference to the buffer: the entry itself (``entry.ref()`` is the array)."""
+        return self
 
 
 class Ledger:
@@ -50,6 +66,7 @@ class Ledger:
         self.entries = {}
         self.live = {(p, b): 0 for p in PLACES for b in BUCKETS}
         self.trackers = []
+        self._death_callback = self._on_death  # one bound method, not a new one per array
 
     # -- registration -------------------------------------------------------------------
     def register(self, array, bucket="workspace", place="device", owner=None, label=None):
@@ -59,9 +76,8 @@ class Ledger:
         weakly referenced. Registering an already known buffer only raises its bucket.
         """
         root = owner_of(array)
-        if not hasattr(root, "__array_interface__") and not hasattr(root, "__cuda_array_interface__"):
-            return array  # a NumPy scalar: a few bytes, and it cannot be weakly referenced
-        if type(root).__module__ == "numpy" and not isinstance(root, _ndarray):
+        # The common case first: asking a NumPy array for __array_interface__ builds a dict.
+        if type(root) is not _ndarray and not _countable(root):
             return array
         key = id(root)
         entry = self.entries.get(key)
@@ -69,7 +85,7 @@ class Ledger:
             if _PRIORITY[bucket] > _PRIORITY[entry.base]:
                 self._set_bucket(entry, bucket, base=bucket)
             return array
-        self._add(key, root if owner is None else owner, int(root.nbytes), bucket, place, label)
+        self._add(key, root if owner is None else owner, root.nbytes, bucket, place, label)
         return array
 
     def register_bytes(self, owner, nbytes, bucket, place, label=None):
@@ -81,29 +97,32 @@ class Ledger:
             raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}")
         if place not in PLACES:
             raise ValueError(f"unknown place {place!r}; choose one of {', '.join(PLACES)}")
-        if place == "device":
+        if self.trackers and place == "device":
             for tracker in self.trackers:
                 tracker._check_budget(nbytes, bucket, label)
-        ref = _weakref(target, self._release_key(key))
-        self.entries[key] = _Entry(ref, nbytes, place, bucket, label)
+        entry = _Entry(target, self._death_callback)
+        entry.key, entry.nbytes, entry.place, entry.base, entry.holds = key, nbytes, place, bucket, 0
+        # Attribution: the op and module running now (both None when it is switched off).
+        entry.bucket, entry.label, entry.module = bucket, label or SCOPE.op, SCOPE.path
+        self.entries[key] = entry
         self.live[(place, bucket)] += nbytes
-        self._event("alloc", bucket, place, nbytes, label)
+        if self.trackers:
+            self._event("alloc", bucket, place, nbytes, entry.label, entry)
 
-    def _release_key(self, key):
-        def release(ref):
-            entry = self.entries.get(key)
-            if entry is not None and entry.ref is ref:
-                del self.entries[key]
-                self.live[(entry.place, entry.bucket)] -= entry.nbytes
-                self._event("free", entry.bucket, entry.place, entry.nbytes, entry.label)
-        return release
+    def _on_death(self, entry):
+        # A newer buffer may have taken the dead one's id already: only its own entry goes.
+        if self.entries.get(entry.key) is entry:
+            del self.entries[entry.key]
+            self.live[(entry.place, entry.bucket)] -= entry.nbytes
+            if self.trackers:
+                self._event("free", entry.bucket, entry.place, entry.nbytes, entry.label, entry)
 
     def release(self, array_or_owner):
         """Stop counting a buffer now (for storage freed by hand, such as a deleted file)."""
         root = owner_of(array_or_owner) if hasattr(array_or_owner, "nbytes") else array_or_owner
         entry = self.entries.get(id(root))
         if entry is not None:
-            self._release_key(id(root))(entry.ref)
+            self._on_death(entry)
 
     # -- saved-for-backward holds ---------------------------------------------------------
     def hold(self, array):
@@ -136,10 +155,12 @@ class Ledger:
         if bucket == entry.bucket:
             return
         self.live[(entry.place, entry.bucket)] -= entry.nbytes
-        self._event("free", entry.bucket, entry.place, entry.nbytes, entry.label)
+        if self.trackers:
+            self._event("free", entry.bucket, entry.place, entry.nbytes, entry.label, entry)
         entry.bucket = bucket
         self.live[(entry.place, bucket)] += entry.nbytes
-        self._event("alloc", bucket, entry.place, entry.nbytes, entry.label)
+        if self.trackers:
+            self._event("alloc", bucket, entry.place, entry.nbytes, entry.label, entry)
 
     # -- queries --------------------------------------------------------------------------
     def bytes(self, bucket=None, place="device"):
@@ -151,9 +172,9 @@ class Ledger:
     def by_bucket(self, place="device"):
         return {b: self.live[(place, b)] for b in BUCKETS}
 
-    def _event(self, kind, bucket, place, nbytes, label):
+    def _event(self, kind, bucket, place, nbytes, label, entry=None):
         for tracker in self.trackers:
-            tracker._record(kind, bucket, place, nbytes, label)
+            tracker._record(kind, bucket, place, nbytes, label, entry)
 
 
 def owner_of(array):
@@ -167,8 +188,11 @@ def owner_of(array):
     return array
 
 
-def _weakref(target, callback):
-    return weakref.ref(target, callback)
+def _countable(root):
+    """Whether ``root`` is an array buffer the ledger can count (not a NumPy scalar)."""
+    if not hasattr(root, "__array_interface__") and not hasattr(root, "__cuda_array_interface__"):
+        return False  # a Python or NumPy scalar: a few bytes, and it cannot be weakly referenced
+    return not (type(root).__module__ == "numpy" and not isinstance(root, _ndarray))
 
 
 LEDGER = Ledger()

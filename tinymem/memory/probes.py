@@ -10,23 +10,38 @@ from .. import backend
 
 
 class TracemallocProbe:
-    """NumPy reports its data buffers to tracemalloc; we read the peak growth of all traced memory."""
+    """NumPy reports its data buffers to tracemalloc; we read the peak growth of all traced memory.
+
+    tracemalloc has one peak for the whole process, and a new window must reset it. So the
+    probes open now (nested ``track`` windows) each bank the peak reached so far before a reset:
+    an inner window never erases what the outer one measured.
+    """
+
+    _open = []  # the probes whose windows are open, outermost first
 
     def __init__(self):
         self.started_here = not tracemalloc.is_tracing()
         if self.started_here:
             tracemalloc.start()
+        peak_so_far = tracemalloc.get_traced_memory()[1]
+        for outer in TracemallocProbe._open:
+            outer.high = max(outer.high, peak_so_far)
         tracemalloc.reset_peak()
-        self.base = tracemalloc.get_traced_memory()[0]
+        self.base = self.high = tracemalloc.get_traced_memory()[0]
         self.result = None
+        TracemallocProbe._open.append(self)
 
     def stop(self):
-        self.result = max(0, tracemalloc.get_traced_memory()[1] - self.base)
+        self.result = self.peak()
+        if self in TracemallocProbe._open:
+            TracemallocProbe._open.remove(self)
         if self.started_here:
             tracemalloc.stop()
 
     def peak(self):
-        return self.result if self.result is not None else max(0, tracemalloc.get_traced_memory()[1] - self.base)
+        if self.result is not None:
+            return self.result
+        return max(0, max(self.high, tracemalloc.get_traced_memory()[1]) - self.base)
 
 
 class CupyProbe:
@@ -38,7 +53,7 @@ class CupyProbe:
         probe = self
 
         class Hook(cupy.cuda.MemoryHook):
-            name = "tinymem_peak"
+            name = f"tinymem_peak_{id(probe)}"  # CuPy refuses two hooks of one name: windows nest
 
             def alloc_postprocess(self, **kwargs):
                 probe.high = max(probe.high, pool.used_bytes())

@@ -2,15 +2,23 @@
 
 ``with track(budget="64MB") as t:`` opens a window that records peaks and a timeline and, with a
 budget, raises :class:`OutOfMemoryError` when device bytes would exceed it, as a GPU does. On
-the CPU the budget simulates device memory; the lessons say so.
+the CPU the budget simulates device memory; the lessons say so. ``shared="name"`` puts several
+processes on one simulated device, ``monitor=True`` samples what ``top``/``nvidia-smi`` see, and
+``top()`` / ``by_module()`` say which module and op hold the bytes at the peak.
 """
 import contextlib
+import gc
+import os
 import time
 
 from .. import backend
+from . import attribution
 from .ledger import BUCKETS, LEDGER, OutOfMemoryError
+from .sampler import Monitor
 from .probes import CupyProbe, TracemallocProbe
+from .shared import SharedDevice, default_fraction, gpu_processes_text
 from .units import format_bytes, format_table, parse_bytes
+
 
 class Tracker:
     """A window over the ledger: peaks, a timeline, an optional budget and the measured peak.
@@ -18,44 +26,105 @@ class Tracker:
     Peaks are device bytes. :meth:`peak` counts everything live on the device (what a budget
     is compared with); :meth:`peak_delta` only what came on top of the bytes live on entry.
     :meth:`measured_peak` asks the allocator (tracemalloc on NumPy, the CuPy memory pool on the
-    GPU) and is, like :meth:`peak_delta`, the growth above entry: the allocator cannot see
-    arrays born before the window opened. Pitfall: tracemalloc also ignores the *freeing* of
-    such arrays, so free last step's gradients before opening a window you want to compare.
+    GPU) and :meth:`process_peak` the operating system or the driver (with ``monitor``); both
+    are, like :meth:`peak_delta`, the growth above entry. Pitfall: tracemalloc also ignores the
+    *freeing* of arrays born before the window, so free last step's gradients before opening a
+    window you want to compare.
+
+    Memory: a timeline tuple per event (``timeline=False`` for long windows), and for the
+    attribution at the peak one dict slot per live device array plus the events since the peak.
     """
 
-    def __init__(self, budget=None, measure=True, timeline=True, device=None):
+    def __init__(self, budget=None, measure=True, timeline=True, device=None, monitor=False,
+                 shared=None, fraction=None):
         self.budget = parse_bytes(budget)
         self.measure, self.keep_timeline = measure, timeline
         self.device = backend.check_device(device) if measure else None
-        # Read the split once and sum it: building a dict can run the garbage collector, whose
-        # frees would otherwise land between two separate reads of the ledger.
-        split = LEDGER.by_bucket()
-        self.start = sum(split.values())
-        self._peak, self._peak_split = self.start, split
-        self._bucket_max = dict(self._peak_split)
+        if shared is None and fraction is not None:
+            raise ValueError("fraction= caps a process on a shared device: pass shared='name' too")
+        self.shared_name, self.fraction = shared, fraction
+        self.monitor_interval = 0.005 if monitor is True else (monitor or None)
         self.events, self.t0 = [], time.perf_counter()
-        self._probe = None
+        self.start = self._peak = 0
+        self._peak_split = self._bucket_max = dict.fromkeys(BUCKETS, 0)
+        self._probe = self._monitor = self._shared = None
+        self._live, self._since_peak, self._peak_state = {}, [], None
 
+    # -- opening and closing ----------------------------------------------------------------
+    def _open(self):
+        if self.shared_name is not None:
+            fraction = self.fraction if self.fraction is not None else default_fraction()
+            self._shared = SharedDevice(self.shared_name, self.budget, fraction)
+            self.budget = self._shared.budget
+        if self.measure:
+            self._probe = CupyProbe() if self.device == "cuda" else TracemallocProbe()
+        if self.monitor_interval:
+            self._monitor = Monitor(self.monitor_interval, self.device or backend.default_device(),
+                                    t0=self.t0).start()
+        # Snapshot and start listening with the collector paused: no weakref callback may free
+        # an array between the snapshot and the first event, or the attribution would drift.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self._live = {e: e.bucket for e in list(LEDGER.entries.values()) if e.place == "device"}
+            split = LEDGER.by_bucket()
+            self.start = self._peak = sum(split.values())
+            self._peak_split, self._bucket_max = split, dict(split)
+            LEDGER.trackers.append(self)
+        finally:
+            if collecting:
+                gc.enable()
+        if self._shared is not None:
+            self._shared.reserve(0, self.start, " (the arrays live on entry)")
+        elif self.budget is not None and self.start > self.budget:
+            raise OutOfMemoryError(f"device budget of {self.budget:,d} B is already exceeded on entry\n"
+                                   + format_table(LEDGER.by_bucket()))
+
+    def _close(self):
+        if self in LEDGER.trackers:
+            LEDGER.trackers.remove(self)
+        for part in (self._probe, self._monitor):
+            if part is not None:
+                part.stop()
+        if self._shared is not None:
+            self._shared.close()
+
+    # -- listening to the ledger ------------------------------------------------------------
     def _check_budget(self, nbytes, bucket, label):
-        if self.budget is not None and LEDGER.bytes() + nbytes > self.budget:
-            what = f" ({label})" if label else ""
+        what = f" for {bucket}" + (f" ({label})" if label else "")
+        if self._shared is not None:
+            self._shared.reserve(LEDGER.bytes(), nbytes, what)
+        elif self.budget is not None and LEDGER.bytes() + nbytes > self.budget:
             raise OutOfMemoryError(
                 f"device budget of {self.budget:,d} B ({format_bytes(self.budget)}) exceeded: "
-                f"tried to allocate {nbytes:,d} B for {bucket}{what} with "
+                f"tried to allocate {nbytes:,d} B{what} with "
                 f"{LEDGER.bytes():,d} B already live\n" + format_table(LEDGER.by_bucket())
                 + "\nfree memory with a technique (checkpointing, half precision, offload) "
-                  "or raise the budget")
+                  "or raise the budget" + (gpu_processes_text(os.getpid()) if self.device == "cuda" else ""))
 
-    def _record(self, kind, bucket, place, nbytes, label):
+    def _record(self, kind, bucket, place, nbytes, label, entry=None):
         if place == "device":
+            if entry is not None:  # keep the live set, so the peak's entries can be rebuilt
+                if kind == "alloc":
+                    self._live[entry] = bucket
+                else:
+                    self._live.pop(entry, None)
             total = LEDGER.bytes()
             if total > self._peak:
                 split = LEDGER.by_bucket()
                 self._peak, self._peak_split = sum(split.values()), split
+                self._since_peak.clear()
+                self._peak_state = None
+            elif entry is not None:
+                self._since_peak.append((kind, entry, bucket))
+                if len(self._since_peak) > 2 * len(self._live) + 1000:
+                    self._peak_state, self._since_peak = self.peak_entries(), []
             if kind == "alloc":
                 current = LEDGER.live[("device", bucket)]
                 if current > self._bucket_max[bucket]:
                     self._bucket_max[bucket] = current
+            if self._shared is not None:
+                self._shared.update(total)
         if self.keep_timeline and (place == "device" or kind == "mark"):
             self.events.append((time.perf_counter() - self.t0, kind, bucket, nbytes, label,
                                 tuple(LEDGER.live[("device", b)] for b in BUCKETS)))
@@ -88,35 +157,64 @@ class Tracker:
         """The allocator's peak growth above entry, in bytes (``None`` when not measured)."""
         return None if self._probe is None else self._probe.peak()
 
+    def process_peak(self):
+        """The process's peak growth above entry as the operating system (RSS) or the driver
+        (NVML) sees it, in bytes (``None`` without ``monitor``)."""
+        return None if self._monitor is None else self._monitor.peak_delta()
+
+    def process_timeline(self):
+        """The monitor's samples as dicts: t (s, on the timeline's clock), process, allocator,
+        held and ledger bytes (empty without ``monitor``)."""
+        return [] if self._monitor is None else self._monitor.timeline()
+
     def timeline(self):
         """Events as dicts: time (s), kind (alloc/free/mark), bucket, bytes, label, and the
         device bytes of every bucket just after the event (for a stacked plot)."""
         return [dict(t=t, kind=k, bucket=b, bytes=n, label=lab, live=dict(zip(BUCKETS, live)))
                 for t, k, b, n, lab, live in self.events]
 
+    def peak_entries(self):
+        """``{ledger entry: bucket}`` of the device arrays live at the peak: the live set now,
+        with the events since the peak undone."""
+        live = dict(self._live if self._peak_state is None else self._peak_state)
+        for kind, entry, bucket in reversed(self._since_peak):
+            if kind == "alloc":
+                live.pop(entry, None)
+            else:
+                live[entry] = bucket
+        return live
+
+    def top(self, n=10, model=None):
+        """The ``n`` largest arrays live at the peak: dicts of module, op, bucket and bytes.
+        With ``model``, weights and gradients are named by their module too."""
+        params = attribution.parameter_paths(model) if model is not None else None
+        return attribution.top_rows(self.peak_entries().items(), n, params)
+
+    def by_module(self, model=None, depth=None):
+        """Device bytes per module path at the peak; they sum to :meth:`peak` exactly. Arrays
+        made outside any forward count under ``(no module: bucket)`` unless ``model`` names
+        its weights and gradients; ``depth`` merges paths below that many parts."""
+        params = attribution.parameter_paths(model) if model is not None else None
+        return attribution.sum_by_module(self.peak_entries().items(), params, depth)
+
     def table(self):
         return format_table(self.peak_by_bucket(), "device bytes per bucket at the peak")
 
 
 @contextlib.contextmanager
-def track(budget=None, measure=True, timeline=True, device=None):
+def track(budget=None, measure=True, timeline=True, device=None, monitor=False, shared=None, fraction=None):
     """Open a tracking window: ``with track(budget="64MB") as t: ...; t.peak()``.
 
     ``budget`` (bytes or a string like ``"64MB"``) makes device allocations beyond it raise
     :class:`OutOfMemoryError`. ``measure`` also asks the allocator for its peak (tracemalloc
     slows Python code about 2x while the window is open; pass ``measure=False`` for timings).
+    ``monitor`` (True, or a sampling interval in seconds) samples the process in a thread.
+    ``shared`` names a simulated device that processes share (its budget is set by the first);
+    ``fraction`` caps this process at that share of it.
     """
-    tracker = Tracker(budget, measure, timeline, device)
-    if tracker.budget is not None and tracker.start > tracker.budget:
-        raise OutOfMemoryError(
-            f"device budget of {tracker.budget:,d} B is already exceeded on entry\n"
-            + format_table(LEDGER.by_bucket()))
-    if measure:
-        tracker._probe = CupyProbe() if tracker.device == "cuda" else TracemallocProbe()
-    LEDGER.trackers.append(tracker)
+    tracker = Tracker(budget, measure, timeline, device, monitor, shared, fraction)
     try:
+        tracker._open()
         yield tracker
     finally:
-        LEDGER.trackers.remove(tracker)
-        if tracker._probe is not None:
-            tracker._probe.stop()
+        tracker._close()

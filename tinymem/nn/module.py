@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import backend
 from ..autograd import Tensor
+from ..memory import attribution
 
 
 class Parameter(Tensor):
@@ -47,7 +48,13 @@ class Module:
         object.__setattr__(self, name, value)
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        if not attribution.ENABLED:
+            return self.forward(*args, **kwargs)
+        outer = attribution.enter_module(self)  # the ledger stamps new arrays with this path
+        try:
+            return self.forward(*args, **kwargs)
+        finally:
+            attribution.leave_module(outer)
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define forward")

@@ -84,8 +84,7 @@ class Conv2d(Function):
     OH = (H + 2·ph - kh) // sh + 1. Time: 2·B·O·C·kh·kw·OH·OW flops each way.
     """
 
-    def forward(ctx, x, weight, bias=None, stride=(1, 1), padding=(0, 0)):
-        xp = array_module(x)
+    def keep_for_backward(ctx, out, x, weight, bias=None, stride=(1, 1), padding=(0, 0)):
         if x.ndim != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[1]:
             raise ValueError(f"conv2d: input {x.shape} (B, C, H, W) and weight {weight.shape} "
                              f"(O, C, kh, kw) must be 4-D with the same C")
@@ -95,8 +94,15 @@ class Conv2d(Function):
         if out_h < 1 or out_w < 1:
             raise ValueError(f"conv2d: kernel {kh}x{kw} is larger than the padded input {x.shape[2:]}")
         ctx.geometry = (kh, kw, sh, sw, ph, pw, out_h, out_w)
+        ctx.x_shape = x.shape
         gx, gw = ctx.needs_input_grad[:2]
         ctx.save_for_backward(x if gw else None, weight if gx else None)
+
+    def forward(ctx, x, weight, bias=None, stride=(1, 1), padding=(0, 0)):
+        xp = array_module(x)
+        Conv2d.keep_for_backward(ctx, None, x, weight, bias, stride, padding)
+        kh, kw, sh, sw, ph, pw, out_h, out_w = ctx.geometry
+        o, c = weight.shape[:2]
         w2 = weight.reshape(o, -1)
         y = xp.empty((x.shape[0], o, out_h, out_w), x.dtype)
         blocks = _blocks(x.shape[0], out_h, c * kh * kw * out_w)
@@ -106,7 +112,6 @@ class Conv2d(Function):
             y[b0:b1, :, r0:r1] = out.reshape(o, b1 - b0, r1 - r0, out_w).transpose(1, 0, 2, 3)
         if bias is not None:
             y += bias.reshape(1, -1, 1, 1)
-        ctx.x_shape = x.shape
         return y
 
     def backward(ctx, g):

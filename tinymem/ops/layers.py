@@ -15,12 +15,19 @@ from ..backend import array_module, device_of, scatter_add
 class Linear(Function):
     """y = x W^T + b with W of shape (out, in), as PyTorch's ``F.linear``."""
 
-    def forward(ctx, x, w, b=None):
+    def keep_for_backward(ctx, out, x, w, b=None):
+        if x.dtype.kind not in "fc":
+            # NumPy would promote an int input against float32 weights to float64, silently.
+            raise TypeError(f"linear: input of dtype {x.dtype} with weight of dtype {w.dtype}; "
+                            f"convert the input first, e.g. x.float() or x.to(dtype='{w.dtype}')")
         if x.shape[-1] != w.shape[1]:
             raise ValueError(f"linear: input of shape {x.shape} does not fit weight of shape "
                              f"{w.shape} (last input dim {x.shape[-1]} != in_features {w.shape[1]})")
         gx, gw = ctx.needs_input_grad[:2]
         ctx.save_for_backward(x if gw else None, w if gx else None)
+
+    def forward(ctx, x, w, b=None):
+        Linear.keep_for_backward(ctx, None, x, w, b)
         y = x @ w.T
         if b is not None:
             y += b

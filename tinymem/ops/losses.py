@@ -4,9 +4,28 @@ Memory of each (B rows, C classes, float32 = 4 bytes):
 - ``softmax``: saves its output (4·B·C).  ``log_softmax``: saves softmax(x) (4·B·C).
 - ``cross_entropy``: saves the probabilities (4·B·C) and the targets (8·B).
 - ``mse_loss``: saves the difference (4·N).
+- ``huber_loss``: saves the difference (4·N).
 """
 from ..autograd import Function
 from ..backend import array_module
+
+
+def _reduce(losses, reduction):
+    """The mean, the sum, or (``"none"``) the per-element losses themselves."""
+    if reduction == "mean":
+        return losses.mean()
+    if reduction == "sum":
+        return losses.sum()
+    if reduction == "none":
+        return losses
+    raise ValueError(f"unknown reduction {reduction!r}; choose 'mean', 'sum' or 'none'")
+
+
+def _check_not_empty(name, count, reduction):
+    """A mean over no samples is 0/0: refuse it here rather than return NaN with warnings."""
+    if count == 0 and reduction == "mean":
+        raise ValueError(f"{name} of an empty batch: the mean over 0 samples is undefined; skip "
+                         "empty batches (a DataLoader with drop_last) or use reduction='sum'")
 
 
 class Softmax(Function):
@@ -48,6 +67,15 @@ class CrossEntropy(Function):
                              f"{logits.shape} and {target.shape}")
         if target.dtype.kind not in "iu":
             raise TypeError(f"cross_entropy targets must be integer class indices, got {target.dtype}")
+        _check_not_empty("cross_entropy", logits.shape[0], reduction)
+        classes = logits.shape[1]
+        if target.size:
+            # NumPy would take -1 as the last class and give a raw IndexError past the end.
+            lo, hi = int(target.min()), int(target.max())
+            if lo < 0 or hi >= classes:
+                bad = lo if lo < 0 else hi
+                raise IndexError(f"cross_entropy: target {bad} is out of bounds for {classes} classes "
+                                 f"(targets must be in [0, {classes - 1}])")
         # One exp over the logits: p = exp(z) / sum(exp(z)) and loss = log(sum) - z[target],
         # with z = logits - max (so exp never overflows).
         shifted = logits - logits.max(axis=1, keepdims=True)
@@ -58,13 +86,7 @@ class CrossEntropy(Function):
         p /= total
         ctx.reduction = reduction
         ctx.save_for_backward(p, target)
-        if reduction == "mean":
-            return losses.mean()
-        if reduction == "sum":
-            return losses.sum()
-        if reduction == "none":
-            return losses
-        raise ValueError(f"unknown reduction {reduction!r}; choose 'mean', 'sum' or 'none'")
+        return _reduce(losses, reduction)
 
     def backward(ctx, g):
         p, target = ctx.saved_tensors
@@ -84,19 +106,43 @@ class MSELoss(Function):
     def forward(ctx, a, b, reduction="mean"):
         if a.shape != b.shape:
             raise ValueError(f"mse_loss: input shape {a.shape} and target shape {b.shape} differ")
+        _check_not_empty("mse_loss", a.size, reduction)
         d = a - b
         ctx.reduction = reduction
         ctx.save_for_backward(d)
-        if reduction == "mean":
-            return (d * d).mean()
-        if reduction == "sum":
-            return (d * d).sum()
-        if reduction == "none":
-            return d * d
-        raise ValueError(f"unknown reduction {reduction!r}; choose 'mean', 'sum' or 'none'")
+        return _reduce(d * d, reduction)
 
     def backward(ctx, g):
         (d,) = ctx.saved_tensors
         scale = 2.0 / d.size if ctx.reduction == "mean" else 2.0
         grad = d * (g * scale)
+        return (grad if ctx.needs_input_grad[0] else None), (-grad if ctx.needs_input_grad[1] else None)
+
+
+class HuberLoss(Function):
+    """Huber loss of d = input - target: d²/2 where |d| <= delta, delta·(|d| - delta/2) beyond.
+
+    Quadratic near zero, linear in the tails, so one large TD error in reinforcement learning
+    cannot produce a huge gradient: the gradient is d clipped to [-delta, delta]. Saves the
+    difference (4·N bytes in float32), like ``mse_loss``.
+    """
+
+    def forward(ctx, a, b, reduction="mean", delta=1.0):
+        xp = array_module(a)
+        if a.shape != b.shape:
+            raise ValueError(f"huber_loss: input shape {a.shape} and target shape {b.shape} differ")
+        if not delta > 0:
+            raise ValueError(f"huber_loss: delta must be positive, got {delta}")
+        d = a - b
+        ad = xp.abs(d)
+        losses = xp.where(ad <= delta, 0.5 * d * d, delta * (ad - 0.5 * delta)).astype(d.dtype)
+        ctx.reduction, ctx.delta = reduction, delta
+        ctx.save_for_backward(d)
+        return _reduce(losses, reduction)
+
+    def backward(ctx, g):
+        (d,) = ctx.saved_tensors
+        xp = array_module(d)
+        scale = 1.0 / d.size if ctx.reduction == "mean" else 1.0
+        grad = (xp.clip(d, -ctx.delta, ctx.delta) * (g * scale)).astype(d.dtype)
         return (grad if ctx.needs_input_grad[0] else None), (-grad if ctx.needs_input_grad[1] else None)

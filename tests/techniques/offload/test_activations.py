@@ -1,5 +1,9 @@
 """Activation offload (save_on_host / save_on_disk): exactness, ledger, bytes moved, robustness."""
+import gc
 import os
+import subprocess
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -120,14 +124,95 @@ def test_host_offload_allows_backward_after_the_block(device):
     assert all(np.array_equal(a, p.grad.numpy()) for a, p in zip(got, model2.parameters()))
 
 
-def test_disk_backward_after_the_block_explains_itself(tmp_path):
+def _plain_grads(device="cpu"):
+    model = _model(device)
+    x, y = _batch(device)
+    F.cross_entropy(model(x), y).backward()
+    return [p.grad.numpy().copy() for p in model.parameters()]
+
+
+def _offload_threads():
+    return [t for t in threading.enumerate() if t.name == "tinymem-offload"]
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 3])
+def test_disk_backward_after_the_block_works_as_with_save_on_cpu(prefetch, tmp_path):
+    model = _model("cpu")
+    x, y = _batch("cpu")
+    with offload.save_on_disk(str(tmp_path), prefetch=prefetch) as ctx:
+        loss = F.cross_entropy(model(x), y)
+    assert len(os.listdir(ctx.path)) > 0  # the files wait for backward...
+    assert _offload_threads() == []  # ...but no thread outlives the block
+    loss.backward()
+    assert os.listdir(tmp_path) == []  # each file went once used, the folder with the last
+    assert memory.live_bytes("activation", "disk") == 0
+    for a, p in zip(_plain_grads(), model.parameters()):
+        assert np.array_equal(a, p.grad.numpy())
+
+
+def test_a_graph_dropped_without_backward_takes_its_files_with_it(tmp_path):
     model = _model("cpu")
     x, y = _batch("cpu")
     with offload.save_on_disk(str(tmp_path)):
         loss = F.cross_entropy(model(x), y)
+    assert os.listdir(tmp_path) != []
+    del loss
     assert os.listdir(tmp_path) == []
-    with pytest.raises(OffloadError, match="inside the `with` block"):
-        loss.backward()
+    assert memory.live_bytes("activation", "disk") == 0
+
+
+@pytest.mark.parametrize("make", [offload.save_on_host, offload.save_on_disk])
+def test_one_context_entered_twice_gives_each_graph_its_own_tensors(make, tmp_path):
+    model = _model("cpu")
+    x, y = _batch("cpu")
+    x2 = tm.tensor(x.numpy()[::-1].copy())
+    ctx = make(prefetch=2) if make is offload.save_on_host else make(str(tmp_path), prefetch=2)
+    with ctx:
+        first = F.cross_entropy(model(x), y)
+    with ctx:
+        second = F.cross_entropy(model(x2), y)
+    first.backward()  # must read the first block's tensors, not the second's
+    got = [p.grad.numpy().copy() for p in model.parameters()]
+    model.zero_grad()
+    second.backward()
+    assert all(np.array_equal(a, b) for a, b in zip(_plain_grads(), got))
+    assert os.listdir(tmp_path) == []
+
+
+_INTERRUPTED = """
+import sys
+import numpy as np
+import tinymem as tm
+import tinymem.functional as F
+from tinymem.autograd import Function
+from tinymem.techniques import offload
+
+class Interrupt(Function):
+    def forward(ctx, x):
+        return x
+    def backward(ctx, g):
+        raise KeyboardInterrupt
+
+model = tm.models.MLP([8, 16, 16, 4])
+x = tm.tensor(np.ones((4, 8), np.float32))
+with offload.save_on_disk(sys.argv[1]) as ctx:
+    loss = F.cross_entropy(model[1:](Interrupt.apply(model[0](x))), np.zeros(4, np.int64))
+print(len(__import__("os").listdir(ctx.path)), flush=True)
+KEEP = loss  # a live graph at exit, its files still on disk
+if sys.argv[2] == "interrupt":
+    loss.backward()  # Ctrl-C half way through backward, after the block
+"""
+
+
+@pytest.mark.parametrize("end", ["interrupt", "exit"])
+def test_files_of_a_live_graph_are_removed_at_interpreter_exit(end, tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(tm.__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    done = subprocess.run([sys.executable, "-c", _INTERRUPTED, str(tmp_path), end], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert int(done.stdout.split()[0]) > 0, done.stderr  # files existed after the block
+    assert (done.returncode != 0) == (end == "interrupt"), done.stderr
+    assert os.listdir(tmp_path) == []
 
 
 class _Explode(Function):
@@ -196,6 +281,8 @@ def test_damaged_file_raises_an_error_naming_it(damage, tmp_path):
             loss.backward()
         assert path in str(info.value)
         assert ("missing" if damage == "delete" else "truncated or corrupted") in str(info.value)
+    del loss, info  # the graph (and the traceback holding it) owned the files not yet read
+    gc.collect()
     assert os.listdir(tmp_path) == []
 
 

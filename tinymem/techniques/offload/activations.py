@@ -18,10 +18,16 @@ On NumPy the "device" is the ledger's budgeted place and the host is the same RA
 Disk offload is real on every machine (the OS page cache may serve the reads from RAM; the
 measured bandwidths say which). On CuPy the host copies go to pinned memory on a copy stream.
 
+Lifetimes: each offloaded copy lives as long as the graph needs it. A file is removed when
+its saved tensor is unpacked for the last time or its graph is freed, and the folder with its
+last file, so ``backward()`` may run inside the block or after it (PyTorch's ``save_on_cpu``
+idiom). The prefetch thread stops at the end of the block; a backward after it loads
+synchronously. A block that exits by an exception (Ctrl-C included) removes its files at once,
+and interpreter exit removes whatever a live graph still held.
+
 Pitfalls:
-* :class:`save_on_disk` removes its files when the ``with`` block exits, so run ``backward()``
-  inside the block; unpacking later raises :class:`OffloadError` saying so.
-  :class:`save_on_host` has no such limit (its copies live as long as the graph).
+* Files outlive the block while their graph does: a ``loss`` kept without ``backward()`` keeps
+  its files on disk until it is dropped.
 * Prefetch guesses the order from the pack order; a branchy graph only lowers the hit rate
   (``stats()["prefetch_hits"]``), never the correctness.
 """
@@ -43,17 +49,30 @@ class _SaveOffloaded(saved_tensors_hooks):
         self.prefetch = prefetch
         self.store = self.prefetcher = None
         self._recent = OrderedDict()  # id(array) -> (weakref to it, weakref to its handle)
-        super().__init__(self._pack, self._unpack)
+        super().__init__(self._pack, None)  # the unpack hook is made per block, in __enter__
 
     def __enter__(self):
-        self.store = self._new_store()
-        self.prefetcher = Prefetcher(self.store, self.prefetch)
+        store = self._new_store()
+        prefetcher = Prefetcher(store, self.prefetch)
+        self.store, self.prefetcher = store, prefetcher
+        # The graph of this block unpacks through this block's prefetcher, even when the object
+        # is entered again before that backward runs (a handle's index means nothing elsewhere).
+        self.unpack_hook = lambda packed: packed if isinstance(packed, Tensor) else prefetcher.get(packed)
         return super().__enter__()
 
-    def __exit__(self, *exc):
-        super().__exit__(*exc)
+    def __exit__(self, kind, value, tb):
+        super().__exit__(kind, value, tb)
         self._recent.clear()
-        self.prefetcher.close()
+        if kind is None:
+            try:
+                self.store.detach()  # writes in flight finish: a backward after the block reads them
+            except BaseException:
+                self.prefetcher.close()
+                self.store.close()
+                raise
+            self.prefetcher.close()  # later loads are synchronous; no thread outlives the block
+            return False
+        self.prefetcher.close()  # an exception: no backward will run, remove everything now
         self.store.close()
         return False
 
@@ -69,11 +88,6 @@ class _SaveOffloaded(saved_tensors_hooks):
         if len(self._recent) > 16:  # sharing happens between neighbouring ops
             self._recent.popitem(last=False)
         return handle
-
-    def _unpack(self, packed):
-        if isinstance(packed, Tensor):
-            return packed
-        return self.prefetcher.get(packed)
 
     def stats(self):
         """Bytes moved each way, prefetch hits and misses, and the seconds the main thread was
@@ -102,15 +116,16 @@ class save_on_host(_SaveOffloaded):
 
 
 class save_on_disk(_SaveOffloaded):
-    """``with save_on_disk(): loss = model(x); loss.backward()`` — saved tensors wait in files.
+    """``with save_on_disk(): loss = model(x)`` then ``loss.backward()`` (inside the block or
+    after it) — saved tensors wait in files.
 
     ``directory``: where the private temporary folder goes (default: the system temporary
     directory); ``prefetch``: the depth of the background I/O, which writes files behind
     forward and reads them ahead of backward, ``prefetch`` of each in flight (0: synchronous);
     ``page_cache=False``: flush each file and evict it from the OS page cache, so backward reads
     the disk itself (slower, and what offloading to a real disk costs once RAM is short).
-    The folder and every file in it are removed when the block exits, normally or by an
-    exception (Ctrl-C included).
+    Each file is removed once backward has used it (or its graph is freed) and the folder with
+    the last one; an exception (Ctrl-C included) removes them all when it leaves the block.
     """
 
     def __init__(self, directory=None, prefetch=1, page_cache=True):

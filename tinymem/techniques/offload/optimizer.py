@@ -85,7 +85,7 @@ class OffloadedOptimizer(OptimizerWrapper):
     def _begin(self, p, worker):
         state = self.optimizer.state.get(p)
         if state is None:
-            return self.optimizer.state.setdefault(p, {})
+            return {}  # kept by step() only once the update succeeded (all-or-nothing)
         return {k: self.files.begin_load(v, worker) if isinstance(v, _File) else v for k, v in state.items()}
 
     def _finish(self, state):

@@ -12,8 +12,9 @@ prefetcher of :mod:`.offload_prefetch` that drives them:
   Memory: ``nbytes`` per array at place ``disk``. With ``page_cache=False`` each file is flushed
   (``fsync``) and evicted from the OS page cache, so it is read back from the disk itself, as
   an offload to NVMe would be; otherwise the OS may keep the bytes in RAM and serve reads from
-  there. The directory is removed by :meth:`close` (and at interpreter exit if nobody called
-  it); a file disappears as soon as its handle dies.
+  there. A file disappears as soon as its handle dies (the saved tensor was unpacked for the
+  last time, or its graph was freed); after :meth:`detach` the directory goes with the last
+  file; :meth:`close` removes everything at once; interpreter exit removes whatever is left.
 * :class:`~.offload_prefetch.Prefetcher` brings arrays back ahead of use, on a background
   :class:`~.offload_prefetch.Worker`; the same worker writes files *behind* forward
   (``DiskStore.put(array, worker, behind)``), at most ``behind`` writes in flight, each keeping
@@ -165,6 +166,10 @@ class HostStore:
             event.synchronize()
         self._inflight.clear()
 
+    def detach(self):
+        """End of the offload block: the copies live on with their handles (nothing to remove)."""
+        self.close()
+
 
 class _HostCopy:
     __slots__ = ("host", "event", "device", "index", "__weakref__")
@@ -210,15 +215,23 @@ class DiskStore:
 
     def __init__(self, directory=None, bucket="activation", load_bucket="workspace",
                  load_place="device", prefix="tinymem-offload-", page_cache=True):
-        if directory is not None and not os.path.isdir(directory):
+        if directory is not None and not os.path.exists(directory):
             raise OffloadError(f"offload directory {directory!r} does not exist; create it or "
                                f"pass directory=None for the system temporary directory")
-        self.directory = tempfile.mkdtemp(prefix=prefix, dir=directory)
+        if directory is not None and not os.path.isdir(directory):
+            raise OffloadError(f"offload directory {directory!r} is a file, not a directory; pass "
+                               f"a folder, or directory=None for the system temporary directory")
+        try:
+            self.directory = tempfile.mkdtemp(prefix=prefix, dir=directory)
+        except OSError as exc:
+            raise OffloadError(f"cannot create the offload folder in {directory or tempfile.gettempdir()!r} "
+                               f"({exc.strerror or exc}): choose a writable directory= with free "
+                               f"space") from exc
         self.bucket, self.load_bucket, self.load_place = bucket, load_bucket, load_place
         self.page_cache = page_cache
         self.moved_out = self.moved_in = 0
-        self.closed = False
-        self._count = 0
+        self.closed = self.detached = False
+        self._count = self._files = 0
         self._live = weakref.WeakSet()
         self._behind = deque()  # handles whose file is still being written by a worker
         self.write_wait_s = 0.0  # time the caller was blocked writing (or waiting for writes)
@@ -228,7 +241,7 @@ class DiskStore:
     def put(self, array, worker=None, behind=1):
         """Write ``array`` to a new file; with a ``worker``, in the background, keeping at most
         ``behind`` writes (and their arrays) in flight."""
-        if self.closed:
+        if self.closed or self.detached:
             raise OffloadError(f"offload store {self.directory} is closed; open a new one")
         host = _contiguous(backend.to_numpy(array))
         path = os.path.join(self.directory, f"{self._count:06d}.bin")
@@ -242,7 +255,8 @@ class DiskStore:
             handle.writing = worker.submit(write_file, path, host, self.page_cache)
             self._behind.append(handle)
             self._reap(behind)
-        weakref.finalize(handle, _unlink, path)
+        self._files += 1
+        weakref.finalize(handle, self._file_gone, path)  # keeps the store alive as long as a file
         memory.register_bytes(handle, handle.nbytes, self.bucket, "disk", label=os.path.basename(path))
         self._live.add(handle)
         self.moved_out += handle.nbytes
@@ -287,16 +301,31 @@ class DiskStore:
             handle.writing.wait()  # a read never overtakes the write of its file
         if self.closed and not os.path.exists(handle.path):
             raise OffloadError(
-                f"offload file {handle.path} is gone: the offload block that wrote it has exited "
-                f"and removed its directory; run backward() inside the `with` block")
+                f"offload file {handle.path} is gone: the offload block that wrote it exited by an "
+                f"exception and removed its files; run the forward again")
         read_file(handle.path, out)
 
     def live_files(self):
         return len(self._live)
 
+    def _file_gone(self, path):
+        """A handle died (its saved tensor was used for the last time, or its graph was freed)."""
+        _unlink(path)
+        self._files -= 1
+        if self.detached and self._files == 0:
+            self._remove()
+
+    def detach(self):
+        """Take no new file; finish the writes in flight, and remove the directory with its last
+        file (now, if none is left). Files stay readable as long as their handles live."""
+        self._reap(0)
+        self.detached = True
+        if self._files == 0:
+            self._remove()
+
     def close(self):
-        """Forget every file and remove the directory (safe to call twice)."""
-        self.closed = True
+        """Forget every file and remove the directory now (safe to call twice)."""
+        self.closed = self.detached = True
         self._behind.clear()
         for handle in list(self._live):
             memory.release(handle)

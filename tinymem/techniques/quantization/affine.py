@@ -76,6 +76,9 @@ def qparams_from_minmax(min_val, max_val, qscheme="per_tensor_affine", dtype="qu
     xp = np if isinstance(min_val, (int, float, np.generic)) else backend.array_module(min_val)
     min_val = xp.asarray(min_val, dtype=np.float32)
     max_val = xp.asarray(max_val, dtype=np.float32)
+    if not bool(xp.isfinite(min_val).all() & xp.isfinite(max_val).all()):
+        raise ValueError(f"min {min_val} and max {max_val} must be finite: a NaN or inf range gives a "
+                         "NaN or inf scale (observers ignore non-finite values for this reason)")
     if bool(xp.any(min_val > max_val)):
         raise ValueError(f"min {min_val} should not be larger than max {max_val}")
     zero = xp.zeros_like(min_val)

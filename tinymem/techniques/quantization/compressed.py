@@ -7,7 +7,8 @@ the group's minimum and step (two float32 numbers) beside it:
     code = round_or_stochastic((x - min) / step),  step = (max - min) / (2**bits - 1)
     x'   = min + step · code                                      (in backward)
 
-Memory per saved element: bits/8 bytes of codes + 12/group_size bytes of (min, start, step).
+Memory per saved element: bits/8 bytes of codes + 12/group_size bytes of (min, start, step),
+plus 12 bytes per NaN or inf, which is kept exactly (its group is quantized over its finite values).
 With the default group of 256: 8 bits -> 1.047 bytes (0.262x of float32), 4 bits -> 0.547
 (0.137x), 2 bits -> 0.297 (0.074x). 4 and 2-bit codes are packed 2 and 4 to a byte. The ledger counts
 exactly these bytes in ``activation`` (registered with ``memory.register_bytes``) and releases
@@ -40,15 +41,18 @@ BITS = (8, 4, 2)
 
 class CompressedTensor:
     """Packed uint8 codes, per-group float32 ``starts`` and ``steps`` (and ``mins`` with
-    ``keep_sign``), and the shape and dtype to rebuild."""
+    ``keep_sign``), the shape and dtype to rebuild, and the non-finite values kept exactly
+    (``special_index``, ``special_value``: ``None`` when there are none)."""
 
-    def __init__(self, codes, starts, steps, mins, shape, dtype, bits):
+    def __init__(self, codes, starts, steps, mins, shape, dtype, bits, special=(None, None)):
         self.codes, self.starts, self.steps, self.mins = codes, starts, steps, mins
         self.shape, self.dtype, self.bits = shape, dtype, bits
+        self.special_index, self.special_value = special
 
     @property
     def nbytes(self):
-        return sum(a.nbytes for a in (self.codes, self.starts, self.steps, self.mins) if a is not None)
+        return sum(a.nbytes for a in (self.codes, self.starts, self.steps, self.mins,
+                                      self.special_index, self.special_value) if a is not None)
 
 
 def compress(x, bits=8, group_size=256, stochastic=False, keep_sign=True):
@@ -73,6 +77,17 @@ def compress(x, bits=8, group_size=256, stochastic=False, keep_sign=True):
         fill = flat[-1:] if flat.size else xp.zeros(1, np.float32)
         flat = xp.concatenate([flat, xp.broadcast_to(fill, (pad,))])
     groups = flat.reshape(-1, group_size)
+    special = (None, None)
+    finite = xp.isfinite(groups)
+    if not bool(finite.all()):
+        # An inf would make its group's step inf and every code of the group 0 or NaN. Its
+        # group is quantized over its finite values, and each NaN/inf is kept aside exactly
+        # (12 bytes each), so backward sees it and a GradScaler can skip the step.
+        where = xp.nonzero(~finite.reshape(-1)[:x.size])[0]
+        special = (where.astype(np.int64), flat[where].astype(x.dtype))
+        lows = xp.where(finite, groups, np.float32(np.inf)).min(axis=1, keepdims=True)
+        lows = xp.where(xp.isfinite(lows), lows, np.float32(0))
+        groups = xp.where(finite, groups, lows)
     mins = groups.min(axis=1, keepdims=True)
     top = groups.max(axis=1, keepdims=True)
     levels = 2 ** bits - 1
@@ -99,7 +114,7 @@ def compress(x, bits=8, group_size=256, stochastic=False, keep_sign=True):
         # The codes occupy disjoint bits, so their sum is their bitwise or (CuPy has no or.reduce).
         codes = (codes << shifts).sum(axis=1).astype(np.uint8)
     return CompressedTensor(codes.reshape(-1), starts.reshape(-1), steps.reshape(-1),
-                            mins.reshape(-1) if keep_sign else None, x.shape, x.dtype, bits)
+                            mins.reshape(-1) if keep_sign else None, x.shape, x.dtype, bits, special)
 
 
 def decompress(c):
@@ -115,7 +130,17 @@ def decompress(c):
     if c.mins is not None:
         groups = xp.where(codes == 0, c.mins[:, None], groups)
     n = int(np.prod(c.shape))
-    return groups.reshape(-1)[:n].reshape(c.shape).astype(c.dtype)
+    out = groups.reshape(-1)[:n].astype(c.dtype)
+    if c.special_index is not None:
+        out[c.special_index] = c.special_value
+    return out.reshape(c.shape)
+
+
+def _view_key(array):
+    """Which elements of which buffer ``array`` shows. Keyed by the owner alone, the q, k and v
+    views of one projection output would all be stored as the first of them."""
+    interface = getattr(array, "__cuda_array_interface__", None) or array.__array_interface__
+    return id(memory.owner_of(array)), interface["data"][0], array.shape, array.strides
 
 
 def _is_parameter(array):
@@ -143,9 +168,10 @@ class compress_saved_activations(saved_tensors_hooks):
 
     def _pack(self, t):
         array = t.data
-        if array.dtype.kind != "f" or _is_parameter(array):
+        # A Python number (``loss * 0.5`` saves the 0.5) has nothing to compress.
+        if not hasattr(array, "dtype") or array.dtype.kind != "f" or _is_parameter(array):
             return t
-        key = id(memory.owner_of(array))
+        key = _view_key(array)
         hit = self._seen.get(key)
         if hit is not None and hit[0]() is memory.owner_of(array) and hit[1]() is not None:
             return hit[1]()

@@ -19,6 +19,8 @@ tensor or per channel), with the constructor arguments and the results of
 - :class:`EntropyObserver` (TensorRT): the clipping threshold whose 128-level quantized
   |x| histogram has the least KL divergence from the original. See ``histogram.py``.
 
+Non-finite values (NaN, inf) are ignored with a warning: the range comes from the finite ones.
+
 Memory: min/max observers keep two float32 numbers per tensor (or per channel); the histogram
 observers keep ``bins`` float32 counts (8 KiB for 2048). They never keep the tensors.
 """
@@ -58,7 +60,18 @@ class ObserverBase:
     def __call__(self, x):
         data = _array(x)
         if data.size:
-            self.forward(data.astype(np.float32, copy=False))
+            data = data.astype(np.float32, copy=False)
+            finite = backend.array_module(data).isfinite(data)
+            if not bool(finite.all()):
+                # A NaN or inf would become the range, the scale NaN/inf, and every code 0.
+                bad = data.size - int(finite.sum())
+                warnings.warn(f"{type(self).__name__}: ignored {bad} non-finite value(s) (NaN or inf) "
+                              f"of {data.size}; the range comes from the finite ones", RuntimeWarning,
+                              stacklevel=2)
+                if not self.per_channel:
+                    data = data[finite]  # per-channel observers mask them per slice instead
+            if data.size:
+                self.forward(data)
         return x
 
     def forward(self, x):
@@ -137,7 +150,11 @@ class PerChannelMinMaxObserver(ObserverBase):
     def forward(self, x):
         xp = backend.array_module(x)
         rows = xp.moveaxis(x, self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
-        lo, hi = rows.min(axis=1), rows.max(axis=1)
+        finite = xp.isfinite(rows)
+        lo = xp.where(finite, rows, np.float32(np.inf)).min(axis=1)
+        hi = xp.where(finite, rows, np.float32(-np.inf)).max(axis=1)
+        empty = ~finite.any(axis=1)  # a slice with no finite value: range [0, 0]
+        lo, hi = xp.where(empty, np.float32(0), lo), xp.where(empty, np.float32(0), hi)
         if self.min_val is None:
             self.min_val, self.max_val = lo, hi
         else:

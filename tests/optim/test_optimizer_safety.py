@@ -1,0 +1,135 @@
+"""Optimizers refuse what would train wrongly, and survive an OutOfMemoryError in step().
+
+A bare tensor, a parameter given twice, NaN or negative hyper-parameters and a state saved from
+other shapes are refused at once with a message; an error half way through creating the state
+leaves no half-made state, so the retry the error suggests gives the clean step's result.
+"""
+import copy
+
+import numpy as np
+import pytest
+
+import tinymem as tm
+from tinymem import memory, optim
+from tinymem.nn import Parameter
+from tinymem.optim import table
+from tinymem.optim.table import CONFIGS
+
+OPTIONS = {"GaLore r=32": {"rank": 4}}
+SHAPE = (64, 80)  # 5120 elements: 8-bit state in Adam8bit, projected in GaLore
+
+
+def _make(label, params, **extra):
+    cls, options = CONFIGS[label]
+    return cls(params, lr=1e-2, **dict(options, **OPTIONS.get(label, {}), **extra))
+
+
+def _param_and_grad(shape=SHAPE):
+    rng = np.random.default_rng(0)
+    return rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("label", list(CONFIGS))
+def test_an_out_of_memory_error_in_the_first_step_leaves_no_half_made_state(label):
+    w0, g = _param_and_grad()
+    reference = Parameter(w0.copy())
+    opt = _make(label, [reference])
+    reference.grad = g.copy()
+    opt.step()
+    failures = 0
+    for share in (0.0, 0.3, 0.6, 0.9):
+        p = Parameter(w0.copy())
+        opt = _make(label, [p])
+        p.grad = g.copy()
+        need = type(opt).bytes_for(SHAPE, 4, opt.param_groups[0]) + w0.nbytes
+        try:
+            with memory.track(budget=memory.live_bytes() + int(share * need), measure=False):
+                opt.step()
+        except tm.OutOfMemoryError:
+            failures += 1
+            assert np.array_equal(p.numpy(), w0), f"{label}: a failed step changed the weights"
+            assert not opt.state, f"{label}: half-made state kept"
+            assert opt.state_bytes() == table.fixed_bytes(opt)  # Adam8bit's maps belong to the optimizer
+            opt.step()  # the retry the error message recommends
+        np.testing.assert_array_equal(p.numpy(), reference.numpy(), err_msg=label)
+    assert failures >= 1
+
+
+def test_a_bare_tensor_is_refused_not_iterated():
+    w = Parameter(np.ones((3, 2), np.float32))
+    with pytest.raises(TypeError, match=r"one Tensor of shape \(3, 2\).*\[w\]"):
+        optim.SGD(w, lr=0.1)
+    with pytest.raises(TypeError, match="only optimize Tensors"):
+        optim.SGD([np.ones(3, np.float32)], lr=0.1)
+
+
+def test_a_tensor_inside_a_group_dict_is_taken_as_one_parameter():
+    w = Parameter(np.ones((3, 2), np.float32))
+    opt = optim.SGD([{"params": w}], lr=0.5)
+    w.grad = np.ones((3, 2), np.float32)
+    opt.step()
+    np.testing.assert_array_equal(w.numpy(), np.full((3, 2), 0.5, np.float32))
+
+
+def test_a_parameter_given_twice_is_refused():
+    p, q = Parameter(np.ones(3, np.float32)), Parameter(np.ones(2, np.float32))
+    with pytest.raises(ValueError, match="twice"):
+        optim.SGD([p, p], lr=0.1)
+    with pytest.raises(ValueError, match="twice"):
+        optim.Adam([{"params": [p, q]}, {"params": [q], "lr": 1e-3}])
+
+
+def test_a_non_leaf_tensor_is_refused():
+    p = Parameter(np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="not a leaf"):
+        optim.SGD([p * 2], lr=0.1)
+
+
+@pytest.mark.parametrize("make, word", [
+    (lambda ps: optim.SGD(ps, lr=float("nan")), "lr"),
+    (lambda ps: optim.SGD(ps, lr=float("inf")), "lr"),
+    (lambda ps: optim.SGD(ps, lr=True), "learning rate"),
+    (lambda ps: optim.SGD(ps, lr=0.1, momentum=-1), "momentum"),
+    (lambda ps: optim.SGD(ps, lr=0.1, weight_decay=float("nan")), "weight_decay"),
+    (lambda ps: optim.SGD(ps, lr=0.1, dampening=-0.5), "dampening"),
+    (lambda ps: optim.Adam(ps, eps=float("nan")), "eps"),
+    (lambda ps: optim.Adam(ps, betas=(0.9, float("nan"))), "betas"),
+    (lambda ps: optim.Adagrad(ps, lr_decay=-1.0), "lr_decay"),
+    (lambda ps: optim.SGD([{"params": ps, "lr": float("nan")}], lr=0.1), "lr"),
+])
+def test_nan_inf_and_negative_hyper_parameters_are_refused(make, word):
+    with pytest.raises(ValueError, match=word):
+        make([Parameter(np.zeros(3, np.float32))])
+
+
+def test_adafactor_keeps_its_negative_decay_exponent():
+    optim.Adafactor([Parameter(np.zeros((3, 4), np.float32))], beta2_decay=-0.8)
+
+
+@pytest.mark.parametrize("label", list(CONFIGS))
+@pytest.mark.parametrize("other", [(80, 64), (32, 80), (5,)])
+def test_state_saved_from_other_shapes_is_refused_at_load(label, other):
+    w, g = _param_and_grad()
+    p = Parameter(w)
+    opt = _make(label, [p])
+    p.grad = g
+    opt.step()
+    saved = copy.deepcopy(opt.state_dict())
+    fresh = _make(label, [Parameter(np.zeros(other, np.float32))])
+    with pytest.raises(ValueError, match="other shapes"):
+        fresh.load_state_dict(saved)
+    assert fresh.state == {}  # nothing half-loaded
+    del saved["param_groups"][0]["param_shapes"]  # a state dict that does not record shapes
+    if any(hasattr(v, "shape") for v in saved["state"][0].values()) and other != (80, 64):
+        with pytest.raises(ValueError, match="other shapes"):  # still caught by the bytes it needs
+            fresh.load_state_dict(saved)
+
+
+def test_a_foreign_state_dict_is_explained():
+    opt = optim.Adam([Parameter(np.zeros(3, np.float32))])
+    with pytest.raises(ValueError, match="'state' and 'param_groups'"):
+        opt.load_state_dict({"param_groups": []})
+    saved = opt.state_dict()
+    saved["state"] = {5: {"step": 1}}
+    with pytest.raises(ValueError, match="state for parameter 5"):
+        opt.load_state_dict(saved)
