@@ -106,3 +106,28 @@ def test_adam8bit_tracks_32_bit_adam_on_a_1024_square_parameter(device):
 def test_linear_map_does_not_track_adam():
     result = _track("linear", "cpu", n=256)
     assert result["rel_moved"] > 10 * TRACK_REL_MOVED, result
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "linear"])
+@pytest.mark.parametrize("signed", [True, False])
+def test_codebook_table_finds_the_codes_a_search_finds(kind, signed):
+    """The lookup table against the binary search it replaces, bit for bit: on every midpoint,
+    its float32 neighbours on both sides, every map value, signed zeros, the smallest
+    subnormals and a million random values over many decades."""
+    qmap = blockwise.MAPS[kind](signed)
+    mid = (qmap[1:] + qmap[:-1]) / 2
+    rng = np.random.default_rng(0)
+    spread = np.exp(rng.uniform(-40, 0, 500_000)) * rng.choice([-1, 1], 500_000)
+    x = np.concatenate([rng.uniform(-1, 1, 500_000), spread, mid, np.nextafter(mid, 2), np.nextafter(mid, -2),
+                        qmap, [0.0, -0.0, 1.0, -1.0, 1e-45, -1e-45]]).astype(np.float32)
+    x = x if signed else np.abs(x)
+    got = blockwise.Codebook(qmap).codes(x)
+    assert got.dtype == np.uint8
+    expected = np.searchsorted(mid, x, side="left")
+    assert np.array_equal(got, expected), f"{int((got != expected).sum())} codes differ from the search"
+
+
+def test_codebook_refuses_a_map_too_fine_for_its_table():
+    qmap = np.linspace(0.5, 0.51, 256, dtype=np.float32)
+    with pytest.raises(ValueError, match="16-bit bucket"):
+        blockwise.Codebook(qmap)

@@ -52,9 +52,10 @@ def _numpy_step(ws, bs, x, y, lr):
         bs[i] -= lr * gb
 
 
-def run(quick=False):
+def mlp_problem(quick=False):
+    """The MLP step in tinymem and by hand on the same weights and batch:
+    ``(sizes, data, model, opt, tinymem_step, numpy_step)``."""
     width, batch, depth = (256, 64, 4) if quick else (1024, 256, 4)
-    threads = _blas_threads()
     rng = np.random.default_rng(0)
     x_np = rng.standard_normal((batch, width)).astype(np.float32)
     y_np = rng.integers(0, width, batch)
@@ -70,7 +71,14 @@ def run(quick=False):
         F.cross_entropy(model(x), y).backward()
         opt.step()
 
-    fns = {"tinymem": tinymem_step, "numpy": lambda: _numpy_step(ws, bs, x_np, y_np, 1e-3)}
+    return ((width, batch, depth), (x, y, x_np, y_np), model, opt, tinymem_step,
+            lambda: _numpy_step(ws, bs, x_np, y_np, 1e-3))
+
+
+def run(quick=False):
+    (width, batch, depth), (x, y, x_np, y_np), model, opt, tinymem_step, numpy_step = mlp_problem(quick)
+    threads = _blas_threads()
+    fns = {"tinymem": tinymem_step, "numpy": numpy_step}
     try:
         import torch
         torch.set_num_threads(threads)

@@ -78,3 +78,49 @@ def format_rows(rows, color=False):
         line = f"  {verdict:<22} {format_value(r['value']):>12}  {r['text']}"
         lines.append(f"{red}{line}{reset}" if r["holds"] is False else line)
     return "\n".join(lines)
+
+
+README_BEGIN = "<!-- claims table: generated from figures/data/*.json by `tinymem figures --claims-table`; do not edit -->"
+README_END = "<!-- end of the generated claims table -->"
+
+
+def _verdict(row):
+    if row["holds"] is None:
+        return f"not judged ({'/'.join(row['judged_in'])} sizes only)"
+    return "holds" if row["holds"] else "**does not hold**"
+
+
+def markdown(records_by_family):
+    """The README's claims table and the measured time of the run, as markdown, from
+    ``{family: records}`` (the JSON files of ``figures/data``)."""
+    lines = ["| family | claim | judged at | measured | verdict |", "| --- | --- | --- | --- | --- |"]
+    for family, records in records_by_family.items():
+        for row in records.get("claims", []):
+            lines.append(f"| {family} | {row['text'].replace('|', '/')} | {'/'.join(row['judged_in'])} | "
+                         f"{format_value(row['value'])} | {_verdict(row)} |")
+    seconds = sum(r.get("meta", {}).get("seconds", 0.0) for r in records_by_family.values())
+    machines = sorted({r.get("meta", {}).get("machine", "?") for r in records_by_family.values()})
+    quick = [f for f, r in records_by_family.items() if r.get("meta", {}).get("quick")]
+    lines += ["", f"The committed figures took {seconds:.0f} s ({seconds / 60:.1f} min) to compute: the sum of "
+              f"the {len(records_by_family)} families' measured run times (`meta.seconds` in "
+              f"`figures/data/*.json`), on {', '.join(machines)}, shared with other jobs."
+              + (f" Made at quick sizes: {', '.join(quick)}." if quick else "")]
+    return "\n".join(lines)
+
+
+def replace_block(text, block):
+    """``text`` with what lies between :data:`README_BEGIN` and :data:`README_END` replaced by
+    ``block``; a text without both markers is an error (the README must say where the table goes)."""
+    start, end = text.find(README_BEGIN), text.find(README_END)
+    if start < 0 or end < start:
+        raise ValueError(f"the README has no generated claims block: put the lines\n{README_BEGIN}\n"
+                         f"{README_END}\nwhere the table belongs, then rerun")
+    return text[:start + len(README_BEGIN)] + "\n" + block + "\n" + text[end:]
+
+
+def block_of(text):
+    """What a README holds between the two markers (for the test that it is up to date)."""
+    start, end = text.find(README_BEGIN), text.find(README_END)
+    if start < 0 or end < start:
+        raise ValueError("the README has no generated claims block")
+    return text[start + len(README_BEGIN):end].strip("\n")

@@ -75,5 +75,9 @@ class Adam(Optimizer):
                                state.get("max_exp_avg_sq"))
 
     def update_parameter(self, p, grad, state, group):
-        g = self._decay(p, grad, group)
-        p.data -= self._moments(g, state, group)
+        decoupled = group["decoupled_weight_decay"]
+        g = grad if decoupled else self._decay(p, grad, group)
+        update = self._moments(g, state, group)
+        if decoupled:  # p *= 1 - lr * wd only now: an error above leaves p as it was
+            self._decay(p, grad, group)
+        p.data -= update

@@ -11,13 +11,14 @@ one, so its 256 codes all cover [0, 1].
 State: 2n + 8·ceil(n / block_size) bytes instead of 8n: 2.004 bytes per parameter at block
 2048 (0.2505x Adam). Tensors under ``min_8bit_size`` = 4096 elements (biases, norms) stay
 float32 (8 bytes per parameter), as in the paper: their state is small and they are sensitive.
-The two maps (2 x 256 float32, 2 KiB) are counted once per optimizer.
+The two codebooks (each map, its midpoints and a 64 KiB lookup table that replaces a search,
+132 KiB in all) are counted once per optimizer.
 
 ``qmap="linear"`` swaps in evenly spaced maps, the paper's ablation: small second-moment entries
 round to zero, and the step m / (sqrt(v) + eps) blows up for them. Pitfall: bitsandbytes fuses
 dequantize-update-quantize in one kernel; here the float32 moments of one parameter exist for
 the duration of its step (8n bytes of workspace at the largest parameter, and requantizing
-adds 12n bytes of temporaries: normalised values and int64 code indices).
+adds about 10n bytes of temporaries: normalised values, table entries, midpoints, comparisons).
 """
 import math
 
@@ -40,7 +41,9 @@ class Adam8bit(Adam):
             group.update(block_size=block_size, min_8bit_size=min_8bit_size, qmap=qmap)
         self._maps = {}
 
-    MAP_BYTES = 2 * 256 * 4
+    # Two codebooks (m's signed map, v's unsigned one), each 256 float32 values, 256 float32
+    # midpoints and a 2**16-byte lookup table that replaces a search (see blockwise.Codebook).
+    MAP_BYTES = 2 * (256 * 4 + 256 * 4 + 2 ** 16)
 
     @staticmethod
     def bytes_for(shape, itemsize, group):
@@ -54,13 +57,15 @@ class Adam8bit(Adam):
         return super().state_bytes() + sum(a.nbytes for pair in self._maps.values() for a in pair)
 
     def _qmaps(self, kind, like):
-        """(signed map for m, unsigned map for v) on ``like``'s device, made once and counted."""
+        """(signed codebook for m, unsigned one for v) on ``like``'s device, made once and counted."""
         key = (kind, backend.device_of(like))
         if key not in self._maps:
             make = blockwise.MAPS[kind]
-            self._maps[key] = tuple(memory.register(backend.to_device(make(signed), key[1]), "optimizer",
-                                                    place=self.update_place)
-                                    for signed in (True, False))
+            books = tuple(blockwise.Codebook(backend.to_device(make(signed), key[1])) for signed in (True, False))
+            for book in books:
+                for array in (book.values, book.table, book.midpoints):
+                    memory.register(array, "optimizer", place=self.update_place)
+            self._maps[key] = books
         return self._maps[key]
 
     def update_parameter(self, p, grad, state, group):

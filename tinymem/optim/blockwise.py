@@ -19,6 +19,7 @@ largest distance between neighbouring map values (0.0141 for the signed dynamic 
 signed linear map); block-wise scaling confines an outlier's damage to its own block.
 """
 import math
+import sys
 
 import numpy as np
 
@@ -70,23 +71,85 @@ def _uncounted(array):
     return array
 
 
+_HIGH = 1 if sys.byteorder == "little" else 0  # which uint16 of a float32 holds its top bits
+
+
+class Codebook:
+    """A quantization map and the table that finds each value's nearest code without a search.
+
+    The nearest code of x is the number of midpoints (between neighbouring map values) below x:
+    what a binary search over the midpoints finds, 8 data-dependent steps per value. Instead,
+    the top 16 bits of x's float32 pattern (sign, exponent, 7 mantissa bits) pick a bucket of
+    floats narrow enough (2^-7 of its values) to hold at most one midpoint; ``table[bucket]`` is
+    the number of midpoints below the bucket, and one comparison with the next midpoint
+    finishes::
+
+        below = table[top16(x)]                 # a 64 KiB uint8 table, read in place
+        code  = below + (x > midpoints[below])  # midpoints[255] = inf
+
+    Two gathers from small tables and two elementwise passes, against a search 15x slower.
+    Building checks every bucket (the dynamic map's closest midpoints are 1.4% apart), and
+    the codes equal the search's bit for bit: a test holds them on every midpoint, its float32
+    neighbours, the map's values, signed zeros and a million random values.
+    Memory: the table (2**16 bytes) and the padded midpoints (256 float32), once per map.
+    """
+
+    def __init__(self, values):
+        xp = backend.array_module(values)
+        self.values = values
+        mid = backend.to_numpy((values[1:] + values[:-1]) / 2).astype(np.float32)  # as a search sees them
+        self.table = xp.asarray(_bucket_table(mid))
+        self.midpoints = xp.asarray(np.append(mid, np.float32(np.inf)))
+
+    @property
+    def nbytes(self):
+        return self.values.nbytes + self.table.nbytes + self.midpoints.nbytes
+
+    def codes(self, x, scratch=_uncounted):
+        """Nearest-code indices (uint8) of a contiguous float32 array ``x`` of values in [-1, 1];
+        temporaries of 1 + 4 + 1 bytes per value (table entry, midpoint, comparison)."""
+        below = scratch(self.table.take(x.view(np.uint16)[_HIGH::2]))
+        above = scratch(x > scratch(self.midpoints.take(below)))
+        below += above
+        return below
+
+
+def _bucket_table(mid):
+    """Midpoints below each bucket of float32 patterns that share their top 16 bits (uint8)."""
+    top = np.arange(2 ** 16, dtype=np.uint32) << np.uint32(16)
+    first, last = top.view(np.float32), (top | np.uint32(0xFFFF)).view(np.float32)
+    low, high = np.fmin(first, last), np.fmax(first, last)  # negative patterns run backwards
+    below = np.searchsorted(mid, low, side="left")
+    inside = np.searchsorted(mid, high, side="right") - below  # midpoints in [low, high]
+    if np.any((inside > 1) & ~np.isnan(low)):  # (NaN buckets never see a normalised value)
+        raise ValueError("two midpoints of this map fall in one 16-bit bucket of float32 values: "
+                         "neighbouring map values must be more than 1.6% of their size apart")
+    return below.astype(np.uint8)
+
+
+def codebook(qmap):
+    """``qmap`` as a :class:`Codebook` (a plain map array gets its table built now)."""
+    return qmap if isinstance(qmap, Codebook) else Codebook(qmap)
+
+
 def quantize(x, qmap, block_size, codes=None, absmax=None, scratch=_uncounted):
     """Codes (uint8, x's size) and per-block absmax (float32) of ``x``; fills ``codes``/``absmax``
     in place when given, so state arrays keep their identity (and their ledger entry).
 
-    Temporaries: the normalised values (4 bytes per element) and the nearest-code indices
-    (8 bytes per element, int64 from searchsorted); ``scratch`` counts them (an optimizer's
+    ``qmap`` is a map array or a :class:`Codebook` (pass one to reuse its table across calls).
+    Temporaries: the normalised values (4 bytes per element) and those of
+    :meth:`Codebook.codes` (6 bytes per element); ``scratch`` counts them (an optimizer's
     ``scratch`` puts them in the ledger's workspace bucket).
     """
     xp = backend.array_module(x)
+    book = codebook(qmap)
     blocks = _blocks(x.reshape(-1), block_size, xp)
-    scale = xp.abs(blocks).max(axis=1).astype(np.float32)
+    # max |x| from the two extremes: no |x| temporary the size of x
+    scale = xp.maximum(blocks.max(axis=1), -blocks.min(axis=1)).astype(np.float32)
     normalised = scratch(blocks / xp.where(scale == 0, 1, scale)[:, None])
-    midpoints = (qmap[1:] + qmap[:-1]) / 2
-    index = scratch(xp.searchsorted(midpoints, normalised.reshape(-1)))
+    found = book.codes(normalised.reshape(-1), scratch)
     del normalised
-    found = index[:x.size].astype(np.uint8)
-    del index
+    found = found[:x.size]
     if codes is None:
         return found.reshape(x.shape), scale
     codes[...] = found.reshape(codes.shape)
@@ -95,8 +158,11 @@ def quantize(x, qmap, block_size, codes=None, absmax=None, scratch=_uncounted):
 
 
 def dequantize(codes, absmax, qmap, block_size, scratch=_uncounted):
-    """float32 values of shape ``codes.shape`` from codes and per-block scales (one temporary
-    of 4 bytes per element besides the result, counted by ``scratch``)."""
+    """float32 values of shape ``codes.shape`` from codes and per-block scales: the result,
+    4 bytes per element, counted by ``scratch`` (a padded copy of it too when the size is not
+    a whole number of blocks)."""
     xp = backend.array_module(codes)
-    values = scratch(_blocks(qmap[codes.reshape(-1)], block_size, xp))
-    return scratch((values * absmax[:, None]).reshape(-1)[:codes.size].reshape(codes.shape))
+    qmap = qmap.values if isinstance(qmap, Codebook) else qmap
+    values = scratch(_blocks(qmap.take(codes.reshape(-1)), block_size, xp))
+    values *= absmax[:, None]
+    return values.reshape(-1)[:codes.size].reshape(codes.shape)

@@ -8,7 +8,6 @@ from _ckpt_models import Counted, RunningMean, assert_identical, mlp, step_grads
 from conftest import assert_close, requires_torch
 
 import tinymem as tm
-import tinymem.functional as F
 from tinymem.techniques.checkpoint import checkpoint, checkpoint_sequential
 
 

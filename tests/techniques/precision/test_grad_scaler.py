@@ -173,3 +173,20 @@ def test_unscale_of_fp16_grads_refuses():
 def test_bad_arguments_explain(bad):
     with pytest.raises(ValueError):
         GradScaler(**bad)
+
+
+def _collapse_then_clean(n=6, overflowing=160, clean=3):
+    """Gradients that overflow for ``overflowing`` steps in a row (the scale backs off from 1.0
+    to exactly 0 after about 150), then clean ones."""
+    rng = np.random.default_rng(1)
+    xs = [np.full(n, np.inf, np.float32) for _ in range(overflowing)]
+    return xs + [rng.standard_normal(n).astype(np.float32) for _ in range(clean)]
+
+
+def test_a_scale_collapsed_to_zero_skips_the_step_instead_of_writing_nan():
+    w0 = np.ones(6, np.float32)
+    scales, stepped, w, _ = _run_tinymem(w0, _collapse_then_clean(), clip_every=10**9, init_scale=1.0)
+    assert scales[-1] == 0.0
+    assert not any(stepped), "a step ran with 1/scale = inf"
+    assert np.array_equal(w, w0) and np.isfinite(w).all()
+

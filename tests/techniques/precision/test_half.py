@@ -1,13 +1,11 @@
 """Mixed precision: half storage in the ledger, fp32 masters, loss scaling, digits accuracy."""
 import numpy as np
 import pytest
-from conftest import TOL
 
 import tinymem as tm
 import tinymem.functional as F
 from tinymem import data, memory, models, optim
 from tinymem.techniques import precision
-from tinymem.techniques.precision.bfloat16 import bfloat16_bits_to_float32
 
 HALF = ["float16", "bfloat16"]
 # Gradients of a half run against float32 at the same (rounded) weights: saved activations and

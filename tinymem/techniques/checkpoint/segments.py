@@ -32,12 +32,14 @@ Contract (the one of PyTorch's reentrant ``torch.utils.checkpoint``, with its pi
 - **The last segment** of :func:`checkpoint_sequential` is not checkpointed: its activations
   are needed right away by backward, so recomputing it would only cost time.
 """
+import contextlib
 import functools
 import math
 import warnings
 
 from ... import autograd, random
 from ...autograd import Function, Tensor, no_grad
+from .selective import ReplayOutputs, StoreOutputs, as_policy
 
 
 class _GradSink(Function):
@@ -96,22 +98,29 @@ def backprop(outputs, out_grads):
         autograd.run_backward([o for o, _ in pairs], [g for _, g in pairs])
 
 
-def replay(function, args, needs_grad, out_grads, rng_state=None, tensor_mask=None, contexts=()):
+def replay(function, args, needs_grad, out_grads, rng_state=None, tensor_mask=None, contexts=(), hook=None):
     """Recompute ``function(*args)`` with the graph recorded and backpropagate ``out_grads``.
 
     The RNG is set to ``rng_state`` for the recomputation (and given back afterwards), and the
     recomputation is marked with :class:`tinymem.autograd.recomputing`, which re-enters the
     ``contexts`` captured from :func:`tinymem.autograd.forward_contexts` when the forward first
-    ran (half precision's weight upcasts and saved-tensor hooks, say). Returns the input
-    gradients (``None`` where none was asked or none flowed). Memory: the recomputed graph's
-    saved arrays live until this nested backward has used them.
+    ran (half precision's weight upcasts and saved-tensor hooks, say); ``hook`` (a selective
+    checkpoint's :class:`~tinymem.techniques.checkpoint.selective.ReplayOutputs`) hands kept
+    ops their stored outputs. Returns the input gradients (``None`` where none was asked or
+    none flowed). Memory: the recomputed graph's saved arrays live until this nested backward
+    has used them.
     """
     outer = random.get_rng_state()
     if rng_state is not None:
         random.set_rng_state(rng_state)
     try:
         with autograd.recomputing(contexts):
-            outputs, box = record(function, args, needs_grad, tensor_mask)
+            if hook is None:
+                outputs, box = record(function, args, needs_grad, tensor_mask)
+            else:
+                with autograd.op_hook(hook):
+                    outputs, box = record(function, args, needs_grad, tensor_mask)
+                hook.check_done()
     finally:
         if rng_state is not None:
             random.set_rng_state(outer)
@@ -140,37 +149,49 @@ class CheckpointFunction(Function):
     gradients arrive as leaves of the recomputed graph, so this node returns ``None`` for them).
     """
 
-    def forward(ctx, *arrays, function, n_args, tensor_mask, preserve_rng_state):
-        ctx.function, ctx.n_args, ctx.tensor_mask = function, n_args, tensor_mask
+    def forward(ctx, *arrays, function, n_args, tensor_mask, preserve_rng_state, policy=None):
+        ctx.function, ctx.n_args, ctx.tensor_mask, ctx.policy = function, n_args, tensor_mask, policy
         ctx.rng_state = random.get_rng_state() if preserve_rng_state else None
         ctx.contexts = autograd.forward_contexts()
         args = arrays[:n_args]
         ctx.constants = [None if is_t else a for a, is_t in zip(args, tensor_mask)]
-        with no_grad():
+        store = StoreOutputs(policy) if policy is not None else None
+        with no_grad(), autograd.op_hook(store) if store is not None else contextlib.nullcontext():
             out = function(*[Tensor.wrap(a) if is_t else a for a, is_t in zip(args, tensor_mask)])
         outs = _as_outputs(out, function)
+        kept = [] if store is None else store.outputs
+        ctx.kept_ops = () if store is None else tuple(store.ops)
         # Saved exactly, past any saved_tensors_hooks: the recomputation must start from the
         # very values the forward saw (a half or int8 hook would round them).
         with autograd.saved_as_is():
-            ctx.save_for_backward(*[a for a, is_t in zip(args, tensor_mask) if is_t])
+            ctx.save_for_backward(*[a for a, is_t in zip(args, tensor_mask) if is_t], *kept)
         datas = tuple(o.data for o in outs)
         return datas if isinstance(out, tuple) else datas[0]
 
     def backward(ctx, *grads):
-        saved = iter(ctx.saved_tensors)
-        args = [next(saved) if is_t else c for c, is_t in zip(ctx.constants, ctx.tensor_mask)]
+        saved = ctx.saved_tensors
+        n_inputs = sum(ctx.tensor_mask)
+        inputs, kept = iter(saved[:n_inputs]), saved[n_inputs:]
+        args = [next(inputs) if is_t else c for c, is_t in zip(ctx.constants, ctx.tensor_mask)]
         needs = ctx.needs_input_grad[:ctx.n_args]
-        box = replay(ctx.function, args, needs, grads, ctx.rng_state, ctx.tensor_mask, ctx.contexts)
+        hook = ReplayOutputs(ctx.policy, ctx.kept_ops, kept) if ctx.policy is not None else None
+        box = replay(ctx.function, args, needs, grads, ctx.rng_state, ctx.tensor_mask, ctx.contexts, hook)
         return tuple(box) + (None,) * (len(ctx.needs_input_grad) - ctx.n_args)
 
 
-def checkpoint(function, *args, preserve_rng_state=True, **kwargs):
+def checkpoint(function, *args, preserve_rng_state=True, policy=None, **kwargs):
     """Run ``function(*args, **kwargs)`` keeping only its tensor inputs for backward.
 
     Memory: saves the tensor inputs (their bytes) instead of every array the function's ops
     would save; backward holds one recomputed graph of the function at a time.
     Time: one extra forward of ``function`` in backward.
+
+    ``policy`` makes it selective (``selective.py``): a
+    :class:`~tinymem.techniques.checkpoint.selective.Policy`, or a list of op names whose
+    outputs are kept as well (``["linear", "matmul", "conv2d"]``); backward then recomputes only
+    the other ops. Memory: plus the kept outputs. Time: the recomputation minus the kept ops.
     """
+    policy = as_policy(policy)
     if kwargs:
         function = functools.partial(function, **kwargs)
     if not autograd.is_grad_enabled():
@@ -184,7 +205,8 @@ def checkpoint(function, *args, preserve_rng_state=True, **kwargs):
                           "requires_grad=True", stacklevel=2)
     tensor_mask = tuple(isinstance(a, Tensor) for a in args)
     return CheckpointFunction.apply(*args, *params, function=function, n_args=len(args),
-                                    tensor_mask=tensor_mask, preserve_rng_state=preserve_rng_state)
+                                    tensor_mask=tensor_mask, preserve_rng_state=preserve_rng_state,
+                                    policy=policy)
 
 
 class Segment:
@@ -228,7 +250,7 @@ def resolve_segments(segments, n):
     return segments
 
 
-def checkpoint_sequential(functions, segments, input, preserve_rng_state=True):
+def checkpoint_sequential(functions, segments, input, preserve_rng_state=True, policy=None):
     """Run ``functions`` (a list or ``nn.Sequential``) on ``input`` in ``segments`` pieces.
 
     PyTorch's semantics: with n layers the first ``segments - 1`` segments have ``n // segments``
@@ -239,6 +261,7 @@ def checkpoint_sequential(functions, segments, input, preserve_rng_state=True):
     Memory (n layers, per-layer saved bytes a, state bytes S): (segments - 1)·S for the kept
     inputs plus the largest of the last segment's and one recomputed segment's saved bytes, about
     (segments - 1)·S + (n / segments)·a. Time: every layer outside the last segment runs twice.
+    ``policy`` makes every segment selective (see :func:`checkpoint`).
     """
     layers = as_layer_list(functions)
     n = len(layers)
@@ -247,5 +270,6 @@ def checkpoint_sequential(functions, segments, input, preserve_rng_state=True):
     end = 0
     for start in range(0, size * (segments - 1), size):
         end = start + size
-        input = checkpoint(Segment(layers[start:end]), input, preserve_rng_state=preserve_rng_state)
+        input = checkpoint(Segment(layers[start:end]), input, preserve_rng_state=preserve_rng_state,
+                           policy=policy)
     return Segment(layers[end:])(input)

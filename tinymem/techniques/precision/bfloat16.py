@@ -48,9 +48,16 @@ def float32_to_bfloat16_bits(x):
     xp = array_module(x)
     x = xp.asarray(x, dtype=np.float32)
     bits = x.view(np.uint32)
-    lsb = (bits >> np.uint32(16)) & np.uint32(1)
-    rounded = ((bits + np.uint32(0x7FFF) + lsb) >> np.uint32(16)).astype(np.uint16)
-    return xp.where(xp.isnan(x), np.uint16(BFLOAT16_NAN), rounded)
+    r = bits >> np.uint32(16)
+    r &= np.uint32(1)  # lsb: the last bit kept, for ties to even
+    r += bits
+    r += np.uint32(0x7FFF)
+    r >>= np.uint32(16)
+    rounded = r.astype(np.uint16)
+    nan = xp.isnan(x)
+    if nan.any():  # NaN is rare: fix those few instead of a select over every value
+        rounded[nan] = np.uint16(BFLOAT16_NAN)
+    return rounded
 
 
 def bfloat16_bits_to_float32(bits):
@@ -64,5 +71,19 @@ def bfloat16_bits_to_float32(bits):
 
 
 def round_to_bfloat16(x):
-    """float32 values rounded to the nearest bfloat16, still as float32 (for comparisons)."""
-    return bfloat16_bits_to_float32(float32_to_bfloat16_bits(x))
+    """float32 values rounded to the nearest bfloat16, still as float32: the same rounding as
+    :func:`float32_to_bfloat16_bits` with the low 16 bits cleared instead of shifted out, so no
+    uint16 array is made. Memory: one uint32 temporary and the float32 result (8 bytes per value)."""
+    xp = array_module(x)
+    x = xp.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32)
+    out = bits >> np.uint32(16)
+    out &= np.uint32(1)
+    out += bits
+    out += np.uint32(0x7FFF)
+    out &= np.uint32(0xFFFF0000)
+    values = out.view(np.float32)
+    nan = xp.isnan(x)
+    if nan.any():
+        out[nan] = np.uint32(BFLOAT16_NAN << 16)
+    return values

@@ -35,6 +35,10 @@ Contract and pitfalls (PyTorch's):
   in float16 would underflow the small gradients again. Unscaling float16 gradients in place
   raises, as in PyTorch.
 - ``enabled=False`` makes every method a pass-through, so one loop serves fp32 and fp16.
+- About 150 overflowing steps in a row back a float32 scale off from 1.0 to exactly 0, and
+  1/S becomes inf. ``unscale_`` multiplies first and checks the product, so such a step is
+  skipped; PyTorch 2.13's CPU kernel checks the gradients before multiplying and writes NaN
+  into the weights here: the one place where we deliberately differ.
 
 Memory: no arrays; the state is a few Python numbers (the scale is kept as a float32 value,
 as PyTorch keeps a one-element float32 tensor, so its arithmetic rounds the same way).
@@ -102,7 +106,8 @@ class GradScaler:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state["stage"] == _STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        inv_scale = np.float32(1.0 / np.float64(self._scale))  # PyTorch: double reciprocal, then float
+        with np.errstate(divide="ignore"):  # a scale of 0 gives inf, caught below
+            inv_scale = np.float32(1.0 / np.float64(self._scale))  # PyTorch: double reciprocal, then float
         found_inf = False
         for grad in _grads_of(optimizer):
             data = grad.data
@@ -112,10 +117,12 @@ class GradScaler:
             if data.dtype.kind != "f":
                 raise TypeError(f"cannot unscale gradients of dtype {data.dtype}; the optimizer should "
                                 "hold float32 parameters (fp32 masters)")
-            xp = backend.array_module(data)
-            if not bool(xp.isfinite(data).all()):
+            # Multiply first, then check (as PyTorch does): a scale that has collapsed to 0
+            # makes 1/S infinite, and only the product shows that the step would write inf/NaN.
+            with np.errstate(over="ignore", invalid="ignore"):
+                data *= data.dtype.type(inv_scale)
+            if not bool(backend.array_module(data).isfinite(data).all()):
                 found_inf = True
-            data *= data.dtype.type(inv_scale)
         state["found_inf"] = found_inf
         state["stage"] = _UNSCALED
 

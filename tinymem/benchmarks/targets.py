@@ -1,0 +1,263 @@
+"""The speed targets: each row a time ratio against its baseline, measured in turns in one run.
+
+Rows (subject / baseline, target):
+    mlp          MLP 4 x 1024, batch 256, SGD step / the same step in hand-written NumPy   <= 1.05
+    tiny_op      one recorded ``a * b`` on 4 floats / PyTorch eager, requires_grad        <= 2
+    adam8bit     Adam8bit step / Adam step, 1024 x 1024 parameter                         <= 3
+    lion         Lion step / Adam step, same parameter                                    <= 1.1
+    fp16         fp16 storage (fp32 compute) step / fp32 step, activation-heavy MLP       <= 1.5
+    bf16         bf16 storage step / fp32 step, same MLP                                  <= 1.2
+    checkpoint   sqrt(n) segments / plain, 64 x Linear(512), batch 128   <= PyTorch's ratio, same run
+    offload      save_on_host / plain, 8 x Linear(384), batch 2048                        <= 1.02
+
+How: every function runs on one thread (NumPy's BLAS and PyTorch) and is timed in CPU seconds of
+the process (``time.process_time``), which on a shared machine follows the work done rather
+than the share of the cores obtained. (On more BLAS threads the matmuls shrink and the
+engine's fixed Python cost weighs more in the MLP row; on a 2-core machine shared with other
+jobs such wall-clock ratios swing by tens of percent, so they are not what the table records.) A round times subject and baseline back to back (the
+order flips every round) and keeps their ratio; a row reports the median ratio over its rounds
+and the spread (first and third quartile, min, max). Rows take turns too: round 1 of every row,
+then round 2, ..., so a burst of load elsewhere touches all rows alike.
+"""
+import contextlib
+import time
+
+import numpy as np
+
+from .. import optim
+from ..autograd import Tensor
+from ..experiments import offload as offload_exp
+from ..experiments import precision_steps
+from ..experiments.checkpoint_nets import batch as ckpt_batch
+from ..experiments.checkpoint_nets import deep_mlp, one_thread, step as ckpt_step, torch_step, torch_twin
+from ..nn import Parameter
+from ..techniques.checkpoint import resolve_segments
+
+NAME = "targets"
+DESCRIPTION = "the speed targets: each row a ratio to its baseline, median and spread of rounds in turns"
+
+
+class Row:
+    """One line of the table: ``pairs`` maps a contender to (subject, baseline) callables."""
+
+    def __init__(self, key, label, what, target, pairs, inner=1, target_from=None):
+        self.key, self.label, self.what, self.target, self.pairs = key, label, what, target, pairs
+        self.inner = inner              # calls per timing, for functions of a few microseconds
+        self.target_from = target_from  # a contender whose median ratio is the target
+
+
+def _mlp_row(quick):
+    from .engine import mlp_problem
+    (width, size, depth), _, _, _, tinymem_step, numpy_step = mlp_problem(quick)
+    return Row("mlp", "MLP step / NumPy", f"MLP {depth}x{width}, batch {size}, SGD step vs hand-written NumPy", 1.05,
+               {"tinymem": (tinymem_step, numpy_step)})
+
+
+def _tiny_op_row(torch):
+    a, b = Tensor(np.ones(4, np.float32), requires_grad=True), Tensor(np.ones(4, np.float32))
+    ta, tb = torch.ones(4, requires_grad=True), torch.ones(4)
+    return Row("tiny_op", "tiny op / PyTorch", "one recorded tiny op (a * b, 4 floats) vs PyTorch eager", 2.0,
+               {"tinymem": (lambda: a * b, lambda: ta * tb)}, inner=2000)
+
+
+def _optimizer_rows(quick):
+    n = 256 if quick else 1024
+    rng = np.random.default_rng(0)
+    init = rng.standard_normal((n, n)).astype(np.float32) * 0.02
+    grad = rng.standard_normal((n, n)).astype(np.float32) * 1e-3
+
+    def stepper(name):
+        p = Parameter(init.copy())
+        p.grad = grad.copy()
+        opt = getattr(optim, name)([p])
+        opt.step()  # state exists before timing starts
+        return opt.step
+
+    adam = stepper("Adam")
+    return [Row("adam8bit", "Adam8bit / Adam", f"Adam8bit step vs Adam step ({n * n:,} parameters)", 3.0,
+                {"tinymem": (stepper("Adam8bit"), adam)}, inner=2),
+            Row("lion", "Lion / Adam", "Lion step vs Adam step", 1.1, {"tinymem": (stepper("Lion"), adam)}, inner=2)]
+
+
+def _precision_rows(quick):
+    width, depth, size = (32, 8, 256) if quick else (32, 32, 4096)
+    xy = precision_steps._batch(size, "cpu")
+    steps = {mode: precision_steps.train_steps(mode, width, depth, size, 1, "cpu", xy)[2]
+             for mode in precision_steps.MODES}
+    what = f"storage step vs fp32, MLP {depth}x{width} with LayerNorm+GELU, batch {size}"
+    return [Row("fp16", "fp16 storage / fp32", "fp16 " + what, 1.5, {"tinymem": (steps["float16"], steps["float32"])}),
+            Row("bf16", "bf16 storage / fp32", "bf16 " + what, 1.2, {"tinymem": (steps["bfloat16"], steps["float32"])})]
+
+
+def _checkpoint_row(quick, torch):
+    depth, width, size = (16, 128, 32) if quick else (64, 512, 128)
+    model = deep_mlp(depth, width)
+    x, grad = ckpt_batch(model, size)
+    k = resolve_segments("sqrt", depth)
+    pairs = {"tinymem": (lambda: ckpt_step(model, x, grad, ("segments", k)),
+                         lambda: ckpt_step(model, x, grad, ("none", 0)))}
+    if torch is not None:
+        twin = torch_twin(model)
+        xt, gt = torch.tensor(x.numpy(), requires_grad=True), torch.from_numpy(grad)
+        pairs["torch"] = (lambda: torch_step(twin, xt, gt, k), lambda: torch_step(twin, xt, gt, 1))
+    return Row("checkpoint", "sqrt(n) checkpoint / plain", f"sqrt(n) checkpointing vs plain, {depth}x Linear({width}), batch {size}",
+               None, pairs, target_from="torch" if torch is not None else None)
+
+
+def _offload_row(quick, torch):
+    from ..techniques import offload
+    cfg = offload_exp.config(quick)
+    model, x, y = offload_exp.make_problem(cfg, "cpu")
+    opt = optim.SGD(model.parameters(), lr=1e-3)
+
+    def step(host):
+        ctx = offload.save_on_host(prefetch=0) if host else offload_exp.activation_context("none", None)
+        offload_exp.train_step(model, opt, x, y, ctx)
+
+    pairs = {"tinymem": (lambda: step(True), lambda: step(False))}
+    if torch is not None:
+        pairs["torch"] = _torch_offload_pair(cfg, torch)
+    sizes = cfg["sizes"]
+    return Row("offload", "host offload / plain", f"activation offload to host vs plain, {len(sizes) - 2}x Linear({sizes[1]}), "
+               f"batch {cfg['batch']}", 1.02, pairs)
+
+
+def _torch_offload_pair(cfg, torch):
+    torch.manual_seed(0)
+    sizes = cfg["sizes"]
+    layers = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers += [torch.nn.Linear(a, b)] + ([torch.nn.Tanh()] if i < len(sizes) - 2 else [])
+    model = torch.nn.Sequential(*layers)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.standard_normal((cfg["batch"], sizes[0])).astype(np.float32))
+    y = torch.from_numpy(rng.integers(0, sizes[-1], cfg["batch"]))
+
+    def step(offloaded):
+        opt.zero_grad()
+        with torch.autograd.graph.save_on_cpu(pin_memory=False) if offloaded else contextlib.nullcontext():
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    return (lambda: step(True)), (lambda: step(False))
+
+
+def build_rows(quick=False, only=None):
+    """The rows of the table (built, warmed up by nothing yet); ``only`` keeps some keys."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    builders = [("mlp", lambda: [_mlp_row(quick)]),
+                ("tiny_op", lambda: [_tiny_op_row(torch)] if torch is not None else []),
+                ("adam8bit", lambda: _optimizer_rows(quick)), ("lion", lambda: []),
+                ("fp16", lambda: _precision_rows(quick)), ("bf16", lambda: []),
+                ("checkpoint", lambda: [_checkpoint_row(quick, torch)]),
+                ("offload", lambda: [_offload_row(quick, torch)])]
+    rows = [row for _, build in builders for row in build()]
+    return [r for r in rows if only is None or r.key in only]
+
+
+def _timed(fn, inner):
+    start = time.process_time()
+    for _ in range(inner):
+        fn()
+    return (time.process_time() - start) / inner
+
+
+def measure(rows, rounds):
+    """``{row key: {contender: [ratio per round]}}`` and seconds per call, rows taking turns."""
+    for row in rows:  # one warm-up call of everything (first-use allocations, caches)
+        for subject, baseline in row.pairs.values():
+            subject(), baseline()
+    ratios = {r.key: {c: [] for c in r.pairs} for r in rows}
+    seconds = {r.key: {c: ([], []) for c in r.pairs} for r in rows}
+    for i in range(rounds):
+        for row in rows:
+            for contender, (subject, baseline) in row.pairs.items():
+                order = ((subject, 0), (baseline, 1)) if i % 2 == 0 else ((baseline, 1), (subject, 0))
+                t = [0.0, 0.0]
+                for fn, slot in order:
+                    t[slot] = _timed(fn, row.inner)
+                ratios[row.key][contender].append(t[0] / t[1])
+                seconds[row.key][contender][0].append(t[0])
+                seconds[row.key][contender][1].append(t[1])
+    return ratios, seconds
+
+
+def summary(values):
+    q = np.percentile(values, [0, 25, 50, 75, 100])
+    return {"median": float(q[2]), "q1": float(q[1]), "q3": float(q[3]), "min": float(q[0]), "max": float(q[4])}
+
+
+def run(quick=False, only=None, rounds=None):
+    """Measure every row; returns the records (without ``meta``) that ``tinymem bench`` writes."""
+    rounds = rounds or (3 if quick else 15)
+    with one_thread():
+        rows = build_rows(quick, only)
+        ratios, seconds = measure(rows, rounds)
+    out = []
+    for row in rows:
+        entry = {"key": row.key, "label": row.label, "what": row.what, "rounds": rounds, "contenders": {}}
+        for contender in row.pairs:
+            subject, baseline = seconds[row.key][contender]
+            entry["contenders"][contender] = dict(
+                summary(ratios[row.key][contender]), ratios=ratios[row.key][contender],
+                subject_s=float(np.median(subject)), baseline_s=float(np.median(baseline)))
+        target = row.target
+        if row.target_from is not None:
+            target = entry["contenders"][row.target_from]["median"]
+        entry["target"] = target
+        mine = entry["contenders"]["tinymem"]["median"]
+        entry["met"] = None if target is None else bool(mine <= target)
+        out.append(entry)
+    return {"rows": out, "rounds": rounds,
+            "clock": "CPU time of the process, one thread"}
+
+
+def table_rows(records):
+    """Printable rows: each contender's median ratio, quartiles and the target."""
+    out = []
+    for row in records["rows"]:
+        for contender, r in row["contenders"].items():
+            out.append({"row": row["key"], "contender": contender, "median x": r["median"],
+                        "q1": r["q1"], "q3": r["q3"], "subject ms": r["subject_s"] * 1e3,
+                        "baseline ms": r["baseline_s"] * 1e3,
+                        "target": "-" if row["target"] is None else row["target"],
+                        "met": "-" if contender != "tinymem" or row["met"] is None else row["met"]})
+    return out
+
+
+def plot(records, outdir):
+    """``bench.png``: per row, tinymem's ratio (median, quartile box, min-max whisker) against
+    its target line, and PyTorch's ratio where the row has one."""
+    from .. import plots
+
+    rows = records["rows"]
+    fig, ax = plots.new_figure(width=8.0, height=0.55 * len(rows) + 1.6)
+    for i, row in enumerate(rows):
+        y = len(rows) - 1 - i
+        for contender, dy, color in (("tinymem", 0.12, "#4c72b0"), ("torch", -0.18, "#dd8452")):
+            r = row["contenders"].get(contender)
+            if r is None:
+                continue
+            ax.plot([r["min"], r["max"]], [y + dy] * 2, color=color, lw=1)
+            ax.plot([r["q1"], r["q3"]], [y + dy] * 2, color=color, lw=6, solid_capstyle="butt", alpha=0.6)
+            ax.plot(r["median"], y + dy, "o", color=color, ms=5,
+                    label=contender if i == 0 or (contender == "torch" and "torch" not in
+                                                  [t.get_label() for t in ax.lines]) else None)
+            ax.text(r["max"] * 1.04, y + dy, f"{r['median']:.2f}x", va="center", fontsize=7, color=color)
+        if row["target"] is not None:
+            ax.plot([row["target"]] * 2, [y - 0.38, y + 0.38], color="#c44e52", lw=1.5,
+                    label="target" if i == 0 else None)
+    ax.axvline(1.0, color="#999999", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([row["label"] for row in reversed(rows)], fontsize=8)
+    ax.set_xlabel("time ratio to the row's baseline (log scale); a dot left of its red target line meets it")
+    ax.set_title(f"speed targets: median of {records['rounds']} rounds in turns,\nbox = quartiles, "
+                 f"line = min to max; {records['clock']}", fontsize=8)
+    ax.legend(loc="lower right", fontsize=7)
+    return [plots.save(fig, records, outdir, "bench.png")]
