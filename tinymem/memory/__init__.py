@@ -2,8 +2,14 @@
 
     ledger.py   the ledger: bytes per bucket and place, registered by owning buffer, released by
                 weak reference; holds for saved-for-backward arrays; OutOfMemoryError
-    tracker.py  track() / Tracker: peaks, the timeline of a step, a budget, the measured peak
+    tracker.py  track() / Tracker: peaks, the timeline of a step, a budget, the measured peak,
+                the process peak, and who holds the peak (top, by_module)
     probes.py   the allocator's own count: tracemalloc on NumPy, CuPy's memory pool on a GPU
+    sampler.py  what top / nvidia-smi see, sampled in a thread: monitor(), CommandMonitor
+    nvidia.py   a GPU's used memory and its processes, through NVML or nvidia-smi
+    attribution.py  the module path and op stamped on each entry; top and by-module reports
+    leaks.py    live_tensors(), find_leaks(step_fn): what grows per step, and what holds it
+    shared.py   one simulated device for several processes; fractions, a device queue
     units.py    parse_bytes("64MB"), format_bytes, format_table
 
 The five buckets are ``parameter``, ``gradient``, ``optimizer``, ``activation`` (saved for
@@ -11,9 +17,15 @@ backward) and ``workspace``; the places are ``device``, ``host`` and ``disk``.
 """
 from .ledger import (BUCKETS, LEDGER, PLACES, Ledger, OutOfMemoryError, hold, holds, live_bytes, locate,
                      mark, owner_of, register, register_bytes, release, unhold)
+from . import attribution
+from .leaks import find_leaks, live_tensors
+from .sampler import CommandMonitor, Monitor, monitor
+from .shared import SharedDevice, device_name, device_queue, set_per_process_memory_fraction
 from .tracker import Tracker, track
 from .units import format_bytes, format_table, parse_bytes
 
 __all__ = ["BUCKETS", "PLACES", "LEDGER", "Ledger", "OutOfMemoryError", "register", "register_bytes",
            "release", "hold", "unhold", "holds", "locate", "live_bytes", "mark", "owner_of", "track",
-           "Tracker", "parse_bytes", "format_bytes", "format_table"]
+           "Tracker", "parse_bytes", "format_bytes", "format_table", "attribution", "monitor", "Monitor",
+           "CommandMonitor", "live_tensors", "find_leaks", "SharedDevice", "device_queue", "device_name",
+           "set_per_process_memory_fraction"]
