@@ -1,0 +1,131 @@
+"""Drawing the edge family's figures from its records alone (see ``edge.py`` for what they show)."""
+import numpy as np
+
+from .. import plots
+
+KB = 1024
+PARTS = {"input": "#4c72b0", "output": "#dd8452", "workspace": "#8c8c8c"}
+
+
+def plot_onnx(records, outdir, name):
+    o = records["onnx"]
+    if "skipped" in o:
+        fig, ax = plots.new_figure(width=6, height=2)
+        ax.axis("off")
+        ax.text(0.5, 0.5, f"not drawn: {o['skipped']}", ha="center", va="center")
+        return plots.save(fig, records, outdir, name)
+    fig, axes = plots.new_figure(ncols=3, width=4.2, height=4.4)
+    sizes = o["file_bytes"]
+    axes[0].bar([0, 1], [sizes["fp32"] / KB, sizes["int8"] / KB], color=["#4c72b0", "#55a868"])
+    for x, key in enumerate(("fp32", "int8")):
+        axes[0].text(x, sizes[key] / KB, f"{sizes[key] / KB:.1f} KiB" + (f"\n{sizes['int8'] / sizes['fp32']:.3f}x"
+                     if key == "int8" else ""), ha="center", va="bottom", fontsize=8)
+    axes[0].set_xticks([0, 1])
+    axes[0].set_xticklabels(["float32", "int8 (QDQ)"])
+    axes[0].set_ylabel("ONNX file size (KiB)")
+    axes[0].set_title(f"digits MLP {records['config']['sizes']}", fontsize=9)
+    acc = o["accuracy"]
+    names = list(acc)
+    axes[1].bar(range(len(names)), [100 * acc[n] for n in names],
+                color=["#4c72b0", "#4c72b0", "#55a868", "#55a868"], alpha=0.9)
+    for x, n in enumerate(names):
+        axes[1].text(x, 100 * acc[n], f"{100 * acc[n]:.2f}", ha="center", va="bottom", fontsize=8)
+    axes[1].set_xticks(range(len(names)))
+    axes[1].set_xticklabels([n.replace(" ", "\n") for n in names], fontsize=8)
+    axes[1].set_ylim(90, 100.8)
+    axes[1].set_ylabel(f"test accuracy (%), {o['test_inputs']} digits")
+    agree = o["agreement"]
+    fused, ref = agree["fused int8 kernels"], agree["reference kernels"]
+    axes[1].set_title(f"int8 codes vs tinymem: reference kernels {ref['codes_off_by_one']} of {ref['codes']:,} off;\n"
+                      f"fused kernels {fused['codes_off_by_one']} off by one step (max {fused['codes_max_diff']}), "
+                      f"{fused['predictions_differ']} predictions differ", fontsize=7)
+    rows = o["latency"]
+    xs = np.arange(len(rows))
+    for j, (kind, color) in enumerate((("fp32", "#4c72b0"), ("int8", "#55a868"))):
+        med = np.array([r[kind]["median"] for r in rows]) * 1e6
+        err = [med - np.array([r[kind]["q25"] for r in rows]) * 1e6, np.array([r[kind]["q75"] for r in rows]) * 1e6 - med]
+        axes[2].bar(xs + (j - 0.5) * 0.38, med, 0.38, yerr=err, color=color, capsize=2, label=kind)
+    for x, r in zip(xs, rows):
+        axes[2].text(x, r["fp32"]["median"] * 1e6 * 1.3, f"{r['fp32']['median'] / r['int8']['median']:.1f}x",
+                     ha="center", fontsize=7)
+    axes[2].set_yscale("log")
+    axes[2].set_xticks(xs)
+    axes[2].set_xticklabels([f"{r['model']}\nbatch {r['batch']}" for r in rows], fontsize=6)
+    axes[2].set_ylabel("µs per batch (median, 25-75th pct)")
+    axes[2].set_title("ONNX Runtime, 1 thread, in turns: speed-up of int8", fontsize=8)
+    axes[2].legend(fontsize=7)
+    fig.suptitle("Post-training int8 (per-channel weights, histogram-calibrated activations) exported to ONNX, "
+                 "run in ONNX Runtime\nwhose fused graph runs " + ", ".join(o["ort_ops"]), fontsize=8)
+    return plots.save(fig, records, outdir, name)
+
+
+def _short(name):
+    """'Conv3x3(16->32, s2, relu)' -> 'conv 16->32 /2'."""
+    if not name.startswith("Conv"):
+        return name.replace("MaxPool", "maxpool ")
+    inside = name[name.index("(") + 1:-1].split(", ")
+    return f"conv{name[4:name.index('(')]} {inside[0]}" + (" /2" if inside[1] == "s2" else "")
+
+
+def _best(m):
+    return next(c for c in m["configs"] if (c["split"], c["grid"]) == (m["best"]["split"], m["best"]["grid"]))
+
+
+def _sram_lines(ax):
+    ax.axhline(256, color="#c44e52", lw=1.2, label="256 KB SRAM")
+    ax.axhline(1024, color="#c44e52", lw=1, ls=":", label="256 KB SRAM with int8 activations\n(1 byte, not 4: bars / 4)")
+
+
+def plot_profile(records, outdir, name):
+    mem = records["memory"]
+    fig, axes = plots.new_figure(nrows=len(mem), width=11, height=3.6)
+    for ax, (net, m) in zip(np.atleast_1d(axes), mem.items()):
+        whole, best = m["whole"], _best(m)
+        xs = np.arange(len(whole))
+        bottom = np.zeros(len(whole))
+        for part, color in PARTS.items():
+            vals = np.array([r[part] for r in whole]) / KB
+            ax.bar(xs - 0.2, vals, 0.4, bottom=bottom, color=color, label=f"layer by layer: {part}")
+            bottom += vals
+        patch = np.array([r["peak"] for r in best["layers"]]) / KB
+        in_stage = np.arange(len(patch)) < best["split"]
+        ax.bar(xs[in_stage] + 0.2, patch[in_stage], 0.4, color="#55a868", hatch="//", edgecolor="white",
+               label=f"patch-based stage ({best['grid']}x{best['grid']} tiles): peak over tiles")
+        ax.bar(xs[~in_stage] + 0.2, patch[~in_stage], 0.4, color="#55a868", label="after the stage: layer by layer")
+        _sram_lines(ax)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{_short(r['name'])}\n{'x'.join(map(str, r['shape'][1:]))}" for r in whole], fontsize=6)
+        ax.set_ylabel("activation KiB")
+        ratio = m["whole_peak"] / best["peak"]
+        ax.set_title(f"{net}, input {'x'.join(map(str, m['input_shape'][1:]))}: peak {m['whole_peak'] / KB:,.0f} KiB "
+                     f"layer by layer, {best['peak'] / KB:,.0f} KiB patch-based ({ratio:.1f}x lower; first "
+                     f"{best['split']} layers in tiles, {100 * best['recompute']:.0f}% halo recompute: the lowest peak "
+                     f"recomputing at most {100 * records['config'].get('max_recompute', 0.5):.0f}%)", fontsize=8)
+        ax.legend(fontsize=6, ncol=2, loc="upper right")
+    fig.suptitle("Inference memory per layer (float32 activations, batch 1, from the ledger; weights stay in flash)",
+                 fontsize=9)
+    return plots.save(fig, records, outdir, name)
+
+
+def plot_tradeoff(records, outdir, name):
+    mem = records["memory"]
+    fig, axes = plots.new_figure(ncols=len(mem), width=5.4, height=4.2)
+    for ax, (net, m) in zip(np.atleast_1d(axes), mem.items()):
+        splits = sorted({c["split"] for c in m["configs"]})
+        for k, split in enumerate(splits):
+            cs = sorted((c for c in m["configs"] if c["split"] == split), key=lambda c: c["grid"])
+            ax.plot([100 * c["recompute"] for c in cs], [c["peak"] / KB for c in cs], "o-", ms=4,
+                    color=plots.BUCKET_COLORS[list(plots.BUCKET_COLORS)[k % 5]], label=f"first {split} layers in tiles")
+            for c in cs:
+                ax.annotate(f"{c['grid']}x{c['grid']}", (100 * c["recompute"], c["peak"] / KB), fontsize=6,
+                            xytext=(3, 3), textcoords="offset points")
+        ax.axhline(m["whole_peak"] / KB, color="k", ls="--", lw=1, label="layer by layer")
+        _sram_lines(ax)
+        ax.set_yscale("log")
+        ax.set_xlabel("recomputed halo work (% of the stage's multiply-adds)")
+        ax.set_ylabel("peak activation KiB (log)")
+        ax.set_title(net, fontsize=9)
+        ax.legend(fontsize=6)
+    fig.suptitle("Patch-based inference: longer stages and finer tiles lower the peak and recompute more halo",
+                 fontsize=9)
+    return plots.save(fig, records, outdir, name)
