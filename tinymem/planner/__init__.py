@@ -9,9 +9,22 @@ combination of techniques, and propose the fastest that fits a device budget.
     plan.py       all combinations, which fit, the proposal
     verify.py     one real step: predicted against ledger against measured
 
+The closed form, for models far past this machine (GPT-3, LLaMA):
+
+    architectures.py  GPT-2/3, LLaMA and tinymem's own shapes, parameter counts
+    activations.py    saved tensors per layer: tinymem's count and Korthikanti et al.'s
+    sharding.py       model states per rank: ZeRO 1-3, data parallel, offload, pipeline stages
+    moments.py        the moments of a step (last layer, loss, recomputation, optimizer)
+    analytic.py       breakdown(): every bucket of one step, per device
+    fits.py           technique stacks on N GPUs: which fit, fewest GPUs, time cost
+    exactness.py      the closed form against the ledger on a real small TransformerLM
+
     from tinymem import planner
     result = planner.plan("mlp", "64,1024,1024,10", batch_size=512, budget="64MB")
     print(planner.summary(result))
+
+    from tinymem.planner import analytic
+    analytic.breakdown("gpt3-175b", 1, analytic.Stack("bf16", recompute="full", zero=3, ranks=64)).peak
 """
 from .plan import Plan, Row, combinations, describe, plan, summary, table_rows, verify_rows, with_budget
 from .probe import predict, run_probe

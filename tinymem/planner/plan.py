@@ -51,6 +51,13 @@ def plan(model, sizes, batch_size, budget, schedules=None, precisions=PRECISIONS
     """
     work = make_workload(model, sizes) if isinstance(model, str) else model
     budget = parse_bytes(budget)
+    for what, given, known in (("checkpoint schedule", schedules, work.schedules),
+                               ("precision", precisions, PRECISIONS), ("optimizer", optimizers, OPTIMIZERS),
+                               ("offload", offloads, OFFLOADS)):
+        unknown = [g for g in given or () if g not in known]
+        if unknown:
+            raise ValueError(f"unknown {what} {', '.join(map(repr, unknown))}; choose from "
+                             f"{', '.join(map(repr, known))}")
     if batch_size < 2:
         raise ValueError(f"batch_size must be at least 2 (the probe extrapolates from 2 and 3 samples), got {batch_size}")
     combos = list(combinations(work, batch_size, schedules, precisions, optimizers, offloads, micro_batches))

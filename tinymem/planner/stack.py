@@ -14,11 +14,14 @@ of the activations, which the checkpoint and micro-batches have already made sma
 not compose here with optimizer offload (see :mod:`.recipe`). The planner still weighs it.
 
 :func:`waterfall` measures every stage with the ledger (peak per bucket) and times their steps
-side by side in one run (:func:`tinymem.measure.timing.interleaved_times`), so the time each
-technique adds is a ratio measured under the same conditions.
+side by side in one run (:func:`tinymem.measure.timing.interleaved_samples`), so the time each
+technique adds is a ratio measured under the same conditions; each stage keeps every timing
+(``samples``) and their median (``seconds``).
 """
+import time
+
 from .. import memory
-from ..measure.timing import interleaved_times
+from ..measure.timing import interleaved_samples, spread
 from .recipe import Combination, TrainingStep
 from .verify import measure_step
 
@@ -35,9 +38,10 @@ def stages(micro_batches=8, checkpoint="sqrt"):
     return steps
 
 
-def waterfall(workload, batch_size, micro_batches=8, checkpoint="sqrt", repeats=3):
+def waterfall(workload, batch_size, micro_batches=8, checkpoint="sqrt", repeats=3, clock=time.perf_counter):
     """Per stage: label, combination, ledger peak (and per bucket), allocator-measured peak
-    growth, and step seconds timed side by side; a list of dicts."""
+    growth, and the step's timings taken in turns (``samples``, their median ``seconds``; by
+    ``clock``, e.g. ``time.process_time`` for CPU time on a shared machine); a list of dicts."""
     records = []
     for label, combo in stages(micro_batches, checkpoint):
         measured = measure_step(workload, combo, batch_size)
@@ -48,13 +52,14 @@ def waterfall(workload, batch_size, micro_batches=8, checkpoint="sqrt", repeats=
     batch = workload.batch(batch_size)
     try:
         with memory.track(measure=False, timeline=False):
-            seconds = interleaved_times({label: (lambda s=s: s.step(batch)) for label, s in steps.items()},
-                                        repeats=repeats)
+            samples = interleaved_samples({label: (lambda s=s: s.step(batch)) for label, s in steps.items()},
+                                          repeats=repeats, clock=clock)
     finally:
         for s in steps.values():
             s.close()
     for r in records:
-        r["seconds"] = seconds[r["label"]]
+        r["samples"] = samples[r["label"]]
+        r["seconds"] = spread(r["samples"])["median"]
     return records
 
 

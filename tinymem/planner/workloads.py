@@ -69,6 +69,10 @@ class Workload:
         self.device = backend.check_device(device)
         if self.n_sizes is not None and len(self.sizes) != self.n_sizes:
             raise ValueError(f"{self.name} sizes are {self.sizes_help}, got {sizes}")
+        if any(s < 1 for s in self.sizes):
+            bad = next(s for s in self.sizes if s < 1)
+            raise ValueError(f"{self.name} sizes must all be >= 1, got {bad} in "
+                             f"{','.join(map(str, self.sizes))}; {self.name} sizes are {self.sizes_help}")
 
     def check_schedule(self, schedule):
         if schedule not in self.schedules:
@@ -147,8 +151,15 @@ class UNetWorkload(Workload):
 
 
 class TransformerWorkload(Workload):
+    """``chunk_size``: chunked attention in every block (None: plain attention); ``dropout``:
+    the probability of the Dropout after each block's MLP (0: none, as by default)."""
+
     name, sizes_help = "transformer", "vocab,context,d_model,heads,layers (e.g. 64,32,32,2,2)"
     n_sizes = 5
+
+    def __init__(self, sizes, device=None, chunk_size=None, dropout=0.0):
+        super().__init__(sizes, device)
+        self.chunk_size, self.dropout = chunk_size, dropout
 
     @property
     def n_blocks(self):
@@ -157,7 +168,8 @@ class TransformerWorkload(Workload):
     def build(self, schedule):
         self.check_schedule(schedule)
         vocab, context, d, heads, layers = self.sizes
-        model = models.TransformerLM(vocab, context, d, heads, layers, device=self.device)
+        model = models.TransformerLM(vocab, context, d, heads, layers, chunk_size=self.chunk_size,
+                                     dropout=self.dropout, device=self.device)
         if schedule != "none":
             model.blocks = CheckpointedChain(list(model.blocks), _segments(schedule, layers))
         return model

@@ -1,0 +1,87 @@
+"""The closed form against the ledger: one real step of tinymem's TransformerLM per technique stack.
+
+:func:`measure` trains the model a warm-up step (so the optimizer state exists) and then one
+step inside ``memory.track``, and returns each bucket's own peak and the step's peak, without
+what lived before the model was built (as :func:`tinymem.planner.verify.measure_step`).
+:func:`compare` puts :func:`tinymem.planner.analytic.breakdown` beside it.
+
+Single-machine stacks it can run: recompute none | full (every block its own checkpointed
+segment but the last, ``checkpoint_sequential``'s cut) | sqrt; plain or chunked attention;
+fp32, fp16 or bf16 (half weights, gradients and saved tensors, fp32 masters); int8 saved
+tensors (``compress_saved_activations``, fp32 model); any optimizer of the planner; the
+optimizer state on the host (fp32); k micro-batches. Selective recomputation needs a
+checkpoint policy tinymem does not have yet: :func:`measure` refuses it.
+"""
+import contextlib
+import gc
+
+from .. import memory, random
+from ..techniques.quantization.compressed import compress_saved_activations
+from . import analytic, architectures
+from .recipe import Combination, TrainingStep, supported
+from .workloads import TransformerWorkload
+
+CHECKPOINTS = {"none": "none", "full": "block", "sqrt": "sqrt"}
+
+
+def combination(stack):
+    """The planner :class:`~.recipe.Combination` that runs ``stack`` on one machine."""
+    if stack.recompute not in CHECKPOINTS:
+        raise ValueError(f"recompute={stack.recompute!r} cannot be run here: tinymem's checkpoint "
+                         "has no policy to keep all but the attention core (the selective term is "
+                         "a formula only)")
+    if stack.zero or stack.ranks > 1 or stack.pipeline > 1:
+        raise ValueError("ZeRO, data parallel and pipeline stacks run under MPI "
+                         "(tinymem.distributed.worker), not in one process")
+    if stack.storage not in (None, "int8") or (stack.storage == "int8" and stack.precision != "fp32"):
+        raise ValueError("storage: None (the precision's) or int8 with an fp32 model")
+    combo = Combination(CHECKPOINTS[stack.recompute], stack.precision, analytic.optimizer_label(stack.optimizer),
+                        "optimizer" if stack.offload else "none", stack.micro_batches)
+    reason = supported(combo)
+    if reason:
+        raise ValueError(reason)
+    return combo
+
+
+def workload(sizes, stack, chunk_size=None):
+    """``sizes`` = (vocab, seq, hidden, heads, layers) as a planner workload."""
+    if stack.attention == "chunked" and chunk_size is None:
+        raise ValueError("chunked attention needs a chunk_size")
+    return TransformerWorkload(list(sizes), chunk_size=chunk_size if stack.attention == "chunked" else None)
+
+
+def measure(sizes, batch, stack, chunk_size=None, seed=0):
+    """``{"buckets": each bucket's peak, "peak": the step's peak, "split": buckets at the peak}``
+    of one real step (bytes on the device, without what lived before the model)."""
+    work = workload(sizes, stack, chunk_size)
+    combo = combination(stack)
+    saving = (lambda: compress_saved_activations(bits=8)) if stack.storage == "int8" else contextlib.nullcontext
+    random.manual_seed(seed)
+    gc.collect()
+    base = memory.LEDGER.by_bucket()
+    step = TrainingStep(work, combo)
+    data = work.batch(batch)
+    try:
+        with saving():
+            step.step(data)
+        step.optimizer.zero_grad()
+        gc.collect()
+        with memory.track(measure=False, timeline=False) as t:
+            with saving():
+                step.step(data)
+    finally:
+        step.close()
+    return {"buckets": {b: v - base[b] for b, v in t.max_by_bucket().items()},
+            "peak": t.peak() - sum(base.values()),
+            "split": {b: v - base[b] for b, v in t.peak_by_bucket().items()}}
+
+
+def predict(sizes, batch, stack):
+    """:func:`analytic.breakdown` of the same step (tinymem mode, fp32 compute as on NumPy)."""
+    arch = architectures.tinymem_lm(*sizes)
+    return analytic.breakdown(arch, batch, stack, mode="tinymem", backend="numpy")
+
+
+def compare(sizes, batch, stack, chunk_size=None):
+    """``(predicted Breakdown, measured dict)`` for one configuration."""
+    return predict(sizes, batch, stack), measure(sizes, batch, stack, chunk_size)

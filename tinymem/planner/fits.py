@@ -1,0 +1,205 @@
+"""Which technique stack fits a model on N GPUs of M bytes, how few GPUs each needs, what it costs.
+
+:func:`stacks` adds one technique at a time, from plain data parallel to ZeRO-3 with the
+optimizer on the host and to a pipeline; :func:`plan_arch` evaluates each with
+:func:`tinymem.planner.analytic.breakdown`, marks those whose peak fits ``gpu_memory`` and finds
+the fewest GPUs each needs (its peak only falls as ranks are added, so a bisection finds it).
+It proposes, of every combination of :func:`candidates`, the fitting one with the smallest time.
+
+Time cost, relative to plain training on the same GPUs (a model, not a measurement):
+
+    compute   forward F = L·(24·b·s·h² + 4·b·s²·h) + 2·b·s·h·V per micro-batch (SwiGLU:
+              2·b·s·(4h² + 3hf) per layer instead of 24·b·s·h²); a step is 3F (backward = 2F)
+    recompute full: + L layers' forward; sqrt: + the checkpointed layers'; selective: + the
+              attention core, L·4·b·s²·h (Korthikanti et al. 2022)
+    offload   gradients down and weights up over PCIe (w·n/N bytes each way, ``pcie`` B/s) and
+              the host update (16·n/N bytes read and written at ``host_bandwidth``), not overlapped
+    pipeline  the bubble: (m + p - 1)/m of the time of m micro-batches
+    seconds   3F / (``gpu_flops`` · ``utilization``) per micro-batch: fp32 (TF32) at half the
+              rate of fp16/bf16, so plain fp32 training is the 1.0 and mixed precision 0.5
+
+Data-parallel and ZeRO communication are assumed hidden behind compute (they are not modelled);
+int8 storage of saved tensors is counted as free in time.
+"""
+from collections import namedtuple
+
+from . import analytic
+from . import architectures as archs
+from .analytic import Stack
+
+GPU_FLOPS = {"fp32": 156e12, "half": 312e12}  # A100 dense: TF32 and bf16/fp16 tensor cores
+UTILIZATION = 0.5        # a good large-model run reaches about half of peak
+PCIE = 25e9              # PCIe 4.0 x16, one direction, achieved
+HOST_BANDWIDTH = 100e9   # host memory bandwidth the CPU optimizer streams through
+
+Row = namedtuple("Row", "name stack breakdown fits fewest_gpus time")
+Row.__doc__ = """One stack on the machine asked about: its :class:`~.analytic.Breakdown` at the
+GPU count given, whether its peak fits, the fewest GPUs with which it fits (None: no count
+does), and its step time relative to plain fp32 training."""
+
+
+def stacks(gpus, micro_batches=None):
+    """``[(name, Stack)]``: each the previous one plus one technique (the last two branch)."""
+    m = micro_batches or 4 * gpus
+    base = Stack("fp32", "Adam", ranks=gpus)
+    out = [("fp32 + Adam, data parallel", base)]
+    for name, change in (("+ bf16 mixed precision", {"precision": "bf16"}),
+                         ("+ selective recompute", {"recompute": "selective"}),
+                         ("+ full recompute", {"recompute": "full"}),
+                         ("+ ZeRO-1", {"zero": 1}), ("+ ZeRO-2", {"zero": 2}), ("+ ZeRO-3", {"zero": 3}),
+                         ("+ optimizer on the host", {"offload": True})):
+        out.append((name, out[-1][1]._replace(**change)))
+    full = out[3][1]
+    out.append(("bf16 + full recompute, 1F1B pipeline", full._replace(ranks=1, pipeline=gpus, micro_batches=m)))
+    out.append(("... + int8 saved tensors", out[-1][1]._replace(storage="int8")))
+    return out
+
+
+def candidates(gpus, micro_batches=None):
+    """Every combination the proposal is chosen from: fp32 or bf16, recompute none, selective or
+    full, ZeRO 0-3 over the GPUs, the optimizer on the device or the host; and 1F1B pipelines
+    over the GPUs (bf16, full recompute, plain or int8 saved tensors)."""
+    out = []
+    for precision in ("fp32", "bf16"):
+        for recompute in ("none", "selective", "full"):
+            for zero in range(4):
+                for offload in (False, True):
+                    out.append(Stack(precision, "Adam", recompute, zero=zero, ranks=gpus, offload=offload))
+    if gpus > 1:
+        pipe = Stack("bf16", "Adam", "full", pipeline=gpus, micro_batches=micro_batches or 4 * gpus)
+        out += [pipe, pipe._replace(storage="int8")]
+    return out
+
+
+def describe(stack):
+    """A short name: ``bf16, selective recompute, ZeRO-2, optimizer on the host``."""
+    parts = [stack.precision]
+    if stack.recompute != "none":
+        parts.append(f"{stack.recompute} recompute")
+    if stack.storage == "int8":
+        parts.append("int8 saved tensors")
+    if stack.zero:
+        parts.append(f"ZeRO-{stack.zero}")
+    if stack.offload:
+        parts.append("optimizer on the host")
+    if stack.pipeline > 1:
+        parts.append(f"{stack.schedule.upper()} pipeline x{stack.pipeline}")
+    return ", ".join(parts)
+
+
+def forward_flops(arch, batch):
+    """Flops of one forward over ``batch`` sequences (matmuls only, 2 per multiply-add)."""
+    b, s, h, f = batch, arch.seq, arch.hidden, archs.ffn(arch)
+    matrices = 24 * b * s * h * h if arch.mlp == "gelu" else 2 * b * s * (4 * h * h + 3 * h * f)
+    return arch.layers * (matrices + 4 * b * s * s * h) + 2 * b * s * h * arch.vocab
+
+
+def relative_time(arch, batch, stack, gpu_flops=GPU_FLOPS, utilization=UTILIZATION, pcie=PCIE,
+                  host_bandwidth=HOST_BANDWIDTH):
+    """Step time of ``stack`` over the step time of plain training, micro-batches of ``batch``
+    sequences (see the module docstring)."""
+    forward = forward_flops(arch, batch)
+    head = 2 * batch * arch.seq * arch.hidden * arch.vocab
+    per_layer = (forward - head) / arch.layers
+    kept, size, last = analytic.segments(arch.layers, stack.recompute)
+    extra = kept * size * per_layer
+    if stack.recompute == "selective":
+        extra = arch.layers * 4 * batch * arch.seq ** 2 * arch.hidden
+    compute = 3 * forward + extra
+    rate = gpu_flops["fp32" if stack.precision == "fp32" else "half"] * utilization
+    seconds = compute / rate * stack.micro_batches
+    if stack.pipeline > 1:  # each rank runs 1/p of the layers, with a bubble of p - 1 slots
+        seconds = seconds / stack.pipeline * (stack.micro_batches + stack.pipeline - 1) / stack.micro_batches
+    if stack.offload:
+        n = archs.parameter_count(arch) / (stack.ranks if stack.zero else 1) / stack.pipeline
+        w = 2 if stack.precision != "fp32" else 4
+        seconds += 2 * w * n / pcie + 2 * 16 * n / host_bandwidth
+    plain = 3 * forward / (gpu_flops["fp32"] * utilization) * stack.micro_batches / stack.pipeline
+    return seconds / plain
+
+
+def run(arch, batch, stack, mode="tinymem"):
+    """:func:`analytic.breakdown` with micro-batches of ``batch`` sequences (``stack.micro_batches``
+    of them per step)."""
+    return analytic.breakdown(arch, batch * stack.micro_batches, stack, mode)
+
+
+def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20):
+    """The fewest GPUs with which ``stack``'s peak fits ``gpu_memory`` (None when none up to
+    ``limit`` does). Data-parallel stacks grow their ranks; pipeline stacks their stages."""
+    def fits(count):
+        grown = stack._replace(pipeline=count) if stack.pipeline > 1 else stack._replace(ranks=count)
+        if grown.pipeline > arch.layers:
+            return False
+        if grown.pipeline > 1:
+            grown = grown._replace(micro_batches=max(grown.micro_batches, grown.pipeline))
+        return run(arch, batch, grown, mode).peak <= gpu_memory
+
+    if fits(1):
+        return 1
+    top = min(limit, arch.layers) if stack.pipeline > 1 else limit
+    if not fits(top):
+        return None
+    low, high = 1, top  # fits(high), not fits(low)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if fits(mid) else (mid, high)
+    return high
+
+
+def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=None):
+    """The stacks of :func:`stacks` for ``arch`` on ``gpus`` GPUs of ``gpu_memory`` bytes, and
+    the proposal: of all :func:`candidates`, the fitting one with the smallest time (or None).
+    Returns ``(rows, proposal)``, both :class:`Row` (the proposal's fewest GPUs is ``gpus``)."""
+    arch = archs.get_arch(arch)
+    if gpus < 1:
+        raise ValueError(f"--gpus must be at least 1, got {gpus}")
+    rows = []
+    for name, stack in stacks(gpus, micro_batches):
+        if stack.pipeline > arch.layers:
+            continue
+        result = run(arch, batch, stack, mode)
+        rows.append(Row(name, stack, result, result.peak <= gpu_memory,
+                        fewest_gpus(arch, batch, stack, gpu_memory, mode), relative_time(arch, batch, stack)))
+    best = None
+    for stack in candidates(gpus, micro_batches):
+        if stack.pipeline > arch.layers:
+            continue
+        result = run(arch, batch, stack, mode)
+        if result.peak <= gpu_memory:
+            row = Row(describe(stack), stack, result, True, gpus, relative_time(arch, batch, stack))
+            if best is None or row.time < best.time:
+                best = row
+    return rows, best
+
+
+def table(rows, gpus, gpu_memory):
+    """Rows for ``cli.print_table``: bytes per bucket (GB = 10⁹ B), peak, fits, fewest GPUs, time."""
+    def gb(x):
+        return f"{x / 1e9:.1f}"
+    out = []
+    for r in rows:
+        b = r.breakdown.buckets
+        out.append({"stack": r.name, "param": gb(b["parameter"]), "grad": gb(b["gradient"]),
+                    "optim": gb(b["optimizer"]), "activ": gb(b["activation"]), "work": gb(b["workspace"]),
+                    "host": gb(r.breakdown.host), "peak GB": gb(r.breakdown.peak),
+                    f"fits {gpus}x{gpu_memory / 1e9:.0f}GB": "yes" if r.fits else "no",
+                    "fewest GPUs": "-" if r.fewest_gpus is None else r.fewest_gpus,
+                    "time x": f"{r.time:.2f}"})
+    return out
+
+
+def summary(arch, rows, proposal, gpus, gpu_memory):
+    """A few lines: the model, then the proposal or the fewest GPUs that would do."""
+    arch = archs.get_arch(arch)
+    lines = [archs.describe(arch)]
+    if proposal is not None:
+        lines.append(f"smallest stack that fits {gpus} x {gpu_memory / 1e9:.0f} GB: {proposal.name} "
+                     f"(peak {proposal.breakdown.peak / 1e9:.1f} GB per GPU, time x{proposal.time:.2f})")
+    else:
+        able = [r for r in rows if r.fewest_gpus is not None]
+        lines.append(f"no stack fits {gpus} x {gpu_memory / 1e9:.0f} GB")
+        if able:
+            best = min(able, key=lambda r: (r.fewest_gpus, r.time))
+            lines.append(f"fewest GPUs: {best.fewest_gpus} with {best.name} (time x{best.time:.2f})")
+    return "\n".join(lines)

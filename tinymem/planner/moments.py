@@ -1,0 +1,146 @@
+"""The moments of a step that the closed form evaluates, and the saved tensors at each.
+
+The activation bucket peaks at the end of a forward or while the last checkpointed segment is
+recomputed; the step itself may peak when the last layer has just computed its output (the
+residual stream's copies beside every saved tensor), at the loss (the fp32 logits), during the
+recomputation (the gradients collected so far) or in the optimizer step. Each function here
+gives one moment's terms, with its formula; :func:`tinymem.planner.analytic.breakdown` adds them.
+
+Checkpoint segments are cut as ``checkpoint_sequential`` cuts them: c = L (``"full"``: every
+layer its own segment) or ceil(sqrt(L)) (``"sqrt"``) segments of floor(L/c) layers; the last
+segment runs plainly (backward needs it at once), the others keep only their input.
+"""
+import math
+
+import numpy as np
+
+from . import architectures as archs
+from .activations import Term, layer_terms, stored_bytes
+from .sharding import is_half
+
+def micro_batch_sizes(batch, micro_batches):
+    """Sizes of the micro-batches ``batch`` splits into (``techniques.microbatch.split_batch``)."""
+    if not 1 <= micro_batches <= batch:
+        raise ValueError(f"micro_batches must be between 1 and the batch ({batch}), got {micro_batches}")
+    bounds = np.linspace(0, batch, micro_batches + 1).round().astype(int)
+    return [int(b - a) for a, b in zip(bounds, bounds[1:])]
+
+
+def segments(layers, recompute):
+    """``(kept, size, last)``: checkpointed segments kept as inputs, layers per checkpointed
+    segment, layers of the last segment (run plainly), as ``checkpoint_sequential`` cuts them."""
+    if recompute in ("none", "selective"):
+        return 0, 0, layers
+    count = layers if recompute == "full" else max(1, math.ceil(math.sqrt(layers)))
+    size = layers // count
+    return count - 1, size, layers - (count - 1) * size
+
+
+def head_terms(arch, batch, held, storage, loss_storage, mode):
+    """Saved tensors outside the layers: token ids and targets (int64, of the ``held`` sequences:
+    micro-batches are views of the whole batch), positions, final norm, head input, the loss's
+    probabilities (fp32 unless int8: the loss runs outside the half model)."""
+    s, h, n = arch.seq, arch.hidden, batch * arch.seq
+    st = "fp16" if mode == "korthikanti" else storage
+    rows = [Term("token ids", "8·B·s", 8 * held * s)]
+    if arch.positions == "learned":
+        rows.append(Term("positions", "8·s", 8 * s))
+    rows += [Term("final norm x-hat", "N·h", stored_bytes(n * h, st)),
+             Term("final norm 1/std", "N", stored_bytes(n, st)),
+             Term("head input", "N·h", stored_bytes(n * h, st)),
+             Term("loss probabilities", "N·V", stored_bytes(n * arch.vocab, loss_storage)),
+             Term("targets", "8·B·s", 8 * held * s)]
+    return rows
+
+
+def storage_of(stack):
+    if stack.storage is not None:
+        return stack.storage
+    return "fp32" if stack.precision == "fp32" else ("fp16" if stack.precision == "mixed" else stack.precision)
+
+
+def activation_moments(arch, batch, stack, mode="tinymem", compute=None, held=None, layers=None):
+    """Activation terms at three moments of one micro-batch of ``batch`` sequences over
+    ``layers`` layers (default: all): ``"last layer"`` (its output just computed), ``"forward
+    end"`` (the loss computed) and ``"recompute"`` (the last checkpointed segment recomputed in
+    backward; empty without checkpoints), and what a micro-batch keeps while it ``"waiting"``
+    for its backward on a pipeline stage. Returns ``{moment: [Term]}``."""
+    arch = archs.get_arch(arch)
+    layers = arch.layers if layers is None else layers
+    storage = storage_of(stack)
+    per_layer = "selective" if stack.recompute == "selective" else "none"
+    options = dict(mode=mode, attention=stack.attention, storage="fp16" if mode == "korthikanti" else storage,
+                   ffn=archs.ffn(arch), mlp=arch.mlp, norm=arch.norm, dropout=arch.dropout)
+    layer = total(layer_terms(arch.seq, batch, arch.hidden, arch.heads, recompute=per_layer, **options))
+    if compute is None:  # the compute dtype follows the precision, whatever the storage
+        compute = 2 if is_half(stack.precision) else 4
+    kept_input = total(layer_terms(arch.seq, batch, arch.hidden, arch.heads, recompute="full",
+                                    compute=compute, **options))
+    kept, size, last = segments(layers, stack.recompute)
+    loss_storage = "int8" if storage == "int8" else "fp32"
+    head = head_terms(arch, batch, batch if held is None else held, storage, loss_storage, mode)
+    embed = [t for t in head if t.name in ("token ids", "positions")]
+    inputs = [Term(f"kept segment inputs ({kept})", "kept·input", kept * kept_input)] if kept else []
+    through = embed + inputs + [Term(f"layers run plainly ({last})", "last·layer", last * layer)]
+    recompute = embed + inputs + [Term(f"one recomputed segment ({size})", "size·layer", size * layer)]
+    # A micro-batch waiting for its backward on a pipeline stage: every segment checkpointed.
+    count = {"full": layers, "sqrt": max(1, math.ceil(math.sqrt(layers)))}.get(stack.recompute, 0)
+    waiting = embed + ([Term(f"segment inputs ({count})", "segments·input", count * kept_input)] if count
+                       else [Term(f"layers ({layers})", "L·layer", layers * layer)])
+    return {"last layer": through, "forward end": through + [t for t in head if t not in embed],
+            "recompute": recompute if kept else [], "waiting": waiting}
+
+
+def total(terms):
+    return sum(t.bytes for t in terms)
+
+
+def layer_transient(arch, batch, held, stack, backend="gpu"):
+    """Workspace when the last layer has just computed its output: the residual stream's live
+    copies (the embedding output, the layer's input, its midpoint, the MLP output and the sum:
+    5·c·N·h; 4 with one layer), the targets (8·B·s) and, when saved tensors are stored below the compute dtype,
+    the MLP's last input in the compute dtype (c·N·f); on NumPy a half layer also holds its
+    upcast fc2 weights (4·(f·h + h)) while that Linear runs."""
+    half, storage = is_half(stack.precision), storage_of(stack)
+    c = 4 if backend == "numpy" or not half else 2
+    n, h, f = batch * arch.seq, arch.hidden, archs.ffn(arch)
+    copies = 5 if arch.layers > 1 else 4  # with one layer its input is the embedding output
+    out = copies * c * n * h + 8 * held * arch.seq
+    if stored_bytes(1 << 16, storage) < c << 16:
+        out += c * n * f
+    if backend == "numpy" and half:
+        out += 4 * (f * h + (h if arch.bias else 0))
+    return out
+
+
+def attention_backward(arch, batch, held, stack, backend="gpu"):
+    """Workspace while plain attention runs its backward: the saved q, k, v and weights are
+    released beside the gradients flowing (4·c·N·h, the targets 8·B·s, two scalars) and the
+    gradient of the attention output c·N·h: S(3·N·h) + S(a·b·s²) + 5·c·N·h + 8·B·s + 8, S the
+    stored bytes. The largest op's workspace of a plain Transformer's step as the ledger counts
+    it (an op's own temporaries, such as the softmax gradient, are the allocator's)."""
+    if stack.attention != "plain" or stack.recompute == "selective":
+        return 0
+    half, storage = is_half(stack.precision), storage_of(stack)
+    c = 4 if backend == "numpy" or not half else 2
+    n = batch * arch.seq
+    released = stored_bytes(3 * n * arch.hidden, storage) + stored_bytes(arch.heads * batch * arch.seq ** 2, storage)
+    return released + 5 * c * n * arch.hidden + 8 * held * arch.seq + 8
+
+
+def transient_bound(arch, batch, stack, backend="gpu"):
+    """How far above :attr:`Breakdown.peak` a real step may go between the moments modelled.
+
+    An op's output exists beside its inputs before the next op frees them, and a residual
+    stream has an array or two more alive than at the moments above: at most the largest
+    output of one op, max(c·N·f, 4·N·V, 4·a·b·s², 4·n_max), plus two residual arrays 2·c·N·h;
+    with int8 storage a saved tensor also exists in the compute dtype while it is packed (one
+    more op output). Bytes."""
+    arch = archs.get_arch(arch)
+    half = is_half(stack.precision)
+    c = 4 if backend == "numpy" or not half else 2
+    m = max(micro_batch_sizes(batch, stack.micro_batches))
+    n, h = m * arch.seq, arch.hidden
+    n_max = max(math.prod(s) for _, s in archs.parameter_shapes(arch))
+    largest = max(c * n * archs.ffn(arch), 4 * n * arch.vocab, 4 * arch.heads * m * arch.seq ** 2, 4 * n_max)
+    return largest * (2 if storage_of(stack) == "int8" else 1) + 2 * c * n * h
