@@ -8,15 +8,23 @@ Collectives on arrays (NumPy through MPI; CuPy through NCCL, or staged through h
     broadcast(a, root)         a <- root's a (in place)
     send(a, dest) / recv(out, source)   point to point (the pipeline's activations)
 
-Two byte counts per rank and per call, kept in :attr:`Communicator.traffic`:
+``algorithm`` chooses who moves the data of the first three. ``"mpi"`` (the default) calls
+MPI's (or NCCL's) built-in collective, which picks its own algorithm (ring, tree, recursive
+doubling) and moves the bytes where this process cannot see them. ``"ring"`` runs the ring
+algorithm of :mod:`.ring` in this process, one ``MPI.Sendrecv`` per step with its neighbours,
+so every byte that goes to another rank passes through a call that is counted here.
 
-* ``sent`` / ``received``: what a **ring** algorithm moves for that call, the standard cost
-  model behind the ZeRO paper's traffic formulas. For a buffer of n bytes on N ranks:
-  all-reduce 2(N-1)/N·n each way, reduce-scatter and all-gather (N-1)/N·n each way, a
-  broadcast n from every rank but the last of the chain, send/recv n.
-* ``mpi_sent`` / ``mpi_received``: the bytes of the buffers actually handed to MPI (or NCCL)
-  in that call. MPI picks its own algorithm (ring, tree, recursive doubling), so the wire may
-  carry a different amount; these are what this process gave and took.
+:attr:`Communicator.traffic` keeps per rank and per kind of call:
+
+* ``sent`` / ``received``, measured: the bytes this rank handed to MPI (or NCCL). Under
+  ``"ring"`` and for send/recv, the payloads of the point-to-point calls (received: the count
+  MPI reports in the status of each ``Sendrecv``), i.e. the bytes that crossed to other ranks.
+  Under ``"mpi"``, the sizes of the buffers given to the built-in collective: not the bytes
+  on the wire, which MPI does not report.
+* ``formula``: what a ring moves for that call by the cost model behind the ZeRO paper's
+  traffic formulas (:func:`.ring.ring_bytes`, padding included): all-reduce 2(N-1)/N·n,
+  reduce-scatter and all-gather (N-1)/N·n, a broadcast n from every rank but the last of the
+  chain, send n. Under ``"ring"`` the measurement must equal it; a test holds them together.
 
 Failure behaviour: MPI collectives block forever when a peer is gone. Every blocking call runs
 under a watchdog (``timeout`` seconds, ``$TINYMEM_MPI_TIMEOUT`` or 300): when it expires the
@@ -26,39 +34,34 @@ which makes ``mpiexec`` stop every rank with a non-zero exit. Pair it with
 job at once instead of leaving its peers to wait for the timeout.
 
 Memory cost: none beyond the caller's buffers, except the host staging copies of the CuPy
-fallback (two host copies of each buffer while the call runs) and reduce-scatter's
-contiguous output on NCCL.
+fallback (two host copies of each buffer while the call runs), reduce-scatter's contiguous
+output on NCCL, and the ring's receive block (1/N of the buffer; all-reduce of a size that N
+does not divide also a padded copy).
 """
 import os
-import sys
 import threading
 import time
 
 from .. import backend
+from . import ring
 from .flat import address
+from .launch import abort
 
-RING_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
-                "all_gather": lambda n: (n - 1) / n}
-
-
-def ring_bytes(kind, nbytes, world_size):
-    """Bytes one rank sends (and receives) in a ring ``kind`` collective over ``nbytes``."""
-    if world_size == 1:
-        return 0.0
-    return RING_FACTORS[kind](world_size) * nbytes
+ALGORITHMS = ("mpi", "ring")
+RING_TAG = 32000  # the ring's messages; the pipeline's tags (2m, 2m+1) stay far below
 
 
 class Traffic:
-    """Bytes moved by one rank, per kind of call: ``{kind: {calls, sent, received, mpi_sent, mpi_received}}``."""
+    """Bytes moved by one rank, per kind of call: ``{kind: {calls, sent, received, formula}}``."""
 
-    FIELDS = ("calls", "sent", "received", "mpi_sent", "mpi_received")
+    FIELDS = ("calls", "sent", "received", "formula")
 
     def __init__(self):
         self.by_kind = {}
 
-    def add(self, kind, sent, received, mpi_sent, mpi_received):
+    def add(self, kind, sent, received, formula):
         row = self.by_kind.setdefault(kind, dict.fromkeys(self.FIELDS, 0))
-        for field, value in zip(self.FIELDS, (1, sent, received, mpi_sent, mpi_received)):
+        for field, value in zip(self.FIELDS, (1, sent, received, formula)):
             row[field] += value
 
     def total(self, field="sent"):
@@ -97,31 +100,35 @@ class _Watchdog:
                 what = self.what
             if expired:
                 rank = self.comm.Get_rank()
-                sys.stderr.write(
-                    f"tinymem.distributed: rank {rank} waited more than {self.timeout:g} s in "
-                    f"{what}; another rank has probably died or is stuck. Aborting every rank "
-                    f"(raise TINYMEM_MPI_TIMEOUT if the step is simply slow).\n")
-                sys.stderr.flush()
-                self.comm.Abort(3)
+                abort(self.comm,
+                      f"tinymem.distributed: rank {rank} waited more than {self.timeout:g} s in "
+                      f"{what}; another rank has probably died or is stuck. Aborting every rank "
+                      f"(raise TINYMEM_MPI_TIMEOUT if the step is simply slow).\n", 3)
 
 
 class Communicator:
     """Collectives over ``MPI.COMM_WORLD`` (or ``comm``) with byte accounting and a watchdog.
 
-    ``transport``: ``"auto"`` uses NCCL for CuPy arrays when ``cupy.cuda.nccl`` is available and
-    MPI otherwise; ``"mpi"`` always uses MPI (CuPy arrays are staged through host memory unless
-    ``cuda_aware=True`` says the MPI library reads GPU pointers itself).
+    ``algorithm``: ``"mpi"`` (default) uses MPI's or NCCL's built-in all-reduce, reduce-scatter
+    and all-gather; ``"ring"`` runs :mod:`.ring` over ``MPI.Sendrecv`` (always through MPI:
+    CuPy arrays are staged through host memory unless ``cuda_aware``), so that the bytes moved
+    are measured. ``transport``: ``"auto"`` uses NCCL for CuPy arrays when ``cupy.cuda.nccl`` is
+    available and MPI otherwise; ``"mpi"`` always uses MPI (CuPy arrays are staged through host
+    memory unless ``cuda_aware=True`` says the MPI library reads GPU pointers itself).
     """
 
-    def __init__(self, comm=None, timeout=None, transport="auto", cuda_aware=False):
+    def __init__(self, comm=None, timeout=None, transport="auto", cuda_aware=False, algorithm="mpi"):
         from mpi4py import MPI
 
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {algorithm!r}: choose 'mpi' (MPI's built-in "
+                             f"collectives) or 'ring' (the ring over point-to-point sends)")
         self.MPI = MPI
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.traffic = Traffic()
         self.timeout = float(timeout if timeout is not None else os.environ.get("TINYMEM_MPI_TIMEOUT", 300))
-        self.transport, self.cuda_aware = transport, cuda_aware
+        self.transport, self.cuda_aware, self.algorithm = transport, cuda_aware, algorithm
         self._watchdog = _Watchdog(self.comm, self.timeout)
         self._nccl = None
 
@@ -172,36 +179,78 @@ class Communicator:
                 raise ValueError(f"{what}: MPI needs C-contiguous buffers; got one of shape {a.shape} "
                                  f"with strides {a.strides} (pass xp.ascontiguousarray(...))")
 
+    def _ring(self, what, algorithm):
+        """Run one rank's side of a ring algorithm; returns the bytes it (sent, received).
+
+        ``algorithm(exchange)`` is a function of :mod:`.ring`. Each ``exchange`` is one
+        ``Sendrecv``: the send buffer's bytes are what this rank handed to MPI, the received
+        count is what MPI's status says arrived.
+        """
+        right, left = (self.rank + 1) % self.size, (self.rank - 1) % self.size
+        status, counted = self.MPI.Status(), [0, 0]
+
+        def exchange(send, recv):
+            if backend.device_of(send) == "cuda":  # the last add must be done before MPI reads
+                backend.get_cupy().cuda.get_current_stream().synchronize()
+            self.comm.Sendrecv(send, dest=right, sendtag=RING_TAG, recvbuf=recv, source=left,
+                               recvtag=RING_TAG, status=status)
+            counted[0] += send.nbytes
+            counted[1] += status.Get_count(self.MPI.BYTE)
+
+        self._blocking(f"ring {what}", lambda: algorithm(exchange))
+        return counted
+
     # -- collectives ------------------------------------------------------------------------
     def all_reduce(self, array, op="sum"):
         """Sum (or ``op="max"``) ``array`` over all ranks, in place; returns it."""
         self._check_contiguous("all_reduce", array)
-        n = array.nbytes
-        if self._use_nccl(array):
-            self._blocking("all_reduce", lambda: self._nccl.all_reduce(array, op))
-        else:
+        if op not in ring.OPS:
+            raise ValueError(f"all_reduce: unknown op {op!r}; choose one of {', '.join(ring.OPS)}")
+        formula = ring.ring_bytes("all_reduce", array.size, array.itemsize, self.size)
+        if self.algorithm == "ring":
             host = self._host(array)
-            mpi_op = {"sum": self.MPI.SUM, "max": self.MPI.MAX}[op]
-            self._blocking("all_reduce", lambda: self.comm.Allreduce(self.MPI.IN_PLACE, host, op=mpi_op))
+            sent, received = self._ring("all_reduce", lambda exchange: ring.all_reduce(
+                host.reshape(-1), self.rank, self.size, exchange, op))
             self._back(host, array)
-        ring = ring_bytes("all_reduce", n, self.size)
-        self.traffic.add("all_reduce", ring, ring, n, n)
+        else:
+            sent = received = array.nbytes
+            if self._use_nccl(array):
+                self._blocking("all_reduce", lambda: self._nccl.all_reduce(array, op))
+            else:
+                host = self._host(array)
+                mpi_op = {"sum": self.MPI.SUM, "max": self.MPI.MAX}[op]
+                self._blocking("all_reduce", lambda: self.comm.Allreduce(self.MPI.IN_PLACE, host, op=mpi_op))
+                self._back(host, array)
+        self.traffic.add("all_reduce", sent, received, formula)
         return array
 
     def reduce_scatter(self, full, out):
-        """``out`` <- block ``rank`` of the sum of ``full`` over ranks (``full.size == N·out.size``)."""
+        """``out`` <- block ``rank`` of the sum of ``full`` over ranks (``full.size == N·out.size``).
+
+        ``full`` is scratch: the ring leaves partial sums in it (the built-in calls do not, but
+        do not count on it).
+        """
         self._check_contiguous("reduce_scatter", full, out)
         if full.size != out.size * self.size:
             raise ValueError(f"reduce_scatter: input of {full.size} elements does not split into "
                              f"{self.size} blocks of {out.size}; pad it to a multiple of the world size")
-        if self._use_nccl(full):
+        formula = ring.ring_bytes("reduce_scatter", full.size, full.itemsize, self.size)
+        if self.algorithm == "ring":
+            src, dst = self._host(full), self._host(out)
+            blocks = src.reshape(self.size, out.size)
+            sent, received = self._ring("reduce_scatter", lambda exchange: ring.reduce_scatter(
+                blocks, self.rank, exchange))
+            dst.reshape(-1)[...] = blocks[self.rank]
+            self._back(dst, out)
+        elif self._use_nccl(full):
+            sent, received = full.nbytes, out.nbytes
             self._blocking("reduce_scatter", lambda: self._nccl.reduce_scatter(full, out))
         else:
+            sent, received = full.nbytes, out.nbytes
             src, dst = self._host(full), self._host(out)
             self._blocking("reduce_scatter", lambda: self.comm.Reduce_scatter_block(src, dst, op=self.MPI.SUM))
             self._back(dst, out)
-        ring = ring_bytes("reduce_scatter", full.nbytes, self.size)
-        self.traffic.add("reduce_scatter", ring, ring, full.nbytes, out.nbytes)
+        self.traffic.add("reduce_scatter", sent, received, formula)
         return out
 
     def all_gather(self, shard, out):
@@ -212,7 +261,9 @@ class Communicator:
         self._check_contiguous("all_gather", shard, out)
         if out.size != shard.size * self.size:
             raise ValueError(f"all_gather: output of {out.size} elements is not {self.size} x {shard.size}")
-        if self._use_nccl(out):
+        formula = ring.ring_bytes("all_gather", out.size, out.itemsize, self.size)
+        if self.algorithm == "mpi" and self._use_nccl(out):
+            sent, received = shard.nbytes, out.nbytes
             self._blocking("all_gather", lambda: self._nccl.all_gather(shard, out))
         else:
             dst = self._host(out)
@@ -220,10 +271,14 @@ class Communicator:
             if address(block) != address(shard):  # not already in place
                 same_place = backend.device_of(block) == backend.device_of(shard)
                 block[...] = (shard if same_place else backend.to_numpy(shard)).reshape(-1)
-            self._blocking("all_gather", lambda: self.comm.Allgather(self.MPI.IN_PLACE, dst))
+            if self.algorithm == "ring":
+                sent, received = self._ring("all_gather", lambda exchange: ring.all_gather(
+                    dst.reshape(self.size, shard.size), self.rank, exchange))
+            else:
+                sent, received = shard.nbytes, out.nbytes
+                self._blocking("all_gather", lambda: self.comm.Allgather(self.MPI.IN_PLACE, dst))
             self._back(dst, out)
-        ring = ring_bytes("all_gather", out.nbytes, self.size)
-        self.traffic.add("all_gather", ring, ring, shard.nbytes, out.nbytes)
+        self.traffic.add("all_gather", sent, received, formula)
         return out
 
     def broadcast(self, array, root=0):
@@ -237,9 +292,9 @@ class Communicator:
             self._back(host, array)
         n = array.nbytes
         last = (root - 1) % self.size  # a chain root -> root+1 -> ... -> last
-        sent = n if self.rank != last and self.size > 1 else 0
+        chain = n if self.rank != last and self.size > 1 else 0
         received = n if self.rank != root else 0
-        self.traffic.add("broadcast", sent, received, n if self.rank == root else 0, received)
+        self.traffic.add("broadcast", n if self.rank == root else 0, received, chain)
         return array
 
     def send(self, array, dest, tag=0):
@@ -253,7 +308,7 @@ class Communicator:
         else:
             host = self._host(array)
             request = _Request(self.comm.Isend(host, dest=dest, tag=tag), host)
-        self.traffic.add("send", array.nbytes, 0, array.nbytes, 0)
+        self.traffic.add("send", array.nbytes, 0, array.nbytes)
         return request
 
     def recv(self, out, source, tag=0):
@@ -265,7 +320,7 @@ class Communicator:
             host = self._host(out)
             self._blocking(f"recv from rank {source}", lambda: self.comm.Recv(host, source=source, tag=tag))
             self._back(host, out)
-        self.traffic.add("recv", 0, out.nbytes, 0, out.nbytes)
+        self.traffic.add("recv", 0, out.nbytes, 0)
         return out
 
     def wait(self, requests):

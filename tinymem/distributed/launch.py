@@ -6,12 +6,18 @@ Launch a script on N processes with the ``mpiexec`` installed next to this Pytho
     mpiexec -n 4 python my_training.py
     python -c "from tinymem.distributed import launch; launch.run(['my_training.py'], 4)"
 
+Pitfall: ``Abort`` tears the job down at once, and ``mpiexec`` loses what a rank wrote that
+its proxy had not yet read from the rank's stdout/stderr pipes: sometimes the very message
+saying why. :func:`abort` flushes, waits (at most 2 s) until the pipes are read, then aborts.
+
 Failure behaviour. A collective waits for every rank, so a rank that raises while the others
 wait in an all-reduce would leave them waiting forever. Two guards stop that:
 
 * :func:`install_excepthook` (call it first thing in a rank's script): an uncaught exception
   prints ``rank r of N failed: ...`` with its traceback and calls ``MPI.COMM_WORLD.Abort``;
-  ``mpiexec`` then kills every rank and exits non-zero.
+  ``mpiexec`` then kills every rank and exits non-zero. ``sys.exit(status)`` with a non-zero
+  status does the same at once (a plain exit would wait in ``MPI_Finalize`` for ranks that
+  wait for it). ``raise SystemExit(3)`` bypasses both: call ``sys.exit``.
 * The communicator's watchdog (:mod:`tinymem.distributed.comm`) aborts a rank whose blocking
   call outlives ``timeout`` seconds: the cure for a peer that died without raising.
 
@@ -21,8 +27,11 @@ group of ``mpiexec`` is killed.
 import os
 import shutil
 import signal
+import stat
+import struct
 import subprocess
 import sys
+import time
 import traceback
 
 
@@ -44,18 +53,61 @@ def mpi_available():
 
 
 def install_excepthook():
-    """Make an uncaught exception on any rank abort the whole job with a clear message."""
+    """Make an uncaught exception, or ``sys.exit`` with a non-zero status, on any rank abort the
+    whole job with a clear message."""
     from mpi4py import MPI
 
+    comm = MPI.COMM_WORLD
+    where = f"tinymem.distributed: rank {comm.Get_rank()} of {comm.Get_size()}"
+
     def hook(kind, value, tb):
-        comm = MPI.COMM_WORLD
         text = "".join(traceback.format_exception(kind, value, tb))
-        sys.stderr.write(f"tinymem.distributed: rank {comm.Get_rank()} of {comm.Get_size()} failed: "
-                         f"{kind.__name__}: {value}\n{text}aborting every rank\n")
-        sys.stderr.flush()
-        comm.Abort(1)
+        abort(comm, f"{where} failed: {kind.__name__}: {value}\n{text}aborting every rank\n", 1)
+
+    plain_exit = sys.exit
+
+    def exit(status=None):
+        if status is None or status == 0:
+            plain_exit(status)
+        code = status if isinstance(status, int) else 1
+        abort(comm, f"{where} exited with status {status}: aborting every rank\n", code)
 
     sys.excepthook = hook
+    sys.exit = exit
+
+
+def abort(comm, message, code):
+    """Write ``message`` to stderr, make sure mpiexec has it, then ``comm.Abort(code)``."""
+    sys.stderr.write(message)
+    wait_until_read((sys.stdout, sys.stderr))
+    comm.Abort(code)
+
+
+def wait_until_read(streams, timeout=2.0):
+    """Flush ``streams`` and wait until the pipes behind them are empty (read by the process at
+    the other end), or ``timeout`` seconds. Streams that are not pipes return at once."""
+    fds = []
+    for stream in streams:
+        try:
+            stream.flush()
+            fds.append(stream.fileno())
+        except (AttributeError, OSError, ValueError):
+            continue
+    deadline = time.monotonic() + timeout
+    while any(_unread_bytes(fd) for fd in fds) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def _unread_bytes(fd):
+    """Bytes waiting in the pipe behind ``fd`` (Linux answers FIONREAD on either end)."""
+    try:
+        import fcntl
+        import termios
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return 0
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except (ImportError, OSError):
+        return 0
 
 
 class LaunchError(RuntimeError):

@@ -1,20 +1,25 @@
 """What each rank runs when the tests, the ``partition`` figures and the lesson launch mpiexec.
 
-    mpiexec -n 2 python -m tinymem.distributed.worker check     # equalities, in float64
-    mpiexec -n 4 python -m tinymem.distributed.worker measure   # bytes and traffic per rank
-    mpiexec -n 2 python -m tinymem.distributed.worker crash     # rank 1 raises mid-step
+    mpiexec -n 2 python -m tinymem.distributed.worker check        # equalities, in float64
+    mpiexec -n 4 python -m tinymem.distributed.worker measure      # bytes and traffic per rank
+    mpiexec -n 2 python -m tinymem.distributed.worker collectives  # ring against MPI, timed
+    mpiexec -n 2 python -m tinymem.distributed.worker crash        # rank 1 raises mid-step
 
 Rank 0 prints one line ``RESULT {json}``; :func:`parse_result` reads it back.
 
 ``check`` trains the same seeded MLP with Adam for a few steps five ways (single process on the
 full batch, data parallel, ZeRO-1/2/3) and two pipelines (GPipe, 1F1B) and reports the
-largest parameter difference of each against its reference, plus per-rank optimizer bytes.
+largest parameter difference of each against its reference, plus per-rank optimizer bytes;
+then data parallel and ZeRO once more over the ring algorithm (against the built-in runs) and
+the ring's own collectives on every sub-ring (:func:`.ring_tasks.check_ring`).
 It runs in float64 so the comparison measures the method, not float32 rounding (in float32,
 Adam's m/sqrt(v) turns 1e-7 differences of near-zero gradients into visible ones).
 
 ``measure`` runs one warm-up step (Adam creates its state) and then one tracked step per
 strategy in float32, recording per rank: the ledger at the end of backward, each bucket's
-peak in the step, the allocator's peak, the bytes communicated and the step time.
+peak in the step, the allocator's peak, the bytes communicated (measured, and by formula) and
+the step time. With ``--algorithm ring`` the collectives are the ring's, and the bytes sent
+are the ones handed to ``MPI.Sendrecv``.
 """
 import argparse
 import gc
@@ -34,9 +39,11 @@ from .comm import Communicator
 from .data_parallel import DataParallel
 from .launch import install_excepthook
 from .pipeline import Pipeline
+from .ring_tasks import check_ring, time_collectives
 from .zero import ZeRO
 
 STRATEGIES = ("dp", "zero1", "zero2", "zero3", "gpipe", "1f1b")
+RING_CHECKED = ("dp", "zero1", "zero3")  # trained again over the ring in ``check``
 
 
 def make_model(sizes, dtype, device="cpu"):
@@ -108,7 +115,18 @@ def task_check(args, comm):
         result["optimizer_bytes"][name] = comm.comm.gather(own, root=0)
         del strategy, model
         gc.collect()
+    ring = Communicator(comm.comm, timeout=comm.timeout, algorithm="ring")
+    for name in RING_CHECKED:
+        model = make_model(sizes, dtype)
+        strategy = build(name, model, ring, args.micro_batches)
+        for _ in range(args.steps):
+            strategy.step(x, y, F.cross_entropy)
+        states[name + "_ring"] = full_state(name, strategy, model, comm)
+        del strategy, model
+    result["ring_collectives"] = check_ring(comm)
     if comm.rank == 0:
+        for name in RING_CHECKED:
+            result["diff"][name + "_ring"] = max_diff(states[name + "_ring"], states[name])
         result["diff"]["dp"] = max_diff(states["dp"], ref_state)
         for name in ("zero1", "zero2", "zero3"):
             result["diff"][name] = max_diff(states[name], states["dp"])
@@ -117,8 +135,8 @@ def task_check(args, comm):
         print("RESULT " + json.dumps(result), flush=True)
 
 
-def formula_sent(name, strategy, params, batch, itemsize, world_size):
-    """Bytes this rank should send per step by the textbook formula (ring collectives)."""
+def textbook_sent(name, strategy, params, batch, itemsize, world_size):
+    """Bytes this rank should send per step by the textbook formula (ring collectives, no padding)."""
     if name in ("gpipe", "1f1b"):
         # activations forward to the next stage, gradients back to the previous one (MLP widths)
         linears = [u for u in strategy.units if hasattr(u, "in_features")]
@@ -157,29 +175,44 @@ def task_measure(args, comm):
                 "optimizer_state_bytes": strategy.optimizer.state_bytes() if strategy.optimizer else 0,
                 "traffic": traffic,
                 "sent": sum(r["sent"] for r in traffic.values()),
-                "formula_sent": formula_sent(name, strategy, params, args.batch, 4, comm.size),
-                "mpi_sent": sum(r["mpi_sent"] for r in traffic.values()),
+                "received": sum(r["received"] for r in traffic.values()),
+                "formula_sent": sum(r["formula"] for r in traffic.values()),
+                "textbook_sent": textbook_sent(name, strategy, params, args.batch, 4, comm.size),
                 "step_seconds": seconds, "largest_unit_bytes": largest_layer}
         records += comm.comm.gather(mine, root=0) or []
         del strategy, model
     if comm.rank == 0:
         print("RESULT " + json.dumps({"world_size": comm.size, "sizes": sizes, "params": params,
                                       "batch": args.batch, "micro_batches": args.micro_batches,
-                                      "records": records}), flush=True)
+                                      "algorithm": comm.algorithm, "records": records}), flush=True)
+
+
+def task_collectives(args, comm):
+    """Ring against MPI's built-in collectives, timed in turns at each ``--numels`` size."""
+    numels = [int(s) for s in args.numels.split(",")]
+    load_before = os.getloadavg()[0]  # how busy the machine was: timings on a shared one vary with it
+    rows = time_collectives(comm, numels, args.repeats)
+    if comm.rank == 0:
+        print("RESULT " + json.dumps({"world_size": comm.size, "dtype": "float32", "repeats": args.repeats,
+                                      "load_average": [load_before, os.getloadavg()[0]],
+                                      "cpu_count": os.cpu_count(), "rows": rows}), flush=True)
 
 
 def task_crash(args, comm):
     """Rank 1 fails while the others wait in an all-reduce: the job must stop, not hang.
 
-    ``--how raise``: rank 1 raises (the excepthook aborts the job at once); ``kill``: rank 1
-    dies by SIGKILL (mpiexec sees it and stops the others); ``hang``: rank 1 never arrives (the
-    others' watchdog aborts the job after ``--timeout`` seconds).
+    ``--how raise``: rank 1 raises (the excepthook aborts the job at once); ``exit``: rank 1
+    calls ``sys.exit(3)`` (aborts at once too); ``kill``: rank 1 dies by SIGKILL (mpiexec sees
+    it and stops the others); ``hang``: rank 1 never arrives (the others' watchdog aborts the
+    job after ``--timeout`` seconds).
     """
     if comm.rank == 1:
         if args.how == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if args.how == "hang":
             time.sleep(3600)
+        if args.how == "exit":
+            sys.exit(3)
         raise RuntimeError("deliberate failure on rank 1 (the crash test)")
     comm.all_reduce(np.ones(4))
     print("RESULT {}", flush=True)  # only reached if the failure went unnoticed
@@ -195,21 +228,26 @@ def parse_result(stdout):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tinymem.distributed.worker")
-    parser.add_argument("task", choices=["check", "measure", "crash"])
+    parser.add_argument("task", choices=["check", "measure", "collectives", "crash"])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--micro-batches", type=int, default=4)
     parser.add_argument("--sizes", default="64,256,256,256,256,10")
     parser.add_argument("--device", default="cpu", help="measure: cpu or cuda (one GPU per rank)")
     parser.add_argument("--transport", default="auto", help="auto (NCCL for CuPy) or mpi")
+    parser.add_argument("--algorithm", default="mpi", help="measure: mpi (built-in collectives) or ring")
+    parser.add_argument("--numels", default="1024,1048576", help="collectives: buffer sizes (elements)")
+    parser.add_argument("--repeats", type=int, default=20, help="collectives: samples per algorithm")
     parser.add_argument("--timeout", type=float, default=None, help="watchdog seconds")
-    parser.add_argument("--how", choices=["raise", "kill", "hang"], default="raise", help="crash: how rank 1 fails")
+    parser.add_argument("--how", choices=["raise", "exit", "kill", "hang"], default="raise", help="crash: how rank 1 fails")
     args = parser.parse_args(argv)
     install_excepthook()
-    comm = Communicator(timeout=args.timeout, transport=args.transport)
+    comm = Communicator(timeout=args.timeout, transport=args.transport, algorithm=args.algorithm)
     if args.device == "cuda":
         comm.select_gpu()
-    {"check": task_check, "measure": task_measure, "crash": task_crash}[args.task](args, comm)
+    tasks = {"check": task_check, "measure": task_measure, "collectives": task_collectives,
+             "crash": task_crash}
+    tasks[args.task](args, comm)
 
 
 if __name__ == "__main__":
