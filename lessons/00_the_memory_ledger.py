@@ -16,16 +16,13 @@
 # limit so that out-of-memory failures and their cures can be shown on any laptop.
 
 # %%
-import os
-
 import numpy as np
 
 import tinymem as tm
 import tinymem.functional as F
-from tinymem import memory
+from tinymem import memory, plots
+from course import OUT, QUICK, RECORDS, peak_phase
 
-QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
 tm.manual_seed(0)
 
 # %% [markdown]
@@ -48,16 +45,34 @@ for epoch in range(1 if QUICK else 10):
 with tm.no_grad():
     accuracy = (model(tm.tensor(x_test)).numpy().argmax(1) == y_test).mean()
 print(f"final loss {loss.item():.3f}, test accuracy {accuracy:.3f}")
-print(memory.format_table(memory.LEDGER.by_bucket(), "live now (between steps)"))
+print(memory.format_table(memory.LEDGER.by_bucket(), "live now, between steps (simulated device)"))
 
 # %% [markdown]
 # Between steps, activations are zero: backward frees each node's saved arrays as soon as it
 # has used them. Gradients stay until `zero_grad()`; optimizer state stays for good.
 #
+# And the workspace? The ledger can say which arrays are in it. tinymem counts an array from
+# the moment a Tensor wraps it until the last reference to its buffer dies — and our script
+# still holds some:
+
+# %%
+names = {id(x_test): "x_test, the test set (tm.tensor wrapped it to measure the accuracy)",
+         id(x.data): "x, the last batch", id(y.data): "y, its targets", id(loss.data): "loss, the last loss"}
+listed = 0
+for entry in memory.LEDGER.entries.values():
+    array = entry.ref()
+    if entry.place == "device" and entry.bucket == "workspace" and array is not None:
+        listed += entry.nbytes
+        print(f"  {entry.nbytes:>9,d} B  {str(array.dtype):<8} {str(array.shape):<10} "
+              f"{names.get(id(array), 'another array still referenced')}")
+print(f"  {listed:>9,d} B  in all: the workspace bucket holds {memory.live_bytes('workspace'):,d} B")
+
+# %% [markdown]
 # ## One step under the microscope
 #
 # `memory.track()` opens a window: peaks, a timeline of every allocation and free, and the
-# allocator's own measurement.
+# allocator's own measurement. `memory.mark` puts a label on the timeline (the optimizer's
+# `step()` marks itself).
 
 # %%
 opt.zero_grad()
@@ -65,42 +80,57 @@ x, y = next(iter(loader))
 with memory.track() as t:
     memory.mark("forward")
     loss = F.cross_entropy(model(x), y)
-    activations_at_end_of_forward = memory.live_bytes("activation")
+    end_of_forward = memory.LEDGER.by_bucket()
+    memory.mark("backward")
     loss.backward()
     opt.step()
-print(t.table())
-print(f"peak growth: ledger {t.peak_delta():,} B, tracemalloc {t.measured_peak():,} B")
-
-# %%
-from tinymem import plots  # noqa: E402
-
-fig, ax = plots.new_figure(width=7.5)
-plots.stacked_timeline(ax, t.timeline(), f"One Adam step, MLP {sizes}, batch {batch}")
-path = plots.save(fig, {"meta": {"machine": "this machine", "quick": QUICK}}, OUT, "lesson00_timeline.png")
-print("wrote", path)
+events = t.timeline()
+print(memory.format_table(end_of_forward, "at the end of forward (simulated device)"))
+print(memory.format_table(t.peak_by_bucket(), f"at the peak, which falls in '{peak_phase(t)}'"))
 
 # %% [markdown]
-# ## The buckets by formula
+# The activations are largest at the end of forward, yet the step's peak falls later (the
+# phase is printed above): gradients now exist for every weight, and the update makes its own
+# temporaries (see the formulas in the docstring of `tinymem/optim/adam.py`).
 #
-# For an MLP with layer sizes $n_0, \dots, n_L$ in float32 (4 bytes):
-#
-# - parameters: $4 \sum_i (n_i n_{i+1} + n_{i+1})$ bytes; gradients: the same;
-# - Adam: two arrays per parameter, $8 \sum_i (n_i n_{i+1} + n_{i+1})$;
-# - activations for a batch $B$: each Linear saves its input, each ReLU its output — and the
-#   ReLU's output *is* the next Linear's input, so it is counted once:
-#   $4B(n_0 + n_1 + \dots + n_{L-1})$, plus the loss's probabilities $4 B n_L$ and the
-#   integer targets $8B$.
+# **The ledger against the allocator.** Both report the growth above the moment the window
+# opened:
 
 # %%
-params = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
-predicted = {"parameter": 4 * params, "gradient": 4 * params, "optimizer": 8 * params,
-             "activation": 4 * batch * sum(sizes[:-1]) + 4 * batch * sizes[-1] + 8 * batch}
+print(f"peak growth: ledger {t.peak_delta():,} B, tracemalloc {t.measured_peak():,} B "
+      f"({t.measured_peak() / t.peak_delta() - 1:+.1%})")
+opt.zero_grad()
+with memory.track(timeline=False) as quiet:
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+print(f"the same step without a timeline: ledger {quiet.peak_delta():,} B, tracemalloc "
+      f"{quiet.measured_peak():,} B ({quiet.measured_peak() / quiet.peak_delta() - 1:+.1%})")
+print(f"the timeline above holds {len(events)} events")
+
+# %% [markdown]
+# tracemalloc counts every allocation of the process, not only NumPy's buffers: the timeline
+# the window records (one Python record per event), the Tensors and graph nodes of the step,
+# the ledger's own record per live array. Switch the timeline off and most of the gap goes;
+# what remains is the Python objects. The ledger is the account of the arrays; the allocator
+# is what a GPU would actually run out of.
+
+# %%
+fig, ax = plots.new_figure(width=7.5)
+plots.stacked_timeline(ax, events, f"One Adam step, MLP {sizes}, batch {batch} (simulated device)")
+print("wrote", plots.save(fig, RECORDS, OUT, "lesson00_timeline.png"))
+
+# %% [markdown]
+# ## The buckets, by formula: your turn
+#
+# Every bucket of this MLP can be predicted with pencil and paper before anything runs —
+# exercises 1 and 2. Here is what the ledger counted, to hold your formulas against:
+
+# %%
 measured = {"parameter": sum(p.nbytes for p in model.parameters()),
             "gradient": sum(p.grad.nbytes for p in model.parameters()),
-            "optimizer": opt.state_bytes(), "activation": activations_at_end_of_forward}
-for bucket in predicted:
-    print(f"{bucket:<10} formula {predicted[bucket]:>9,d}  ledger {measured[bucket]:>9,d}")
-    assert predicted[bucket] == measured[bucket]
+            "optimizer": opt.state_bytes(), "activation": end_of_forward["activation"]}
+for bucket, value in measured.items():
+    print(f"{bucket:<10} {value:>9,d} B   (MLP {sizes}, batch {batch}, float32)")
 
 # %% [markdown]
 # ## An out-of-memory error, simulated
@@ -109,7 +139,7 @@ for bucket in predicted:
 
 # %%
 try:
-    with memory.track(budget=memory.live_bytes() + predicted["activation"] // 2):
+    with memory.track(budget=memory.live_bytes() + measured["activation"] // 2):
         F.cross_entropy(model(x), y).backward()
 except tm.OutOfMemoryError as err:
     print(str(err).splitlines()[0])
@@ -118,9 +148,11 @@ except tm.OutOfMemoryError as err:
 # ## Exercises (`lessons/exercises/ex00.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_00`)
 #
 # 1. `mlp_parameter_bytes(sizes, bytes_per_value=4)`: the parameter bytes of `MLP(sizes)`.
-# 2. `adam_step_bytes(sizes, batch)`: the bytes of the parameter, gradient and optimizer buckets
-#    after one Adam step, as a dict.
-# 3. `mlp_activation_bytes(sizes, batch)`: the activation bytes at the end of the forward pass
-#    with a cross-entropy loss (check it against the ledger!).
-# 4. Think: why does the ledger's peak happen at the start of backward and not at its end?
-#    What changes if you call `zero_grad()` *after* `step()` instead of before the forward?
+# 2. `mlp_activation_bytes(sizes, batch)`: the activation bytes at the end of the forward pass
+#    with a cross-entropy loss. Which arrays does each layer save, and which of them are the
+#    same buffer?
+# 3. `replay_peak(start, events)`: replay a tracking window's events yourself and find its peak,
+#    the bytes of each bucket at that moment and the phase it falls in. Why is the peak not the
+#    sum of each bucket's own maximum (`Tracker.max_by_bucket`)?
+# 4. Think: which arrays make the peak of the step above? What would change if you called
+#    `zero_grad()` right after `step()` instead of before the forward?

@@ -20,15 +20,17 @@ import numpy as np
 
 import tinymem as tm
 from tinymem import memory, plots
+from tinymem.measure.records import read_records
 from tinymem.techniques import checkpoint as ckpt
 from tinymem.techniques.checkpoint import segments
 from tinymem.techniques.checkpoint.schedule import choose_schedule
-from tinymem.techniques.checkpoint import checkpoint, checkpoint_sequential
-from tinymem.techniques.checkpoint.revolve import binomial_forwards, checkpoint_revolve, revolve
+from tinymem.techniques.checkpoint import checkpoint, checkpoint_sequential, resolve_segments
+from tinymem.techniques.checkpoint.revolve import checkpoint_revolve, revolve
+from course import FIGURES, OUT, QUICK, RECORDS
 
-QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
-WIDTH, BATCH = (32, 16) if QUICK else (256, 128)
+# The committed depth figure's network: this lesson measures the very same one.
+FIGURE = read_records(FIGURES, "checkpoint")
+WIDTH, BATCH, SLOTS = FIGURE["depth"]["width"], FIGURE["depth"]["batch"], FIGURE["config"]["slots"]
 
 
 def deep_mlp(n, width=WIDTH):
@@ -36,9 +38,9 @@ def deep_mlp(n, width=WIDTH):
     return tm.nn.Sequential(*[tm.nn.Sequential(tm.nn.Linear(width, width), tm.nn.ReLU()) for _ in range(n)])
 
 
-def one_step(model, run):
+def one_step(model, run, batch=BATCH):
     """Buckets at the peak of one forward + backward with ``run(model, x)``."""
-    x = tm.randn(BATCH, model[0][0].in_features, requires_grad=True)
+    x = tm.randn(batch, model[0][0].in_features, requires_grad=True)
     with memory.track(measure=False) as t:
         run(model, x).backward(np.ones(x.shape, np.float32))
     return t
@@ -49,12 +51,17 @@ def one_step(model, run):
 #
 # A block Linear(w, w) → ReLU at batch B keeps one B×w state for backward (the ReLU's output,
 # which is also the next Linear's input: one buffer, counted once). Its weight is w×w. So
-# activations beat parameters as soon as B·(depth + 1) > w·depth, roughly B > w.
+# activations beat parameters as soon as B·(depth + 1) > w·depth, roughly B > w. Below, 32
+# blocks of width w at a batch of w/4 and at 4w:
 
 # %%
-model = deep_mlp(32)
-t = one_step(model, lambda m, x: m(x))
-print(memory.format_table(t.max_by_bucket(), "highest bytes per bucket, plain step, 32 blocks"))
+width = 64 if QUICK else WIDTH
+model = deep_mlp(32, width)
+for batch in (width // 4, 4 * width):
+    peak = one_step(model, lambda m, x: m(x), batch).max_by_bucket()
+    print(f"width {width}, batch {batch:>4}: parameters {memory.format_bytes(peak['parameter']):>10}, "
+          f"activations {memory.format_bytes(peak['activation']):>10} "
+          f"({peak['activation'] / peak['parameter']:.2f}x the parameters)")
 
 # %% [markdown]
 # ## The sqrt(n) argument on paper
@@ -93,43 +100,51 @@ print(inspect.getsource(checkpoint_sequential).split('"""')[-1])
 # %% [markdown]
 # ## Reproducing the depth figure
 #
-# (`python -m tinymem figures --only checkpoint` draws the full `figures/checkpoint_depth.png`
-# and `figures/checkpoint_frontier.png`, PyTorch beside tinymem.)
+# `python -m tinymem figures --only checkpoint` draws `figures/checkpoint_depth.png` (the
+# activation peak against depth) and `figures/checkpoint_frontier.png` (step time against
+# memory, where PyTorch's `checkpoint_sequential` is timed on the same network). Here is the
+# depth figure's network (width and batch read from its records), measured again by this
+# lesson; the ledger is exact, so the numbers must equal the committed ones.
 
 # %%
-depths = [4, 8, 16, 32] if QUICK else [8, 16, 32, 64, 128]
+depths = [8, 16, 32] if QUICK else [8, 16, 32, 64, 128]
 schedules = {"none": lambda m, x: m(x),
              "sqrt(n) segments": lambda m, x: checkpoint_sequential(m, "sqrt", x),
-             "revolve, 3 slots": lambda m, x: checkpoint_revolve(m, 3, x)}
+             f"revolve, {SLOTS} slots": lambda m, x: checkpoint_revolve(m, SLOTS, x)}
+committed = {(r["depth"], r["schedule"]): r["activation_peak"] for r in FIGURE["depth"]["rows"]}
 peaks = {name: [] for name in schedules}
 for n in depths:
     model = deep_mlp(n)
     for name, run in schedules.items():
-        peaks[name].append(one_step(model, run).max_by_bucket()["activation"] / 2**20)
+        peaks[name].append(one_step(model, run).max_by_bucket()["activation"])
+print(f"width {WIDTH}, batch {BATCH}: activation peak, this run / the figure's records")
 fig, ax = plots.new_figure()
 for name, ys in peaks.items():
-    ax.plot(depths, ys, marker="o", label=name)
-    print(f"{name:>18}: " + "  ".join(f"{y:.3f}" for y in ys) + " MiB")
+    ax.plot(depths, [y / 2**20 for y in ys], marker="o", label=name)
+    print(f"{name:>18}: " + "  ".join(f"{memory.format_bytes(y)} / {memory.format_bytes(committed[(n, name)])}"
+                                      for n, y in zip(depths, ys)))
+    assert all(y == committed[(n, name)] for n, y in zip(depths, ys)), "the ledger no longer matches the figure"
 ax.set_xscale("log", base=2)
 ax.set_yscale("log")
-ax.set_xlabel("depth n")
-ax.set_ylabel("activation peak (MiB, ledger)")
+ax.set_xlabel("depth n (blocks)")
+ax.set_ylabel("activation peak (MiB, ledger, simulated device)")
+ax.set_title(f"width {WIDTH}, batch {BATCH}", fontsize=9)
 ax.legend()
-plots.save(fig, {"meta": {"machine": "this lesson", "tinymem": tm.__version__, "quick": QUICK}}, OUT, "lesson01_depth.png")
+print("wrote", plots.save(fig, RECORDS, OUT, "lesson01_depth.png"))
 
 # %% [markdown]
 # ## Revolve: the fewest recomputations for s slots
 #
 # With s slots (the input takes one), Griewank and Walther's binomial checkpointing reverses l
-# steps with the fewest forward recomputations: r·l − C(s+r, s+1), r the smallest integer with
-# C(s+r, s) ≥ l. The schedule advances, keeps a snapshot, reverses the far part with one slot
-# fewer, frees the slot, restores, and reverses the near part. Here is l = 8, s = 3 as a
-# picture: time goes down, each row is one action.
+# steps with the fewest forward recomputations — and that fewest has a closed form, a count of
+# binomial coefficients (exercise 2 asks you for it). The schedule advances, keeps a snapshot,
+# reverses the far part with one slot fewer, frees the slot, restores, and reverses the near
+# part. Here is l = 8, s = 3 as a picture: time goes down, each row is one action.
 
 # %%
 schedule = revolve(8, 3)
 print(f"{len(schedule)} actions, {schedule.forwards} recomputed layer forwards "
-      f"(formula: {binomial_forwards(8, 3)}; with 1 slot: {binomial_forwards(8, 1)})")
+      f"(with 1 slot: {revolve(8, 1).forwards})")
 fig, ax = plots.new_figure(width=5, height=6)
 colors = {"advance": "#4c72b0", "snapshot": "#55a868", "restore": "#8c8c8c", "free": "#dd8452",
           "backward": "#c44e52"}
@@ -147,7 +162,7 @@ ax.set_xlabel("state index i (x_0 .. x_8)")
 ax.set_ylabel("action")
 ax.legend(fontsize=7, loc="upper right")
 ax.set_title("revolve(8 steps, 3 slots)")
-plots.save(fig, {"meta": {"machine": "this lesson", "tinymem": tm.__version__, "quick": QUICK}}, OUT, "lesson01_revolve.png")
+print("wrote", plots.save(fig, RECORDS, OUT, "lesson01_revolve.png"))
 
 # %% [markdown]
 # ## Give a budget, not a segment count
@@ -160,11 +175,72 @@ plots.save(fig, {"meta": {"machine": "this lesson", "tinymem": tm.__version__, "
 model = deep_mlp(16)
 x = tm.randn(BATCH, WIDTH, requires_grad=True)
 plain = one_step(model, lambda m, h: m(h)).max_by_bucket()["activation"]
+print(f"plain: {plain:,d} B of activations; sqrt(n) = {resolve_segments('sqrt', 16)} segments")
 for fraction in (0.6, 0.35, 0.2):
     plan = choose_schedule(model, x, int(plain * fraction))
     got = one_step(model, lambda m, h: plan(m, h)).max_by_bucket()["activation"]
     print(f"budget {fraction:.0%} of plain: {plan.kind}={plan.count}, {plan.recomputed} recomputed "
           f"forwards, predicted {plan.predicted_peak} B, ledger {got} B")
+
+# %% [markdown]
+# ## Selective recomputation: keep the matmuls, recompute the rest
+#
+# Full recomputation runs a segment's whole forward again. But the time of a forward sits in a
+# few ops (matmuls, convolutions) and its saved bytes in many cheap ones (LayerNorm's x-hat, the
+# GELU's input, the attention weights, elementwise results). Korthikanti et al. (2022) keep the
+# first and recompute the second; PyTorch calls it selective activation checkpointing. In
+# tinymem it is the `policy` argument of `checkpoint`: `policy=["linear", "matmul", "conv2d"]`
+# (or `ckpt.Policy(save=...)`, or `ckpt.Policy(recompute=[...])` to name what is recomputed).
+#
+# How it works (`tinymem/techniques/checkpoint/selective.py`): the checkpoint's forward runs its
+# function through an *op hook* (`tinymem.autograd.op_hook`, a seam of `Function.apply`) that
+# stores the outputs of the kept ops; backward recomputes the function through a hook that hands
+# each kept op its stored output and calls only its `keep_for_backward` (what its forward saves,
+# without the arithmetic). The stored outputs are the values the recomputation would produce,
+# so the gradients are bit-identical to the plain run:
+
+# %%
+from tinymem.experiments.checkpoint_nets import model_activation_peak, transformer_problem
+
+name, lm, lm_loss = transformer_problem(quick=True)
+
+
+def lm_grads(strategy):
+    lm.zero_grad()
+    lm_loss(strategy).backward()
+    return [p.grad.numpy().copy() for p in lm.parameters()]
+
+
+plain_grads = lm_grads("none")
+print("selective gradients identical to plain:",
+      all(np.array_equal(a, b) for a, b in zip(plain_grads, lm_grads("selective"))))
+for strategy in ("none", "full recompute", "selective"):
+    print(f"{name}, {strategy:15s}: activation peak {model_activation_peak(lm, lm_loss, strategy):,d} B")
+
+# %% [markdown]
+# Each block keeps its input and its four Linear outputs, not its LayerNorms, attention
+# weights and GELU input. Backward redoes the norms, the softmax and the GELU, but no
+# projection. The right panel of the frontier figure measures it at full size, on the
+# Transformer LM and on the U-Net (whose blocks keep their convolutions), beside no
+# checkpointing, full recomputation and sqrt(n) segments:
+
+# %%
+from tinymem.measure.records import read_records
+
+committed = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(tm.__file__))), "figures")
+if os.path.exists(os.path.join(committed, "data", "checkpoint.json")):
+    for data in read_records(committed, "checkpoint").get("models", {}).values():
+        for r in data["rows"]:
+            print(f"{data['model']}: {r['strategy']:17s} activations {r['memory_ratio']:.3f}x, "
+                  f"step time {r['time_ratio']:.3f}x of none")
+
+# %% [markdown]
+# ![the frontier, with whole models on the right](../figures/checkpoint_frontier.png)
+#
+# On the left panel, PyTorch's point at k = 64 is `checkpoint_sequential` with one block per
+# segment: every block is recomputed (one whole extra forward) and each of the 63 checkpoints
+# re-enters the autograd engine with a backward of its own. RNG preservation is not what it
+# pays for: switching it off changes nothing measurable.
 
 # %% [markdown]
 # ## Pitfalls
@@ -220,8 +296,10 @@ print("forward side effect applied", counter.updates, "time(s)")
 # `TINYMEM_EXERCISES=student python -m pytest -m exercise_01`)
 #
 # 1. `segment_peak_states(n, k)`: the activation peak of `checkpoint_sequential` on n
-#    Linear → ReLU blocks with k segments, in states. Which k minimises it for n = 64?
-# 2. `revolve_forwards(n_steps, slots)`: the binomial formula. How many slots make revolve
-#    as cheap in time as sqrt(n) segments for n = 64?
-# 3. `checkpoint_one(function, x)`: your own checkpoint `Function` for one input, with the
-#    RNG replay, keeping only x for backward.
+#    Linear → ReLU blocks with k segments, in states — exactly, with the remainder of n / k
+#    where PyTorch's semantics put it. Which k minimises it for n = 64?
+# 2. `revolve_forwards(n_steps, slots)`: the fewest recomputed forwards, in closed form (work
+#    it out from the schedule's recursion; `revolve` itself is off limits). How many slots make
+#    revolve as cheap in time as sqrt(n) segments for n = 64?
+# 3. `checkpoint_one(function, x)`: your own checkpoint `Function` for one input, keeping only
+#    x for backward, with the RNG replay and the recomputation marked as one.

@@ -15,24 +15,27 @@
 # (the scaler), `tinymem/techniques/precision/half.py` (half models, masters), and the figures
 # of `tinymem/experiments/precision.py`.
 #
-# **Say it plainly: on the CPU mixed precision saves memory, not time.** NumPy has no float16
-# matrix multiply (an fp16 matmul is ~170x slower than fp32 here), so tinymem *stores* half
-# and *computes* in float32, upcasting on use. On a GPU (CuPy), float16 is computed in float16
-# with fp32 accumulation, which is where the speed comes from.
+# **Say it plainly: on the CPU mixed precision saves memory, not time.** NumPy has no fast
+# float16 matrix multiply (the cell below times one), so tinymem *stores* half and *computes*
+# in float32, upcasting on use. On a GPU (CuPy), float16 is computed in float16 with fp32
+# accumulation, which is where the speed comes from.
 
 # %%
-import os
-
 import numpy as np
 
 import tinymem as tm
 import tinymem.functional as F
-from tinymem import data, memory, models, optim, plots
+from tinymem import data, models, optim, plots
+from tinymem.measure.timing import best_time
 from tinymem.techniques import precision
 from tinymem.techniques.precision.bfloat16 import bfloat16_bits_to_float32, float32_to_bfloat16_bits
+from course import OUT, QUICK, RECORDS
 
-QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
+a32 = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+a16 = a32.astype(np.float16)
+seconds = {dtype: best_time(lambda a=a: a @ a, repeats=20) for dtype, a in (("float32", a32), ("float16", a16))}
+print(f"64x64 matmul on this CPU: float32 {seconds['float32'] * 1e6:.0f} us, float16 "
+      f"{seconds['float16'] * 1e6:.0f} us ({seconds['float16'] / seconds['float32']:.0f}x slower)")
 
 # %% [markdown]
 # ## 1. The formats, bit by bit
@@ -81,13 +84,14 @@ ax.set_yticks([])
 ax.set_xlabel("bits")
 ax.legend(fontsize=7, loc="lower right")
 ax.set_title("the fields of each format (bits per field)", fontsize=9)
-print("wrote", plots.save(fig, {"meta": {"machine": "this machine", "quick": QUICK}}, OUT, "lesson02_formats.png"))
+print("wrote", plots.save(fig, RECORDS, OUT, "lesson02_formats.png"))
 
 # %% [markdown]
-# **bfloat16 by hand.** Rounding float32 to bfloat16 drops the low 16 bits, rounding to
-# nearest with ties to even. One integer trick does it (the one in PyTorch's `c10::BFloat16`):
-# add `0x7FFF` plus the lowest kept bit, then shift. NaN needs its own case. tinymem matches
-# PyTorch bit for bit on every float32 (the tests check 10^6 random values and the edges).
+# **bfloat16 by hand.** Rounding float32 to bfloat16 keeps the high 16 bits of the pattern,
+# rounding to nearest with ties to even. It can be done on the integer bit pattern alone,
+# without any float arithmetic — PyTorch's `c10::BFloat16` does it in one line, and exercise 3
+# asks you to find that line. NaN needs its own case. tinymem matches PyTorch bit for bit on
+# every float32 (its tests check random patterns and the edges).
 
 # %%
 edge = np.array([1.0, 1 + 2**-8, 1 + 3 * 2**-8, 65504.0, 3.4028235e38, -0.0, 1e-40, np.nan], np.float32)
@@ -214,14 +218,16 @@ from tinymem.experiments import precision_steps as bench  # noqa: E402
 sizes = (32, 6, 256) if QUICK else bench.SIZES["full"]
 rows = {mode: bench.step_memory(mode, *sizes) for mode in bench.MODES}
 for mode, r in rows.items():
-    print(f"{mode:>9}: ledger peak {r['ledger_peak'] / 2**20:6.2f} MiB "
+    print(f"{mode:>9}: ledger peak growth {r['ledger_peak'] / 2**20:6.2f} MiB "
           f"({r['ledger_peak'] / rows['float32']['ledger_peak']:.2f}x), measured "
           f"{r['measured_peak'] / 2**20:6.2f} MiB ({r['measured_peak'] / rows['float32']['measured_peak']:.2f}x)")
     print("          at the peak:", {b: f"{v / 2**20:.2f}" for b, v in r["peak_by_bucket"].items()})
 
 # %% [markdown]
-# The half runs pay float32 *temporaries* inside each op (compute is fp32 on the CPU): a few
-# B x W arrays, whatever the depth. The deeper the model, the closer the ratio gets to 0.5.
+# Both columns are the growth above the moment the window opened (`Tracker.peak_delta`, and
+# tracemalloc's peak growth), of the simulated device. The half runs pay float32
+# *temporaries* inside each op (compute is fp32 on the CPU): a few B x W arrays, whatever the
+# depth. The deeper the model, the closer the ratio gets to 0.5.
 # The full figures (`python -m tinymem figures --only precision`) show it at depth 64:
 # `figures/precision_memory.png`, and the task where float16 without scaling fails:
 # `figures/precision_training.png`.
@@ -244,6 +250,7 @@ for mode, r in rows.items():
 # 3. `to_bfloat16_bits(x)`: round float32 to bfloat16 with integer arithmetic only.
 # 4. `update_scale(...)`: one step of the dynamic scale rule; the check runs it beside `GradScaler`.
 # 5. `largest_safe_scale(max_abs_grad)`: the largest power-of-two scale that keeps a gradient finite in float16.
-# 6. Think: the regression of `precision_training.png` computes its loss in units of 3e-3.
-#    Work out the gradient reaching the model's output (MSE, 128 x 8 outputs) and say which
-#    static scale would have been enough. Why does bfloat16 not need one?
+# 6. Think: the regression of `precision_training.png` (`train_regression` in
+#    `tinymem/experiments/precision.py`) computes its loss in units of `UNIT`. Work out the
+#    gradient reaching the model's output from its batch size, its output width and `UNIT`,
+#    and say which static scale would have been enough. Why does bfloat16 not need one?

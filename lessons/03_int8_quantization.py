@@ -2,9 +2,10 @@
 # # Lesson 3 — INT8 quantization: calibration, int8 layers, compressed activations
 #
 # A float32 number costs 4 bytes; an int8 costs 1. Quantization stores a tensor as small
-# integers plus a *scale* and a *zero point* (Jacob et al. 2018):
-#
-#     q = clamp(round(r / scale) + zero_point, qmin, qmax)        r ≈ scale · (q − zero_point)
+# integers plus a *scale* and a *zero point* (Jacob et al. 2018): the integers are the points
+# of an evenly spaced grid, `scale` is the grid's step, `zero_point` the integer that stands
+# for 0.0, and a stored integer q means the real number r ≈ scale · (q − zero_point). Values
+# beyond the grid's ends are clamped to them.
 #
 # Three places in training and inference can use it, each attacking one bucket of the ledger:
 # **weights** of a trained model (the `parameter` bucket, 4x smaller), **activations** flowing
@@ -14,18 +15,15 @@
 # quantization), `compressed.py` (compressed saved activations).
 
 # %%
-import os
-
 import numpy as np
 
 import tinymem as tm
 import tinymem.functional as F
 from tinymem import memory, plots
+from tinymem.measure.records import read_records
 from tinymem.techniques import quantization as Q
+from course import FIGURES, OUT, QUICK, RECORDS as META
 
-QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
-META = {"meta": {"machine": "this lesson", "tinymem": tm.__version__, "quick": QUICK}}
 tm.manual_seed(0)
 
 # %% [markdown]
@@ -68,8 +66,13 @@ print("max error inside:", float(np.abs(back - r)[inside].max()), "  scale/2:", 
 # | `HistogramObserver` | the [min, max] of least L2 error over a 2048-bin histogram (PyTorch) |
 # | `EntropyObserver` | the threshold of least KL divergence between the histogram and its 128-level version (TensorRT) |
 #
-# The first three and the histogram give exactly PyTorch's `scale` and `zero_point`
-# (`tests/techniques/quantization/test_observers.py` compares them on random data).
+# How close to PyTorch each one is (`tests/techniques/quantization/test_observers.py` holds
+# them against PyTorch's observers on random data): `MinMaxObserver`,
+# `MovingAverageMinMaxObserver` and `PerChannelMinMaxObserver` give exactly PyTorch's `scale`
+# and `zero_point` (the same float32 formulas); `HistogramObserver` follows PyTorch's search
+# but bins with its own histogram, so the test holds it to a small tolerance, not to equality;
+# `PercentileObserver` and `EntropyObserver` have no PyTorch observer to compare with (the
+# entropy one is TensorRT's calibrator).
 
 # %%
 x_train, y_train, x_test, y_test = tm.data.load_digits()
@@ -116,21 +119,31 @@ plots.save(fig, META, OUT, "lesson03_ranges.png")
 # matmul with int32 accumulation, and one float multiply to rescale: y = sx·sw·acc + b.
 
 # %%
+def predictions(m):
+    with tm.no_grad():
+        return m(tm.tensor(x_test)).numpy().argmax(1)
+
+
+fp32_predictions = predictions(model)
+quantized = {}
 for name, observer in [("min-max", Q.MinMaxObserver), ("histogram (L2)", Q.HistogramObserver)]:
     for per_channel in (False, True):
         qmodel = tm.models.MLP(sizes)
         qmodel.load_state_dict(model.state_dict())
         before = memory.live_bytes("parameter")
         Q.quantize_model(qmodel, calibration, observer, per_channel=per_channel)
+        quantized[name, per_channel] = predictions(qmodel)
+        changed = int((quantized[name, per_channel] != fp32_predictions).sum())
         print(f"{name:15s} {'per-channel' if per_channel else 'per-tensor ':11s} accuracy "
-              f"{accuracy(qmodel):.4f} (fp32 {fp32_acc:.4f}); the ledger freed "
-              f"{before - memory.live_bytes('parameter'):,d} B of parameters")
+              f"{accuracy(qmodel):.4f} (fp32 {fp32_acc:.4f}), {changed} of {len(y_test)} predictions "
+              f"changed; the ledger freed {before - memory.live_bytes('parameter'):,d} B of parameters")
 print(qmodel)
 
 # %% [markdown]
 # **Per-channel versus per-tensor.** One scale for a whole weight matrix is set by its largest
 # row; rows with small weights then use few of the 256 levels. A scale per output channel
-# fits each row. Here is the relative error of each row of the first layer:
+# fits each row. Here is the relative error of each row of the first layer — and, beside it,
+# how many test predictions the choice changes on this model:
 
 # %%
 w = model[0].weight.numpy()
@@ -147,28 +160,41 @@ for per_channel in (False, True):
     errors[per_channel] = np.linalg.norm(wq - w, axis=1) / np.linalg.norm(w, axis=1)
 print(f"row relative error: per-tensor median {np.median(errors[False]):.4f}, "
       f"per-channel median {np.median(errors[True]):.4f}")
+for name in ("min-max", "histogram (L2)"):
+    differ = int((quantized[name, False] != quantized[name, True]).sum())
+    print(f"{name}: per-tensor and per-channel disagree on {differ} of {len(y_test)} test predictions")
+
+# %% [markdown]
+# Per-channel rows err less (the two medians). But on this small digits model both errors are
+# far below what it takes to move a prediction: the printout counts how few test predictions
+# quantization changes at all, and how many the per-channel choice changes on top — which is
+# why the four accuracies above can be equal. Per-channel pays off where the rows of a weight
+# differ in scale by much more (the weights of large Transformers), and it is the default for
+# weights for that reason.
 
 # %% [markdown]
 # ## The float-GEMM trick: exact integer matmul at BLAS speed
 #
 # NumPy has no integer BLAS: an int32 matmul runs a slow loop. But an int8 value is an exact
-# float32 number, and so is every integer up to 2**24 (float32 has 24 significand bits). A dot
-# product of K pairs of int8 has partial sums of at most K·128·128 = K·2**14 in magnitude, so
-# for **K ≤ 1024 every partial sum, in whatever order BLAS adds, is exact**: the float32 GEMM
-# returns exactly the int32 sum. `int_matmul` cuts larger K into chunks of 1024 and adds the
-# chunks in int32. (uint8 activations are first shifted by −128 into int8 so the bound holds;
-# the shift comes back as a per-column correction.)
+# float32 number, and so is every integer up to 2**24 (float32 has 24 significand bits). As
+# long as no partial sum of a dot product can pass 2**24 — in whatever order BLAS adds — the
+# float32 GEMM returns exactly the integer result. A long dot product can pass it, so
+# `int_matmul` cuts K into chunks short enough to be safe and adds the chunks' results in int32.
+# (How short? That is exercise 3. uint8 activations are first shifted by −128 into int8; the
+# shift comes back as a per-column correction.) Below, K is several chunks long, and one row
+# and one column are all 127, the largest partial sums int8 can make:
 
 # %%
 rng = np.random.default_rng(0)
-k = 1024 if QUICK else 4096
+k = 3 * Q.modules.EXACT_K + 5
 a = rng.integers(-128, 128, (64, k)).astype(np.int8)
 b = rng.integers(-128, 128, (k, 64)).astype(np.int8)
+a[0], b[:, 0] = 127, 127
 exact = a.astype(np.int64) @ b.astype(np.int64)
-print("int_matmul equals the int64 reference:", np.array_equal(Q.int_matmul(a, b), exact))
-run = np.cumsum(np.full(4096, 127.0 * 127.0, np.float32), dtype=np.float32)
-print("adding 127·127 in float32 one by one: exact after 1024 terms:", int(run[1023]) == 1024 * 127 * 127,
-      "; after 4096:", int(run[-1]) == 4096 * 127 * 127)
+plain = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.int64)
+print(f"K = {k}: one float32 GEMM gets {int((plain != exact).sum())} of {exact.size} entries wrong "
+      f"(row 0 x column 0: {plain[0, 0]:,d} instead of {exact[0, 0]:,d})")
+print("int_matmul, chunked, equals the int64 reference:", np.array_equal(Q.int_matmul(a, b), exact))
 
 # %% [markdown]
 # ## Compressed saved activations for training (ActNN)
@@ -204,7 +230,13 @@ print("2-bit stochastic rounding, mean of 2000 samples:", np.round(samples, 3), 
 
 # %% [markdown]
 # The figure `quant_activation_bits.png` (`python -m tinymem figures --only quantization`) trains
-# with 32, 8, 4 and 2 bits: int8 storage keeps the accuracy at about 0.26x of the saved bytes.
+# with 32, 8, 4 and 2 bits. Its committed records:
+
+# %%
+for row in read_records(FIGURES, "quantization")["bits"]["rows"]:
+    print(f"{row['bits']:2d} bits: {row['saved_ratio']:.3f}x the saved bytes of float32, test accuracy {row['accuracy']:.3f}")
+
+# %% [markdown]
 #
 # ## Pitfalls
 #
@@ -213,8 +245,9 @@ print("2-bit stochastic rounding, mean of 2000 samples:", np.round(samples, 3), 
 #   min-max range enough to cost points (see `quant_calibration.png`).
 # - **Calibration data must look like the real inputs.** Observers learn the range from it.
 # - **The ReLU reads its mask from its saved output.** If compression rounds a small positive
-#   value to 0, the gradient through it is cut: 0.2 % flipped bits cost 10 % of the gradient
-#   norm at 8 bits. `keep_sign` (the default) reserves code 0 for the exact minimum.
+#   value to 0, the gradient through it is cut — a handful of flipped mask bits costs far more
+#   of the gradient than the rounding itself. `keep_sign` (the default) reserves code 0 for the
+#   exact minimum.
 # - **Saved views count their whole base array.** Saving `x[:128]` keeps all of `x` alive, and
 #   the ledger says so; copy a slice you keep for backward.
 # - **Compression costs time and transient memory**: the float temporaries of `compress` exist
@@ -224,10 +257,11 @@ print("2-bit stochastic rounding, mean of 2000 samples:", np.round(samples, 3), 
 # ## Exercises (`lessons/exercises/ex03.py`; check with
 # `TINYMEM_EXERCISES=student python -m pytest -m exercise_03`)
 #
-# 1. `affine_qparams(min_val, max_val, quant_min, quant_max)`: PyTorch's affine scale and
-#    zero point (widen the range to contain 0; float32 arithmetic; round half to even).
-# 2. `fake_quant(x, scale, zero_point, quant_min, quant_max)` and its straight-through
-#    gradient `fake_quant_grad(x, scale, zero_point, quant_min, quant_max, g)`.
+# 1. `affine_qparams(min_val, max_val, quant_min, quant_max)`: the scale and zero point of
+#    PyTorch's per-tensor affine observers, bit for bit. What must happen to a range that
+#    does not contain 0?
+# 2. `fake_quant(x, scale, zero_point, quant_min, quant_max, axis=None)` (per tensor, or one
+#    scale per slice along `axis`) and its straight-through gradient `fake_quant_grad`.
 # 3. `exact_int8_matmul(a, b)`: an exact int32 matmul of int8 arrays using only float32
-#    matmuls (any K up to 100,000).
+#    matmuls (any K up to 100,000). Work out the longest chunk that is always exact.
 # 4. `pack_2bit(codes)` / `unpack_2bit(packed, n)`: four 2-bit codes per byte and back.

@@ -28,8 +28,6 @@
 
 # %%
 import contextlib
-import os
-import pathlib
 import tempfile
 import time
 
@@ -39,11 +37,9 @@ import tinymem as tm
 import tinymem.functional as F
 from tinymem import memory
 from tinymem.experiments import offload as exp
-from tinymem.measure.records import read_records
 from tinymem.techniques import offload
+from course import OUT, QUICK, RECORDS, peak_phase
 
-QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
 tm.manual_seed(0)
 
 # %% [markdown]
@@ -67,64 +63,89 @@ for page_cache in (True, False):
 #
 # ## 2. What to offload first
 #
-# Count the buckets of a training step (lesson 0's formulas) and ask, for each: how big is it,
+# Measure the buckets of one training step with the ledger and ask, for each: how big is it,
 # how often is it needed, and can its transfer hide behind compute?
 
 # %%
 sizes = [256, 512, 512, 512, 10]
 batch = 1024 if QUICK else 4096
-params = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
-acts = 4 * batch * sum(sizes[:-1]) + 4 * batch * sizes[-1] + 8 * batch
-for name, nbytes, uses in [("parameters", 4 * params, "2x per step (forward, backward)"),
-                           ("gradients", 4 * params, "1x (the update)"),
-                           ("Adam state", 8 * params, "1x (the update)"),
-                           ("activations", acts, "1x (backward), grows with the batch")]:
+model = tm.models.MLP(sizes)
+rng = np.random.default_rng(0)
+x = tm.tensor(rng.standard_normal((batch, sizes[0])).astype(np.float32))
+y = tm.tensor(rng.integers(0, sizes[-1], batch))
+adam = tm.optim.Adam(model.parameters())
+loss = F.cross_entropy(model(x), y)
+activations = memory.live_bytes("activation")
+loss.backward()
+adam.step()
+buckets = {"parameters": (memory.live_bytes("parameter"), "2x per step (forward, backward)"),
+           "gradients": (memory.live_bytes("gradient"), "1x (the update)"),
+           "Adam state": (memory.live_bytes("optimizer"), "1x (the update), stays between steps"),
+           "activations": (activations, "1x (backward), grows with the batch")}
+for name, (nbytes, uses) in buckets.items():
     print(f"{name:<12} {nbytes / 2**20:7.2f} MiB   needed {uses}")
+print(f"at batch {batch} the activations are {activations / memory.live_bytes('optimizer'):.2f}x Adam's state")
+del adam, loss
+model.zero_grad(set_to_none=True)
 
 # %% [markdown]
-# The usual order: **optimizer state first** (it is the biggest with Adam, needed once per step,
-# and the update can run where the state is — ZeRO-Offload's insight), **activations next**
-# (needed once, in a predictable order, so they can be prefetched), **weights last** (needed
-# twice per step, so they move twice).
+# The usual order: **optimizer state first** — with Adam it is twice the weights, the largest
+# bucket that stays on the device *between* steps, it is needed only once per step, and the
+# update can run where the state is (ZeRO-Offload's insight). At a large batch the activations
+# outgrow it (the ratio above), but they are gone between steps and shrink with the batch or
+# with checkpointing; the state does not. **Activations next** (needed once, in a predictable
+# order, so they can be prefetched), **weights last** (needed twice per step, so they move
+# twice).
 #
 # ## 3. Activation offload with `saved_tensors_hooks`
 #
 # Every tensor saved for backward goes through `pack` at save time and `unpack` when backward
 # needs it. `save_on_host` packs into a host copy; `save_on_disk` into a file in a private
-# temporary folder that is removed when the block exits — so **run backward inside the block**.
+# temporary folder, each file removed once backward has used it — so backward may run inside
+# the block or after it, as with PyTorch's `save_on_cpu`.
 # Parameters that an op saves (a Linear's weight) are left alone: they are resident anyway.
 
 # %%
-model = tm.models.MLP(sizes)
-rng = np.random.default_rng(0)
-x = tm.tensor(rng.standard_normal((batch, sizes[0])).astype(np.float32))
-y = tm.tensor(rng.integers(0, sizes[-1], batch))
-
-
 def one_step(ctx):
-    model.zero_grad()
+    model.zero_grad(set_to_none=True)
     with memory.track() as t, ctx:
+        memory.mark("forward")
         loss = F.cross_entropy(model(x), y)
         by_place = {p: memory.live_bytes("activation", p) for p in memory.PLACES}
+        memory.mark("backward")
         loss.backward()
     return t, by_place
 
 
+MiB = 2**20
 for name, ctx in [("no offload", None), ("save_on_host", offload.save_on_host(prefetch=0)),
                   ("save_on_disk", offload.save_on_disk(prefetch=0))]:
     t, by_place = one_step(ctx or contextlib.nullcontext())
-    print(f"{name:<13} activations after forward {by_place}; device peak {t.peak_delta() / 2**20:5.2f} MiB "
-          f"(ledger), allocator {t.measured_peak() / 2**20:5.2f} MiB")
+    split = t.peak_by_bucket()
+    print(f"{name:<13} activations after forward (MiB) {({p: round(v / MiB, 2) for p, v in by_place.items()})}\n"
+          f"{'':<13} device peak growth {t.peak_delta() / MiB:5.2f} MiB (ledger), allocator "
+          f"{t.measured_peak() / MiB:5.2f} MiB; the peak falls in {peak_phase(t)}, where the device holds "
+          f"activation {split['activation'] / MiB:.2f}, workspace {split['workspace'] / MiB:.2f}, "
+          f"gradient {split['gradient'] / MiB:.2f} MiB")
 
 # %% [markdown]
-# Read the last column: with `save_on_host` on the CPU the ledger's device peak drops, but the
-# allocator's (tracemalloc) does not — the host copy lives in the same RAM. That is the honest
-# accounting the warning above promised. With `save_on_disk` both drop: the bytes left the
-# process.
+# Read the allocator column: with `save_on_host` on the CPU the ledger's device peak drops, but
+# the allocator's (tracemalloc) does not — the host copy lives in the same RAM. That is the
+# honest accounting the warning above promised. With `save_on_disk` both drop: the bytes left
+# the process.
+#
+# Why does the device peak drop by much less than the activations that left? Because the peak
+# *moves*. Without offload it falls at the start of backward, on top of every saved activation.
+# With offload the end of forward is light, and the peak falls inside backward instead, where
+# the device holds backward's own working set: the saved input of one layer brought back, the
+# gradient flowing in, the gradient flowing out (each a batch x width array, workspace) and the
+# weight gradients made so far. In this shallow network that working set is nearly as large as
+# all the activations; the deeper the network, the larger the share that offload removes.
 #
 # ## 4. The overlap argument, and prefetch
 #
-# Without overlap a step costs `compute + bytes_out / write_bw + bytes_in / read_bw`. Saved
+# Without overlap a step pays its compute plus the time to write every offloaded byte out and
+# read it back in, at the bandwidths measured above (exercise 2 makes this a formula). Saved
 # tensors come back in **reverse order of packing**, so while backward computes layer *k*,
 # a background thread can already read layer *k-1*'s activations (and, in forward, write
 # layer *k*'s file while layer *k+1* computes). If the transfers are shorter than the compute
@@ -154,9 +175,9 @@ for mode in ("disk", "disk+prefetch"):
 # `offload_optimizer(opt, "host")` wraps *any* tinymem optimizer through its state storage: the
 # gradient goes down, the optimizer's own `update_parameter` runs on a host master copy and host state,
 # and the updated weight goes back up. `stream_layers(model, "host")` keeps the parameters on
-# the host and brings one layer at a time to the device, in forward and again in backward (a
-# pack hook saves a *reference* to the weight instead of its device copy); with `prefetch=1`
-# the device holds about two layers' weights.
+# the host and brings layers to the device as they are needed, in forward and again in backward
+# (a pack hook saves a *reference* to the weight instead of its device copy); `prefetch` says
+# how far ahead it fetches (how many weights that leaves on the device: exercise 3).
 #
 # ## 6. Fit a budget
 #
@@ -204,19 +225,15 @@ assert loss == plain_loss and all(np.array_equal(a, b) for a, b in zip(plain_par
 # `python -m tinymem figures --only offload` regenerates `figures/offload_timeline.png`
 # (device memory over one step: no offload, activation offload, layer streaming) and
 # `figures/offload_tradeoff.png` (step time against device peak, measured beside predicted).
-# Here in quick mode:
+# Here the same sweep runs on this machine, now (at quick sizes in quick mode):
 
 # %%
-saved = pathlib.Path(tm.__file__).resolve().parents[1] / "figures"
-if QUICK and (saved / "data" / "offload.json").exists():
-    records = read_records(saved, "offload")  # the committed run: redraw it, quickly
-else:
-    records = exp.run(quick=QUICK)
-    records["meta"] = {"machine": "this machine", "quick": QUICK}
+records = exp.run(quick=QUICK)
+records["meta"] = RECORDS["meta"]
 for path in exp.plot(records, OUT):
     print("wrote", path)
 for row in records["modes"]:
-    print(f"{row['mode']:<14} {row['seconds'] * 1e3:7.1f} ms measured, {row['predicted_seconds'] * 1e3:7.1f} ms "
+    print(f"{row['mode']:<14} {row['seconds'] * 1e3:7.1f} ms measured now, {row['predicted_seconds'] * 1e3:7.1f} ms "
           f"predicted, device peak {row['peak'] / 2**20:5.2f} MiB")
 print("targets:", records["targets"])
 
@@ -229,7 +246,8 @@ print("targets:", records["targets"])
 # - **The CPU update can dominate.** An Adam update is a few passes over 16 bytes per
 #   parameter; a CPU does that at a few GB/s, a GPU at a few TB/s. ZeRO-Offload overlaps the
 #   CPU update with the next step's backward and uses a vectorised CPU Adam; ours does not.
-# - **Backward inside the block** for `save_on_disk`: its files are gone once it exits.
+# - **A kept graph keeps its files**: `save_on_disk` removes a file when backward has used it
+#   or its graph is freed, so a `loss` kept without `backward()` holds its files on disk.
 # - **The page cache lies (kindly).** A file read right after it was written usually comes
 #   from RAM. Measure with `page_cache=False` to see the disk.
 # - **Prefetch costs memory**: `prefetch=k` keeps up to `k` arrays on the device ahead of use
@@ -240,7 +258,8 @@ print("targets:", records["targets"])
 # ## Exercises (`lessons/exercises/ex04.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_04`)
 #
 # 1. `offloaded_bytes(sizes, batch)`: the bytes `save_on_disk` writes for one forward of
-#    `MLP(sizes)` (ReLU) with a cross-entropy loss. Careful: which arrays are saved twice?
+#    `MLP(sizes)` (ReLU) with a cross-entropy loss. Careful: which arrays are saved twice, and
+#    does offload write them twice?
 # 2. `predicted_step_seconds(base_s, bytes_out, bytes_in, write_bw, read_bw, backward_s=None)`:
 #    the step time without overlap; with `backward_s` given, the reads hide behind that much
 #    backward compute.

@@ -5,19 +5,19 @@
 # often not the activations but the **optimizer state**: Adam keeps two float32 numbers for
 # every weight (the moving averages of the gradient and of its square), 8 bytes per parameter,
 # twice the weights themselves. This lesson counts the state of every optimizer in
-# `tinymem/optim/`, then looks at the two ideas that cut it by 4x to 100x:
+# `tinymem/optim/`, then looks at the two ideas that cut it: by a constant factor (8-bit state)
+# and by orders of magnitude (factored state) — section 2 prints both on a 7B model:
 #
 # - **Adafactor** (Shazeer and Stern, 2018) stores the second moment of an m x n matrix as one
-#   row vector and one column vector: 4(m + n) bytes instead of 4mn (`tinymem/optim/adafactor.py`);
+#   row vector and one column vector instead of a full matrix (`tinymem/optim/adafactor.py`);
 # - **8-bit Adam** (Dettmers et al., 2022) stores both moments as 1-byte codes with one float32
-#   scale per block of 2048 values (`tinymem/optim/adam8bit.py`, `tinymem/optim/blockwise.py`).
+#   scale per block of values (`tinymem/optim/adam8bit.py`, `tinymem/optim/blockwise.py`).
 #
 # and ends with a caution: comparing optimizers at one learning rate compares tunings, not
 # optimizers.
 
 # %%
 import math
-import os
 
 import numpy as np
 
@@ -25,11 +25,10 @@ import tinymem as tm
 import tinymem.functional as F
 from tinymem import memory, optim, plots
 from tinymem.experiments import optimizers as experiment
-from tinymem.measure.records import meta
+from tinymem.measure.records import read_records
 from tinymem.optim import blockwise, table
+from course import FIGURES, OUT, QUICK, RECORDS
 
-QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
 tm.manual_seed(0)
 
 # %% [markdown]
@@ -75,28 +74,39 @@ for label, (cls, options) in table.CONFIGS.items():
 #
 # A LLaMA-7B-shaped Transformer: 32 layers of four 4096 x 4096 attention matrices and three
 # 4096 x 11008 MLP matrices, two 32000 x 4096 embeddings, and small norm vectors. In float32
-# the weights take 27 GB and the gradients another 27 GB. The state on top:
+# the weights and the gradients each take 4 bytes per parameter. The state on top, and the
+# whole of weights + gradients + state against one 40 GB GPU:
 
 # %%
+GPU = 40e9
 d, ff, vocab, layers = 4096, 11008, 32000, 32
 llama = ([(d, d)] * 4 + [(ff, d), (ff, d), (d, ff)] + [(d,)] * 2) * layers + [(vocab, d)] * 2 + [(d,)]
 n_llama = sum(math.prod(s) for s in llama)
-print(f"{n_llama / 1e9:.2f} B parameters; weights {4 * n_llama / 1e9:.1f} GB in float32")
-for row in table.table(llama):
-    print(f"  {row['optimizer']:<28} {row['state_bytes'] / 1e9:8.2f} GB of state")
+weights_and_grads = 2 * 4 * n_llama
+print(f"{n_llama / 1e9:.2f} B parameters; weights {4 * n_llama / 1e9:.1f} GB and gradients "
+      f"{4 * n_llama / 1e9:.1f} GB in float32")
+rows = {row["optimizer"]: row["state_bytes"] for row in table.table(llama)}
+for name, state in rows.items():
+    total = weights_and_grads + state
+    print(f"  {name:<28} {state / 1e9:8.2f} GB of state ({state / rows['Adam']:7.2g}x Adam's), "
+          f"{total / 1e9:6.1f} GB in all: {'fits' if total <= GPU else 'does not fit'} {GPU / 1e9:.0f} GB")
 
 # %% [markdown]
-# Adam's 54 GB alone does not fit one 40 GB GPU; 8-bit Adam (13.5 GB) and Adafactor (a few MB:
-# 4(m+n) per matrix is nothing next to 4mn) do. This is the arithmetic behind ZeRO (lesson 7):
-# the "16 bytes per parameter" of mixed-precision Adam are 2 (fp16 weights) + 2 (fp16 grads) +
-# 12 (fp32 master weights and Adam's two moments).
+# No optimizer makes this model fit one 40 GB GPU in float32: the weights and gradients alone
+# are over it. What the state choice decides is how far from fitting it is — Adafactor's
+# factored state is a rounding error next to the weights, 8-bit Adam a quarter of Adam's — and
+# that is what the other techniques (half precision, offload, partitioning) then build on. This
+# is the arithmetic behind ZeRO (lesson 7): mixed-precision Adam keeps 16 bytes per parameter,
+# half weights and half gradients plus fp32 masters and Adam's two moments.
 #
 # ## 3. Adafactor's factorisation
 #
-# For a matrix gradient G, Adam keeps V = EMA(G²), m x n numbers. Adafactor keeps the row means
-# R = mean_j G² and the column means C = mean_i G², and rebuilds V ≈ R Cᵀ / mean(R). When G² is a
-# rank-1 matrix (each row a multiple of the others) this is exact; for real gradients it is the
-# closest rank-1 fit in I-divergence. Let us compare with Adam's V on one layer of a real run.
+# For a matrix gradient G, Adam keeps V = EMA(G²), m x n numbers. Adafactor keeps only the
+# averages of G² along the rows and along the columns, m + n numbers, and rebuilds V from their
+# outer product, normalised (exercise 2 rebuilds it exactly). When G² is a rank-1 matrix (each
+# row a multiple of the others) this is exact; for real gradients it is the closest rank-1 fit
+# in I-divergence. Let us compare the *shape* of the two on one layer of a real run: on a log
+# scale the normalisation is a constant, so the outer product alone says how alike they are.
 
 # %%
 tm.manual_seed(0)
@@ -111,10 +121,10 @@ for step, (xb, yb) in zip(range(5 if QUICK else 50), loader):
     adam.zero_grad()
 weight = model[2].weight
 state = factored.state[weight]
-v_adafactor = state["row_var"] @ state["col_var"] / state["row_var"].mean()
+outer = state["row_var"] @ state["col_var"]
 # Adam's v has its bias, Adafactor's beta2_t has none: compare shapes, not scales
 v_adam = adam.state[weight]["exp_avg_sq"]
-corr = np.corrcoef(np.log(v_adam.ravel() + 1e-30), np.log(v_adafactor.ravel() + 1e-30))[0, 1]
+corr = np.corrcoef(np.log(v_adam.ravel() + 1e-30), np.log(outer.ravel() + 1e-30))[0, 1]
 print(f"layer {weight.shape}: Adam keeps {v_adam.nbytes:,d} B, Adafactor "
       f"{state['row_var'].nbytes + state['col_var'].nbytes:,d} B; log-correlation of the two V: {corr:.2f}")
 
@@ -126,11 +136,12 @@ print(f"layer {weight.shape}: Adam keeps {v_adam.nbytes:,d} B, Adafactor "
 #
 # ## 4. Block-wise 8-bit quantization, one block at a time
 #
-# 8-bit Adam cuts each moment into blocks of 2048 values. A block keeps its absolute maximum A
-# in float32 and each value keeps one byte: the index of the nearest entry of a 256-value map to
-# x / A. The **dynamic map** spends its codes on a sign, a decimal exponent and a fraction, so it
-# represents 1e-7 as well as 0.9; the **linear map** spaces its codes evenly. Below, one block
-# of Adam's second moment from the run above, quantized both ways.
+# 8-bit Adam cuts each moment into blocks of 2048 values. A block keeps one float32 number that
+# sets its scale, and each value keeps one byte: a code that points into a table of 256 values,
+# the *map* (exercise 3 writes the encoder). The **dynamic map** spends its codes on a sign, a
+# decimal exponent and a fraction, so it represents 1e-7 as well as 0.9; the **linear map**
+# spaces its codes evenly. Below, one block of Adam's second moment from the run above,
+# quantized both ways.
 
 # %%
 block = v_adam.ravel()[:2048].astype(np.float32)
@@ -149,7 +160,7 @@ axes[0].set(xlabel="Adam's v (one block of 2048)", ylabel="after 8-bit round tri
             title="One block, two maps")
 axes[1].set(xlabel="code", ylabel="map value (x / absmax)", yscale="log", title="The 256 values of each map")
 axes[0].legend(fontsize=7)
-print(plots.save(fig, {"meta": meta("cpu", QUICK)}, OUT, "lesson05_one_block.png"))
+print("wrote", plots.save(fig, RECORDS, OUT, "lesson05_one_block.png"))
 
 # %% [markdown]
 # The linear map gives every value the same *absolute* error, half a step of absmax / 255, so
@@ -181,20 +192,40 @@ for k in ("Adam8bit dynamic", "Adam8bit linear"):
     err = np.linalg.norm(params[k].numpy() - params["Adam"].numpy()) / moved
     print(f"{k}: {opts[k].state_bytes() / opts['Adam'].state_bytes():.3f}x Adam's state, "
           f"distance from Adam's weights = {err:.3f} of the distance Adam moved")
+formula = table.bytes_per_param("Adam8bit", (n, n)) * n * n
+print(f"one {n} x {n} parameter: Adam8bit keeps {opts['Adam8bit dynamic'].state_bytes():,d} B; the per-tensor "
+      f"formula (codes + one scale per block) gives {formula:,.0f} B ({formula / opts['Adam'].state_bytes():.4f}x "
+      f"Adam); the difference, {opts['Adam8bit dynamic'].state_bytes() - formula:,.0f} B, is the two 256-value "
+      f"maps ({optim.Adam8bit.MAP_BYTES:,d} B), kept once per optimizer")
 
 # %% [markdown]
 # ## 5. The learning-rate caution
 #
-# Each optimizer has its own scale of learning rate: Lion's steps are ±lr per weight, so it
-# wants about 10x less than Adam; Adafactor's lr is a relative step; SGD wants 100x more. Run
-# everything at Adam's 1e-3 and "Adam wins" says nothing. `tinymem figures --only optimizers`
-# sweeps a small grid per optimizer and keeps the best held-out loss; here, a two-point version.
+# Each optimizer has its own scale of learning rate: Lion's steps are ±lr per weight;
+# Adafactor's lr is a relative step; plain SGD's step is the gradient itself, small where Adam
+# normalises it. Run everything at Adam's 1e-3 and "Adam wins" says nothing. `tinymem figures
+# --only optimizers` sweeps a grid per optimizer and keeps the best held-out loss; these are the
+# rates its committed run tuned:
+
+# %%
+sweep = read_records(FIGURES, "optimizers")
+tuned = {label: entry["lr"] for label, entry in sweep["tuned"].items()}
+for label, lr in tuned.items():
+    print(f"  {label:<16} tuned lr {lr:<8g} ({lr / tuned['Adam']:g}x Adam's)")
+
+# %% [markdown]
+# Here, each of three optimizers trained once at Adam's tuned rate and once at its own. The
+# rates were tuned for the sweep's model and number of epochs (its config is printed); the
+# model here is smaller and trains for less, and the best rate moves with the budget — so read
+# the two columns against each other rather than trusting either rate blindly.
 
 # %%
 cfg = {"sizes": [64, 64, 10] if QUICK else [64, 256, 256, 10], "batch": 128,
        "epochs": 1 if QUICK else 4}
 arrays = (x_train, y_train, x_test, y_test)
-for label, grid in (("SGD", [1e-3, 0.3]), ("Lion", [1e-3, 1e-4]), ("Adam", [1e-3, 1e-2])):
+print(f"the sweep: {sweep['config']}; here: {cfg}")
+for label in ("SGD", "Lion", "Adam"):
+    grid = sorted({tuned["Adam"], tuned[label]})
     losses = [experiment.train_digits(label, lr, cfg, arrays)["final_heldout"] for lr in grid]
     print(f"{label:<5} " + "  ".join(f"lr {lr:g}: held-out loss {v:.3f}" for lr, v in zip(grid, losses)))
 
@@ -211,7 +242,8 @@ for label, grid in (("SGD", [1e-3, 0.3]), ("Lion", [1e-3, 1e-4]), ("Adam", [1e-3
 # - **8-bit state needs the dynamic map and block-wise scales**: one outlier only spoils its
 #   own block; with one scale per tensor it would flatten everything else to zero.
 # - **Small tensors stay 32-bit** (under 4096 elements): tiny in bytes, sensitive in training.
-#   On a small model they push 8-bit Adam's ratio above the 0.25 of the formula.
+#   On a small model they push 8-bit Adam's bytes per parameter up (the table of section 1);
+#   on one large parameter what is left above the formula is the two maps (section 4).
 # - **8-bit Adam here dequantizes a whole parameter**: 8 bytes per element of workspace for the
 #   largest parameter during its update; bitsandbytes fuses this into one kernel.
 # - **State is per parameter, not per model**: the 7B arithmetic above is what decides whether
@@ -221,11 +253,15 @@ for label, grid in (("SGD", [1e-3, 0.3]), ("Lion", [1e-3, 1e-4]), ("Adam", [1e-3
 #
 # 1. `state_bytes_for(optimizer, shape)`: the bytes of state for one float32 parameter of
 #    `shape` under "sgd", "sgd_momentum", "adam", "adafactor" or "adam8bit" (block 2048,
-#    tensors under 4096 elements in float32).
-# 2. `adafactor_variance(row_var, col_var, eps1)`: rebuild Adafactor's second-moment estimate
-#    from its two factors (check it on a gradient whose square is rank 1: it must be exact).
-# 3. `quantize_block(x, qmap)`: the uint8 codes and the absmax of one block, nearest map value.
+#    tensors under 4096 elements in float32; the maps are the optimizer's, not the tensor's).
+# 2. `adafactor_second_moment(grads, eps1)`: run Adafactor's factored average over a list of
+#    gradients of one matrix and rebuild the second moment it uses after the last one.
+# 3. `quantize_block(x, qmap)`: the uint8 codes and the scale of one block of 8-bit state.
 # 4. `lion_step(p, m, g, lr, betas, weight_decay)`: one Lion update; return the new p and m.
-# 5. Think: Adafactor's state on a 4096 x 4096 matrix is 0.05% of Adam's. Why does it still
-#    need 4 bytes per element for a bias vector? What would a "factored" state for a vector be,
-#    and why would it be useless?
+# 5. Think: Adafactor's state on a 4096 x 4096 matrix is a tiny fraction of Adam's (printed
+#    below). Why does it still need 4 bytes per element for a bias vector? What would a
+#    "factored" state for a vector be, and why would it be useless?
+
+# %%
+print(f"Adafactor / Adam state on a 4096 x 4096 matrix: "
+      f"{table.bytes_per_param('Adafactor', (4096, 4096)) / table.bytes_per_param('Adam', (4096, 4096)):.4%}")

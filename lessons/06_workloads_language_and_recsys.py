@@ -18,27 +18,27 @@
 # `workload_embeddings.py`.
 
 # %%
-import os
-
 import numpy as np
 
 import tinymem as tm
 import tinymem.functional as F
 from tinymem import data, memory, models, nn, optim
 from tinymem.experiments import workload_embeddings, workload_seq_len
+from tinymem.measure.records import read_records
 from tinymem.techniques.checkpoint import checkpoint_sequential
+from course import FIGURES, OUT, QUICK, RECORDS
 
-QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
 tm.manual_seed(0)
 
 # %% [markdown]
 # ## 1. Where attention's memory goes
 #
-# For one head, `scaled_dot_product_attention(q, k, v)` computes S = q kᵀ / √E, P = softmax(S),
-# O = P v. Backward needs P (dV = Pᵀ dO, and the softmax backward dS = P ⊙ (dP − rowsum(dP ⊙ P))),
-# so the plain op saves it: 4·L·S bytes per head in float32, besides q, k, v (linear in L).
-# Count it with the ledger at L = 1024, 4 heads of 16 features (the shape of our tiny LM):
+# For one head with L queries and M keys (M = L in self-attention),
+# `scaled_dot_product_attention(q, k, v)` computes the scores Z = q kᵀ / √E, P = softmax(Z),
+# O = P v. Backward needs P (dV = Pᵀ dO, and the softmax backward dZ = P ⊙ (dP − rowsum(dP ⊙ P))),
+# so the plain op saves it: an L x M matrix per head, besides q, k, v (linear in L). The
+# chunked op saves no L x M matrix at all. Count both with the ledger at L = 1024, 4 heads of
+# 16 features (the shape of our tiny LM); exercise 2 asks for the formula behind each number.
 
 # %%
 L, H, E = 1024, 4, 16
@@ -51,39 +51,23 @@ for name, fn in (("plain", lambda: F.scaled_dot_product_attention(q, k, v, is_ca
     saved[name] = memory.live_bytes("activation") - before
     print(f"{name:>8}: saves {saved[name]:>11,d} B")
     del out
-print(f"formula plain  : 4·H·(3·L·E + L·L) = {4 * H * (3 * L * E + L * L):,d} B")
-print(f"formula chunked: 4·H·(4·L·E + L)   = {4 * H * (4 * L * E + L):,d} B")
 print(f"chunked / plain at L={L}: {saved['chunked'] / saved['plain']:.3f}")
 
 # %% [markdown]
 # ## 2. The online softmax, by hand
 #
 # Softmax needs the row maximum (for stability) and the row sum before any weight is known.
-# The trick: walk the keys in blocks, keep a running maximum m and a running sum l, and
-# whenever a block raises the maximum, **rescale** what was accumulated by exp(m_old − m_new).
-# At the end O = acc / l, and lse = m + log l is all backward needs to rebuild any block:
-# P_block = exp(S_block − lse).
-
-# %%
-rng = np.random.default_rng(0)
-s_row, v_rows = rng.standard_normal(10), rng.standard_normal((10, 3))
-m, l, acc = -np.inf, 0.0, np.zeros(3)
-for start in range(0, 10, 4):
-    block = s_row[start:start + 4]
-    m_new = max(m, block.max())
-    p = np.exp(block - m_new)
-    l = l * np.exp(m - m_new) + p.sum()
-    acc = acc * np.exp(m - m_new) + p @ v_rows[start:start + 4]
-    m = m_new
-full = np.exp(s_row - s_row.max())
-print("online  :", acc / l)
-print("two-pass:", (full / full.sum()) @ v_rows)
-
-# %% [markdown]
-# `ChunkedAttention` in `tinymem/ops/attention.py` does exactly this for (chunk x chunk) blocks
-# of all heads at once; with `is_causal` it skips the key blocks right of the diagonal, so it
-# also does half the work. Its result equals the plain op to rounding (about 1e-7 relative in
-# float32: the sums run in another order) — `tests/nn/test_attention.py` holds both against PyTorch.
+# The trick: walk the keys in blocks and keep, per query row, three running numbers — a
+# maximum m, a sum l of exponentials taken relative to it, and the weighted sum acc of the
+# values. When a block raises the maximum, what was accumulated relative to the old one is
+# rescaled to the new one. At the end O = acc / l, and lse = m + log l is all backward needs
+# to rebuild any block of P. Exercise 1 writes the merge of two such partial results (the step
+# that also lets attention be split across devices).
+#
+# `ChunkedAttention` in `tinymem/ops/attention.py` does this for (chunk x chunk) blocks of all
+# heads at once; with `is_causal` it skips the key blocks right of the diagonal, so it also
+# does half the work. Its result equals the plain op to rounding (the sums run in another
+# order) — `tests/nn/test_attention.py` holds both against PyTorch. The largest difference here:
 
 # %%
 out_plain = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -99,7 +83,7 @@ del out_plain, out_chunked
 # trains the tiny `TransformerLM` (2 blocks, width 64, 4 heads, context 64) character by
 # character on `pydoc_data.topics` — the language reference that ships inside Python — and
 # compares the validation loss with the **unigram baseline** (the cross-entropy of a model that
-# only knows character frequencies, about 3.24 nats).
+# only knows character frequencies).
 
 # %%
 records = {"config": {"heads": H, "head_dim": E, "chunk_size": 128, "batch": 1, "causal": True,
@@ -108,14 +92,25 @@ records = {"config": {"heads": H, "head_dim": E, "chunk_size": 128, "batch": 1, 
                                                           [128, 256, 512, 1024, 2048], "cpu"),
            "lm": workload_seq_len.train_lm(20 if QUICK else 600, batch_size=16 if QUICK else 32,
                                            log_every=10 if QUICK else 50)}
-records["meta"] = {"machine": "this lesson", "tinymem": tm.__version__, "quick": QUICK}
+records["meta"] = RECORDS["meta"]
 for p in records["attention"]:
     print(f"{p['impl']:>8} L={p['L']:>5}: saved {memory.format_bytes(p['saved_bytes']):>10}, "
           f"measured peak {memory.format_bytes(p['measured_peak']):>10}, {p['seconds'] * 1e3:7.1f} ms")
+seconds = {(p["impl"], p["L"]): p["seconds"] for p in records["attention"]}
+faster = [n for impl, n in seconds if impl == "chunked" and seconds["chunked", n] < seconds["plain", n]]
+print(f"chunked was faster than plain in this run at L = {faster or 'none of the lengths'}")
 lm = records["lm"]
-print(f"\nLM validation loss {lm['val_loss']:.3f} nats/char, unigram baseline {lm['unigram_loss']:.3f}")
+committed = read_records(FIGURES, "workload_seq_len")["lm"]
+print(f"\nLM validation loss {lm['val_loss']:.3f} nats/char after {lm['steps']} steps, unigram baseline "
+      f"{lm['unigram_loss']:.3f} ({lm['unigram_loss'] - lm['val_loss']:+.3f} below it); the committed full "
+      f"run: {committed['val_loss']:.3f} after {committed['steps']} steps")
 print("sample:\n" + lm["sample"])
-workload_seq_len.plot(records, OUT)
+print("wrote", workload_seq_len.plot(records, OUT))
+
+# %% [markdown]
+# In quick mode the model trains for the few steps printed above and barely gets below the unigram
+# baseline — it has learned little more than which characters are frequent, and the sample
+# shows it. The committed full run (last number above) is what learning looks like.
 
 # %% [markdown]
 # Read the left panel on log axes: plain attention's line has slope 2 (quadratic), chunked has
@@ -162,14 +157,25 @@ del table, grad
 
 # %% [markdown]
 # Adam would need two moments of the full table (8 bytes per weight) and cannot take a sparse
-# gradient at all (tinymem raises, as PyTorch does). **Row-wise Adagrad** keeps one running
-# mean of g² per row and updates only the rows it is given: 4 bytes per *row*. The figure
-# trains the same recommender three ways and stacks each bucket's maximum:
+# gradient at all (tinymem raises, as PyTorch does). **Row-wise Adagrad** keeps one number per
+# row — the running sum of each step's mean g² over the row — and updates only the rows it is
+# given: 4 bytes per *row*. The figure trains the same recommender three ways and stacks each
+# bucket's maximum:
 
 # %%
 emb_records = workload_embeddings.run(quick=True)
 emb_records["meta"] = records["meta"]
-workload_embeddings.plot(emb_records, OUT)
+print("wrote", workload_embeddings.plot(emb_records, OUT))
+chance = emb_records["config"]["label_entropy"]
+for point in emb_records["points"]:
+    print(f"{point['config']:<26} test loss {point['test_loss']:.3f} (chance: {chance:.3f}, "
+          f"{chance - point['test_loss']:+.3f} below it)")
+
+# %% [markdown]
+# These are a handful of steps on a small table (the quick sizes of the figure): the losses sit
+# barely below chance, the cross-entropy of always predicting the click rate. The point of this
+# figure is the memory of each bucket, which is exact from the first step; how far training
+# gets is the figure's full run.
 
 # %% [markdown]
 # ## Which technique to reach for first
@@ -183,13 +189,13 @@ workload_embeddings.plot(emb_records, OUT)
 # ## Pitfalls
 #
 # - **Causal alignment**: PyTorch's `is_causal` masks key j > query i counting from the top-left;
-#   with L ≠ S (a cache of past keys) you need the bottom-right variant — not what `is_causal` does.
+#   with L ≠ M (a cache of past keys) you need the bottom-right variant — not what `is_causal` does.
 # - **Half precision** in attention: the running sums of the online softmax overflow float16;
 #   keep the accumulators (m, l, acc) in float32 as FlashAttention does.
 # - Chunked attention trades memory for **compute**: backward recomputes every score block.
-#   In NumPy the smaller working set (and the skipped blocks above the diagonal) still makes it
-#   faster from L ≈ 512 on, slower below; on a GPU the win comes from the fused kernel, which
-#   NumPy cannot show.
+#   In NumPy its smaller working set (and the skipped blocks above the diagonal) can still make
+#   it faster at long L — the sweep above says at which lengths it was, on this machine, in
+#   this run; on a GPU the win comes from the fused kernel, which NumPy cannot show.
 # - A **sparse gradient only reaches a leaf table**: casting or slicing the table before the
 #   lookup makes it flow into a dense op. Weight decay with sparse gradients decays only the
 #   touched rows ("lazy" decay): not the same as dense weight decay.

@@ -14,22 +14,20 @@
 # `tinymem/experiments/workload_resolution.py`.
 
 # %%
-import os
-
 import numpy as np
 
 import tinymem as tm
 import tinymem.functional as F
 from tinymem import memory, models
 from tinymem.data.phantoms import CLASSES, make_phantoms
+from tinymem.measure.records import read_records
 from tinymem.ops import conv as conv_ops
 from tinymem.techniques.batch_size import find_max_batch
 from tinymem.techniques.checkpoint import checkpoint
 from tinymem.techniques.microbatch import accumulate_gradients
 from tinymem.models.unet import DoubleConv
+from course import FIGURES, OUT, QUICK, RECORDS
 
-QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
 tm.manual_seed(0)
 
 # %% [markdown]
@@ -51,10 +49,11 @@ for res in (64, 256):
 # For every output pixel, im2col copies the C·k·k input values under the kernel into a column;
 # the convolution is then one matrix product `W (O, C·k·k) @ cols (C·k·k, B·OH·OW)`. The column
 # matrix holds **C·k·k·OH·OW·B** values: 9 times the input for a 3x3 kernel. At 512 px, 32
-# channels, batch 8 that is 2.4 GB for a *temporary*. tinymem builds it in blocks of at most
-# `WORKSPACE_ELEMENTS` values (whole samples, or bands of rows), registers each block in the
-# ledger's `workspace` bucket, and rebuilds it in backward instead of saving it: the conv saves
-# only its input.
+# channels, batch 8 that is gigabytes for a *temporary* (the cell below prints how many).
+# tinymem builds it in blocks of at most `WORKSPACE_ELEMENTS` values — whole samples when they
+# fit, otherwise bands of output rows (exercise 1 works out the largest block) — registers each
+# block in the ledger's `workspace` bucket, and rebuilds it in backward instead of saving it:
+# the conv saves only its input.
 
 # %%
 full_cols = 32 * 9 * 512 * 512 * 8 * 4
@@ -72,20 +71,24 @@ del y
 # %% [markdown]
 # ## Where the memory goes: activations grow as the image's area
 #
-# One training step of the U-Net (base 8 channels, 4 levels, 113k parameters) at growing
-# resolutions. The parameters stay at half a megabyte; the activation peak grows 4x per doubling.
+# One training step of the U-Net (base 8 channels, 4 levels) at growing resolutions: the
+# parameters do not change; watch the activation peak each time the side doubles.
 
 # %%
 net = models.UNet(base=8, depth=4)
 print(f"parameters: {net.num_parameters():,d} ({memory.format_bytes(4 * net.num_parameters())})")
+previous = None
 for res in ([32, 64] if QUICK else [64, 128, 256]):
     images, labels = make_phantoms(1, res)
     with memory.track(measure=False) as t:
         loss = models.segmentation_loss(net(tm.tensor(images)), tm.tensor(labels))
         loss.backward()
     net.zero_grad()
-    print(f"{res:4d} px: activation peak {memory.format_bytes(t.max_by_bucket()['activation']):>10}, "
+    peak = t.max_by_bucket()["activation"]
+    growth = "" if previous is None else f" ({peak / previous:.2f}x the previous)"
+    print(f"{res:4d} px: activation peak {memory.format_bytes(peak):>10}{growth}, "
           f"step peak above the model {memory.format_bytes(t.peak_delta()):>10}")
+    previous = peak
 
 # %% [markdown]
 # ## The cures, side by side: the figure
@@ -93,24 +96,32 @@ for res in ([32, 64] if QUICK else [64, 128, 256]):
 # `tinymem figures --only workload_resolution` runs the sweep below at 64 to 1024 px and draws
 # `figures/workload_resolution.png`. Here it runs at quick sizes. Per-block checkpointing keeps
 # each block's input and recomputes its inside during backward (the skip connections must stay
-# anyway, so it saves about half, not more); float16 storage halves every saved value;
-# together they go further, for more step time.
+# anyway, which limits what it saves); float16 storage halves every saved value; together they
+# go further. The share of float32's activations each keeps is printed; what they cost is
+# recomputation and conversions (each step time is a single run here, so on a busy machine
+# read it with care — the figure's run repeats them).
 
 # %%
 from tinymem.experiments import workload_resolution as W  # noqa: E402
 
 rows = W.sweep([32, 64] if QUICK else [64, 128, 256], base=8, depth=4, device="cpu", repeats=1)
+plain = {r["resolution"]: r["activation_peak"] for r in rows if r["config"] == "float32"}
 for r in rows:
-    print(f"{r['resolution']:4d} px {r['config']:>20}: activations {memory.format_bytes(r['activation_peak']):>10}, "
-          f"step {r['step_seconds'] * 1e3:7.1f} ms")
+    print(f"{r['resolution']:4d} px {r['config']:>20}: activations {memory.format_bytes(r['activation_peak']):>10} "
+          f"({r['activation_peak'] / plain[r['resolution']]:.2f}x float32), step {r['step_seconds'] * 1e3:7.1f} ms")
 dice = W.train_dice(32, 10, 4, 8, 4, "cpu", n_train=16, n_val=8) if QUICK else W.train_dice(64, 120, 8, 8, 4, "cpu")
 records = {"config": {"base": 8, "depth": 4, "batch": 1, "configs": list(W.CONFIGS)}, "rows": rows,
-           "dice": dice, "meta": {"quick": QUICK, "device": "cpu"}}
-print("figure:", W.plot(records, OUT)[0], f"— Dice {dice['dice']:.3f} at {dice['resolution']} px")
+           "dice": dice, "meta": RECORDS["meta"]}
+print("wrote", W.plot(records, OUT)[0])
+committed = read_records(FIGURES, "workload_resolution")["dice"]
+print(f"this run: Dice {dice['dice']:.3f} after {dice['steps']} steps at {dice['resolution']} px; "
+      f"the committed full run: Dice {committed['dice']:.3f} after {committed['steps']} steps at "
+      f"{committed['resolution']} px")
 
 # %% [markdown]
-# The full run reaches Dice >= 0.9 at 128 px (see `figures/data/workload_resolution.json`); the
-# quick run above trains only a few steps and is far from it.
+# Segmentation needs many steps before the small classes (organs, lesions) appear at all; the
+# mean Dice over classes stays near zero until then. The first line above says how far this
+# run got; the second what the committed figure's longer, higher-resolution run reached.
 #
 # ## BatchNorm under checkpointing
 #
@@ -127,9 +138,9 @@ print("batches tracked after one checkpointed step:", block[1].num_batches_track
 # ## Micro-batching: the big batch's gradient at a small batch's activations
 #
 # Split the batch into k pieces, backward each, let `.grad` accumulate, step once. The one
-# subtle point is the loss weight: micro-batch i's mean loss is multiplied by n_i / N, not 1/k
-# (they differ when the split is uneven). BatchNorm breaks the equality (it sees micro-batch
-# statistics); a per-sample model keeps it exactly.
+# subtle point is the weight of each micro-batch's mean loss when the split is uneven — the
+# sum must be the full batch's mean loss (exercise 3). BatchNorm breaks the equality (it sees
+# micro-batch statistics); a per-sample model keeps it exactly.
 
 # %%
 mlp = models.MLP([64, 256, 256, 10])
@@ -145,8 +156,8 @@ for k in (1, 2, 4, 8):
 # ## How big a batch fits? The batch-size finder
 #
 # `find_max_batch(model, budget, make_batch)` runs real training steps under the ledger's
-# budget: it doubles the batch until `OutOfMemoryError`, then bisects. With checkpointing the
-# same budget holds a larger batch.
+# budget and searches for the largest batch that does not raise `OutOfMemoryError`, with few
+# trial steps (how few: exercise 4). With checkpointing the same budget holds a larger batch.
 
 # %%
 res = 32 if QUICK else 64
@@ -174,13 +185,14 @@ print(f"{res} px, budget {memory.format_bytes(budget)}: largest batch {plain} pl
 #   cannot drop them, which is why per-block checkpointing saves about half, not 1 - 1/n.
 # - **BatchNorm** with checkpointing must update running statistics once; with micro-batching
 #   its statistics come from the micro-batch (use GroupNorm, or larger micro-batches).
-# - **Micro-batch loss weights** are n_i / N; 1/k is only right for equal splits.
+# - **Micro-batch loss weights**: 1/k is only right for equal splits.
 # - **The finder's answer** is for the exact step it tried (model, optimizer, precision); on a
 #   real GPU leave headroom for fragmentation.
 #
 # ## Exercises (`lessons/exercises/ex06_vision.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_06`)
 #
-# 1. `im2col_bytes(batch, channels, kernel, out_h, out_w, itemsize=4)`: the full column matrix.
+# 1. `column_block_bytes(batch, channels, kernel, out_h, out_w, block_elements)`: the largest
+#    block of the column matrix tinymem builds under a limit of `block_elements` values.
 # 2. `conv2d_im2col(x, weight, stride, padding)`: conv by im2col in NumPy, checked against
 #    `F.conv2d`.
 # 3. `microbatch_weights(sizes)`: the loss weight of each micro-batch.

@@ -20,26 +20,23 @@
 
 # %%
 import math
-import os
 
 import tinymem as tm
 from tinymem import memory, planner
 from tinymem.experiments import stack as experiment
-from tinymem.measure.records import meta
 from tinymem.planner.recipe import Combination
 from tinymem.planner.states import buffer_bytes, model_states, parameter_shapes
+from course import OUT, QUICK, RECORDS
 
-QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
 tm.manual_seed(0)
 
 # %% [markdown]
 # ## 1. Model states: a formula is enough
 #
-# For N float32 weights trained with Adam: 4N (weights) + 4N (gradients) + 8N (two moments) =
-# **16 bytes per parameter**. Half precision does not change the total: 2N + 2N half weights
-# and gradients, but 4N of fp32 masters join the 8N of Adam (lesson 2). Only the optimizer
-# (lesson 5), offload (lesson 4) or partitioning (lesson 7) make this smaller.
+# Weights, their gradients and the optimizer's state depend only on the parameter shapes and
+# the choices made: the precision of the stored weights (half precision adds fp32 masters,
+# lesson 2), the optimizer (lesson 5), where its state lives (lesson 4). No run is needed —
+# exercise 1 writes the formula; here are the planner's answers, per parameter:
 
 # %%
 work = planner.workload("mlp", "64,256,256,10")
@@ -47,11 +44,13 @@ model = work.build("none")
 shapes = parameter_shapes(model)
 n = sum(math.prod(s) for s in shapes)
 print(f"{work!r}: {n:,d} parameters")
+per_param = {}
 for precision, optimizer, offload in [("fp32", "Adam", "none"), ("bf16", "Adam", "none"),
                                       ("fp32", "Adam8bit", "none"), ("fp32", "Adam", "optimizer")]:
     states = model_states(shapes, Combination("none", precision, optimizer, offload, 1), buffer_bytes(model))
+    per_param[precision, optimizer, offload] = {b: v / n for b, v in states.items()}
     print(f"  {precision} {optimizer:<9} offload={offload:<9} " +
-          "  ".join(f"{b} {v / n:5.2f} B/param" for b, v in states.items()))
+          "  ".join(f"{b} {v / n:5.2f} B/param" for b, v in states.items()) + f"  total {sum(states.values()) / n:5.2f}")
 del model  # a budget counts every device byte of the process: let this one go
 
 # %% [markdown]
@@ -62,8 +61,8 @@ del model  # a budget counts every device byte of the process: let this one go
 # planner runs the *real* step — techniques applied — at 2 and then 3 samples per micro-batch
 # and records the ledger's timeline. Both runs make the same allocations in the same order, and
 # in these models every array is either batch-independent or has the batch as its first
-# dimension, so at every event each bucket holds c + a·m bytes. Two runs give c and a; the peak
-# at m is the largest extrapolated event. (Why not 1 and 2 samples? A batch of one is a
+# dimension, so at every event each bucket holds c + a·m bytes — and two runs are enough to
+# know c and a (exercise 2 does the rest). (Why not 1 and 2 samples? A batch of one is a
 # degenerate shape: a transposed (1, C, H, W) array is already contiguous, an op skips a copy,
 # and the two runs no longer line up.)
 #
@@ -112,10 +111,23 @@ needs = sorted(r.prediction.total for r in result.rows)
 result = planner.with_budget(result, needs[len(needs) // 4])  # a budget a quarter of them meet
 print_table(planner.table_rows(result, top=8))
 print(planner.summary(result))
+by_combo = {tuple(r.combo): r.prediction.by_bucket["gradient"] for r in result.rows}
+one = ("none", "fp32", "Adam", "optimizer", 1)
+k = min(c[4] for c in by_combo if c[:4] == one[:4] and c[4] > 1)
+largest = max(p.nbytes for p in result.workload.build("none").parameters())
+print(f"gradient bucket at the peak: k = 1 {memory.format_bytes(by_combo[one])}, k = {k} "
+      f"{memory.format_bytes(by_combo[one[:4] + (k,)])}: {by_combo[one[:4] + (k,)] - by_combo[one]:,d} B more; "
+      f"the largest weight's gradient is {largest:,d} B")
 measured = planner.measure_step(result.workload, result.proposal.combo, result.batch_size, budget=result.budget)
 print_table(planner.verify_rows(result, measured))
 
 # %% [markdown]
+# Why do the rows with micro-batches (k > 1) carry a larger gradient bucket? From the second
+# micro-batch on, a new gradient is *added* into `.grad` — out of place
+# (`leaf.grad.data + g` in `tinymem/autograd/engine.py`, since `g` may be shared), so for a
+# moment the old `.grad` and the new sum of the same weight both exist. At the peak that extra
+# array belongs to the largest weight: the two numbers printed last are equal.
+#
 # The same from the shell, with a budget and the check:
 #
 #     python -m tinymem plan --model mlp --sizes 64,1024,1024,10 --batch 512 --budget 8MB --verify
@@ -131,18 +143,23 @@ print_table(planner.verify_rows(result, measured))
 
 # %%
 records = experiment.run(quick=True)
-records["meta"] = meta("cpu", True)
+records["meta"] = RECORDS["meta"]
 for s in records["stages"]:
     print(f"{s['label']:<28} peak {s['ledger'] / 2**20:6.2f} MiB   step {1e3 * s['seconds']:6.1f} ms")
 print(f"{records['reduction']:.1f}x less than fp32 + Adam; under a budget of a quarter of it the plain run "
       f"fails with: {records['plain_under_budget']}")
-print("the stacked run trains under it:", [round(v, 4) for v in records["stacked_losses"]])
-print(experiment.plot(records, OUT))
+losses = records["stacked_losses"]
+print(f"the stacked run takes {len(losses)} steps under it, loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+print("wrote", experiment.plot(records, OUT))
+adam, adam8 = per_param["fp32", "Adam", "none"]["optimizer"], per_param["fp32", "Adam8bit", "none"]["optimizer"]
+print(f"Adam8bit keeps {adam8:.2f} of Adam's {adam:.2f} optimizer bytes per parameter (section 1)")
 
 # %% [markdown]
-# Read the waterfall from left to right. Adam8bit takes 6 of Adam's 8 bytes per parameter.
-# Checkpointing with sqrt(n) segments keeps the segment inputs and recomputes one segment at a
-# time. Micro-batches divide what is left of the activations by k and cost k smaller steps.
+# Read the waterfall from left to right. Adam8bit keeps a fraction of Adam's optimizer bytes
+# per parameter (the last line above). The stacked run *runs* under a quarter of the budget;
+# its few steps at a small rate only show that — its loss barely moves, and whether it learns
+# as well as the plain run is lesson 5's question, not this figure's. Checkpointing with
+# sqrt(n) segments keeps the segment inputs and recomputes one segment at a time. Micro-batches divide what is left of the activations by k and cost k smaller steps.
 # Moving the optimizer state to the host takes the last optimizer bytes off the device and adds
 # the traffic of every gradient down and every weight up.
 #
@@ -161,10 +178,10 @@ print(experiment.plot(records, OUT))
 #
 # ## Exercises (`lessons/exercises/ex08.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_08`)
 #
-# 1. `model_state_bytes(n_params, precision, optimizer_bytes_per_param)`: the three model-state
-#    buckets by formula (half precision has fp32 masters in the optimizer bucket).
-# 2. `extrapolated_peak(totals_a, totals_b, m_a, m_b, m)`: the probe's extrapolation — every
-#    event first, then the max. The check compares it with a real step.
+# 1. `model_state_bytes(shapes, precision, optimizer, offload)`: the three model-state buckets
+#    by formula, for five optimizers, three precisions and optimizer offload.
+# 2. `extrapolated_peak(rows_a, rows_b, phases, m_a, m_b, m)`: the probe's extrapolation, with
+#    the split by bucket and the phase of the peak. The check compares it with a real step.
 # 3. `propose(rows, budget)`: the fastest row that fits, the smaller one on a tie.
 # 4. `micro_batches_needed(fixed, per_sample, batch, budget)`: the fewest micro-batches (a power
 #    of two dividing the batch) that fit.

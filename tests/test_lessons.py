@@ -1,4 +1,4 @@
-"""Lessons are tests: every lesson runs as a script in quick mode."""
+"""Lessons are tests: every lesson runs as a script in quick mode, and writes only where it should."""
 import os
 import pathlib
 import subprocess
@@ -6,14 +6,32 @@ import sys
 
 import pytest
 
-LESSONS = sorted((pathlib.Path(__file__).resolve().parents[1] / "lessons").glob("[0-9][0-9]_*.py"))
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py"))
+
+
+def lesson_env(**extra):
+    env = dict(os.environ, TINYMEM_QUICK="1", MPLBACKEND="Agg", **extra)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
 
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
 def test_lesson_runs_in_quick_mode(lesson, tmp_path):
-    env = dict(os.environ, TINYMEM_QUICK="1", MPLBACKEND="Agg", TINYMEM_LESSON_OUT=str(tmp_path))
-    root = str(lesson.parents[1])
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    result = subprocess.run([sys.executable, str(lesson)], cwd=tmp_path, env=env,
+    cwd, out = tmp_path / "cwd", tmp_path / "out"
+    cwd.mkdir()
+    result = subprocess.run([sys.executable, str(lesson)], cwd=cwd, env=lesson_env(TINYMEM_LESSON_OUT=str(out)),
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{lesson.name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert not list(cwd.iterdir()), f"{lesson.name} wrote into the current directory: {list(cwd.iterdir())}"
+
+
+def test_lesson_figures_go_to_a_git_ignored_folder_by_default():
+    code = "import course; print(course.OUT)"
+    env = lesson_env()
+    env.pop("TINYMEM_LESSON_OUT", None)
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "lessons", env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert pathlib.Path(result.stdout.strip()) == ROOT / "lessons" / "out"
+    assert "/lessons/out/" in (ROOT / ".gitignore").read_text().splitlines()

@@ -9,12 +9,15 @@ def segment_peak_states(n, k):
 
 
 def revolve_forwards(n_steps, slots):
-    """The fewest extra layer forwards that reverse n_steps steps with `slots` slots."""
+    """The fewest layer forwards that reverse n_steps steps with `slots` slots, as
+    revolve(n_steps, slots).forwards counts them — in closed form, without calling revolve."""
     raise NotImplementedError("exercise 01.2")
 
 
 def checkpoint_one(function, x):
     """Run function(x) keeping only x (and the RNG state) for backward; backward recomputes.
 
-    Write a tm.Function subclass. Only x needs a gradient (function has no parameters)."""
+    Write a tm.Function subclass. Only x needs a gradient (function has no parameters). The
+    recomputation must draw the same random numbers as the forward, be marked as a
+    recomputation (tinymem.autograd.recomputing), and leave the RNG as it found it."""
     raise NotImplementedError("exercise 01.3")

@@ -3,21 +3,21 @@ import numpy as np  # noqa: F401  (you will need it)
 
 
 def affine_qparams(min_val, max_val, quant_min=0, quant_max=255):
-    """(scale, zero_point) as PyTorch's per-tensor affine observers compute them: widen
-    [min_val, max_val] to contain 0, scale = (max - min) / (quant_max - quant_min) in float32
-    (at least float32 eps), zero_point = quant_min - round(min / scale), clamped to the range.
+    """(scale, zero_point) exactly as PyTorch's per-tensor affine observers compute them for an
+    observed range [min_val, max_val] and the integer range [quant_min, quant_max].
     Return a float32 scalar and a Python int."""
     raise NotImplementedError("exercise 03.1")
 
 
-def fake_quant(x, scale, zero_point, quant_min=0, quant_max=255):
-    """Quantize then dequantize the float32 array x (result float32)."""
+def fake_quant(x, scale, zero_point, quant_min=0, quant_max=255, axis=None):
+    """Quantize then dequantize the float32 array x (result float32), as PyTorch's
+    fake_quantize_per_tensor_affine does; with ``axis``, ``scale`` and ``zero_point`` hold one
+    value per slice of x along that axis (fake_quantize_per_channel_affine)."""
     raise NotImplementedError("exercise 03.2")
 
 
-def fake_quant_grad(x, scale, zero_point, quant_min, quant_max, g):
-    """The straight-through gradient of fake_quant: g where round(x / scale) + zero_point lies
-    in [quant_min, quant_max], 0 where it was clamped."""
+def fake_quant_grad(x, scale, zero_point, quant_min, quant_max, g, axis=None):
+    """The straight-through gradient of fake_quant for the upstream gradient g."""
     raise NotImplementedError("exercise 03.2")
 
 

@@ -1,4 +1,4 @@
-"""Lesson 5 exercises: optimizer state by formula, Adafactor's factors, one 8-bit block, Lion.
+"""Lesson 5 exercises: optimizer state by formula, Adafactor's second moment, one 8-bit block, Lion.
 Replace each body."""
 
 
@@ -8,13 +8,17 @@ def state_bytes_for(optimizer, shape):
     raise NotImplementedError("exercise 05.1")
 
 
-def adafactor_variance(row_var, col_var, eps1):
-    """Adafactor's second moment from row_var (m, 1) and col_var (1, n): R C / max(mean(R), eps1)."""
+def adafactor_second_moment(grads, eps1=1e-30, beta2_decay=-0.8):
+    """The (m, n) second-moment estimate torch.optim.Adafactor divides by after seeing the
+    gradients ``grads`` (a list of (m, n) arrays, in order) of one matrix parameter: its
+    factored running averages of g², rebuilt into a matrix (``eps1``: Adafactor's eps[0])."""
     raise NotImplementedError("exercise 05.2")
 
 
 def quantize_block(x, qmap):
-    """(codes as uint8 of x's shape, absmax as a float) for one block: nearest value of qmap to x / absmax."""
+    """(codes, absmax): one block x of 8-bit state, as tinymem.optim.Adam8bit stores it — the
+    block's absolute maximum (a float) and, per value, the uint8 index of the entry of the
+    256-value map ``qmap`` that best represents it (codes of x's shape)."""
     raise NotImplementedError("exercise 05.3")
 
 

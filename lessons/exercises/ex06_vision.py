@@ -1,9 +1,12 @@
-"""Lesson 6 (vision) exercises: convolution by im2col, micro-batch weights, the batch-size search.
-Replace each body."""
+"""Lesson 6 (vision) exercises: the blocks of im2col, convolution by im2col, micro-batch weights,
+the batch-size search. Replace each body."""
 
 
-def im2col_bytes(batch, channels, kernel, out_h, out_w, itemsize=4):
-    """Bytes of the full im2col column matrix of a conv with a square ``kernel``."""
+def column_block_bytes(batch, channels, kernel, out_h, out_w, block_elements, itemsize=4):
+    """Bytes of the largest block of the im2col column matrix that tinymem's conv2d builds
+    (tinymem/ops/conv.py) for a square ``kernel``, when a block may hold at most
+    ``block_elements`` values: whole samples when one sample's columns fit, else bands of
+    output rows of one sample (at least one row)."""
     raise NotImplementedError("exercise 06.1")
 
 
@@ -14,7 +17,8 @@ def conv2d_im2col(x, weight, stride=1, padding=0):
 
 
 def microbatch_weights(sizes):
-    """The factor each micro-batch's mean loss must be multiplied by (sizes n_1..n_k)."""
+    """The factor each micro-batch's mean loss must be multiplied by (sizes n_1..n_k) so that
+    the accumulated gradient is the full batch's."""
     raise NotImplementedError("exercise 06.3")
 
 

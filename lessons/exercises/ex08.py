@@ -2,16 +2,21 @@
 how many micro-batches a budget needs. Replace each body."""
 
 
-def model_state_bytes(n_params, precision, optimizer_bytes_per_param):
-    """``{"parameter", "gradient", "optimizer"}`` device bytes for ``n_params`` weights trained
-    at ``precision`` ("fp32", "fp16" or "bf16": half weights and gradients, fp32 masters in the
-    optimizer bucket) with an optimizer keeping ``optimizer_bytes_per_param`` bytes of state."""
+def model_state_bytes(shapes, precision, optimizer, offload="none"):
+    """``{"parameter", "gradient", "optimizer"}`` device bytes, between steps, of a model whose
+    parameters have ``shapes``, stored at ``precision`` ("fp32", "fp16" or "bf16", as
+    tinymem.techniques.precision.half does it), trained with ``optimizer`` ("SGD",
+    "SGD momentum", "Adam", "Adafactor" or "Adam8bit", tinymem's defaults), with ``offload``
+    "none" or "optimizer" (tinymem.techniques.offload.offload_optimizer). Your state_bytes_for
+    of exercise 05.1 does part of the work."""
     raise NotImplementedError("exercise 08.1")
 
 
-def extrapolated_peak(totals_a, totals_b, m_a, m_b, m):
-    """The peak at micro-batch ``m`` from the per-event totals of two runs at ``m_a`` and ``m_b``
-    (same events, same order): extrapolate every event linearly, then take the largest."""
+def extrapolated_peak(rows_a, rows_b, phases, m_a, m_b, m):
+    """``(total, by_bucket, phase)``: the peak at micro-batch ``m`` from two probe runs at
+    ``m_a`` and ``m_b``. ``rows_a`` and ``rows_b`` list, event by event (same events, same
+    order), the bytes of each bucket ({bucket: bytes}); ``phases`` the phase in force at each
+    event. ``by_bucket`` is the split at the peak, ``phase`` where it falls."""
     raise NotImplementedError("exercise 08.2")
 
 

@@ -14,6 +14,8 @@ def segment_peak_states(n, k):
 
 
 def revolve_forwards(n_steps, slots):
+    """r repetitions reverse at most C(s + r, s) steps with s slots; with r the smallest that
+    reaches n_steps, the forwards are r·n − C(s + r, s + 1) (Griewank and Walther)."""
     r = 0
     while comb(slots + r, slots) < n_steps:
         r += 1
@@ -34,7 +36,7 @@ class _CheckpointOne(tm.Function):
         leaf = tm.Tensor(x, requires_grad=True)
         with autograd.recomputing(), tm.enable_grad():
             out = ctx.function(leaf)
-        tm.set_rng_state(outer)
+        tm.set_rng_state(outer)  # and leave the RNG where the forward pass left it
         out.backward(g)
         return leaf.grad.data
 

@@ -10,23 +10,35 @@ def affine_qparams(min_val, max_val, quant_min=0, quant_max=255):
     return np.float32(scale), int(min(max(zero_point, quant_min), quant_max))
 
 
-def _shifted(x, scale, zero_point):
-    inv = np.float32(1.0) / np.float32(scale)
-    return np.rint(x.astype(np.float32) * inv) + zero_point
+def _per_slice(value, x, axis, dtype):
+    """A scalar, or one value per slice along ``axis`` shaped to broadcast against x."""
+    value = np.asarray(value, dtype)
+    if axis is None:
+        return value
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    return value.reshape(shape)
 
 
-def fake_quant(x, scale, zero_point, quant_min=0, quant_max=255):
-    q = np.clip(_shifted(x, scale, zero_point), quant_min, quant_max)
-    return ((q - zero_point) * np.float32(scale)).astype(np.float32)
+def _shifted(x, scale, zero_point, axis):
+    # PyTorch multiplies by the float32 reciprocal of the scale (ties then break as it does)
+    inv = (np.float32(1.0) / _per_slice(scale, x, axis, np.float32)).astype(np.float32)
+    return np.rint(x.astype(np.float32) * inv) + _per_slice(zero_point, x, axis, np.float32)
 
 
-def fake_quant_grad(x, scale, zero_point, quant_min, quant_max, g):
-    q = _shifted(x, scale, zero_point)
+def fake_quant(x, scale, zero_point, quant_min=0, quant_max=255, axis=None):
+    q = np.clip(_shifted(x, scale, zero_point, axis), quant_min, quant_max)
+    zero = _per_slice(zero_point, x, axis, np.float32)
+    return ((q - zero) * _per_slice(scale, x, axis, np.float32)).astype(np.float32)
+
+
+def fake_quant_grad(x, scale, zero_point, quant_min, quant_max, g, axis=None):
+    q = _shifted(x, scale, zero_point, axis)
     return g * ((q >= quant_min) & (q <= quant_max))
 
 
 def exact_int8_matmul(a, b):
-    # Partial sums of 1024 int8 products stay below 2**24: exact in float32.
+    # Partial sums of 1024 int8 products stay within 1024·128·128 = 2**24: exact in float32.
     out = np.zeros((a.shape[0], b.shape[1]), np.int32)
     for start in range(0, a.shape[1], 1024):
         part = a[:, start:start + 1024].astype(np.float32) @ b[start:start + 1024].astype(np.float32)

@@ -23,8 +23,15 @@ def state_bytes_for(optimizer, shape):
     raise ValueError(f"unknown optimizer {optimizer!r}")
 
 
-def adafactor_variance(row_var, col_var, eps1):
-    return (row_var @ col_var) / max(float(row_var.mean()), eps1)
+def adafactor_second_moment(grads, eps1=1e-30, beta2_decay=-0.8):
+    row = np.zeros((grads[0].shape[0], 1))
+    col = np.zeros((1, grads[0].shape[1]))
+    for t, g in enumerate(grads, start=1):
+        weight = t ** beta2_decay  # 1 - beta2_t: the first step takes g² as it is
+        g2 = np.asarray(g, np.float64) ** 2
+        row += weight * (g2.mean(axis=1, keepdims=True) - row)
+        col += weight * (g2.mean(axis=0, keepdims=True) - col)
+    return row @ col / max(float(row.mean()), eps1)
 
 
 def quantize_block(x, qmap):

@@ -2,8 +2,14 @@
 import numpy as np
 
 
-def im2col_bytes(batch, channels, kernel, out_h, out_w, itemsize=4):
-    return channels * kernel * kernel * out_h * out_w * batch * itemsize
+def column_block_bytes(batch, channels, kernel, out_h, out_w, block_elements, itemsize=4):
+    per_row = channels * kernel * kernel * out_w  # the columns of one output row of one sample
+    per_sample = per_row * out_h
+    if per_sample <= block_elements:
+        samples = min(batch, max(1, block_elements // per_sample))
+        return samples * per_sample * itemsize
+    rows = min(out_h, max(1, block_elements // per_row))
+    return rows * per_row * itemsize
 
 
 def conv2d_im2col(x, weight, stride=1, padding=0):

@@ -6,8 +6,9 @@ import pytest
 
 import tinymem as tm
 from tinymem import optim
-from tinymem.techniques.precision.bfloat16 import float32_to_bfloat16_bits
 from tinymem.techniques.precision import GradScaler
+from tinymem.techniques.precision.bfloat16 import float32_to_bfloat16_bits, round_to_bfloat16
+from tinymem.techniques.precision.formats import HalfFormat
 
 pytestmark = pytest.mark.exercise_02
 
@@ -30,35 +31,42 @@ def test_nan_fields(exercise):
     assert math.isnan(mod.fp16_value(*mod.fp16_fields(float("nan"))))
 
 
-def test_bfloat16_bits_match_tinymem(exercise):
+def test_bfloat16_bits_match_tinymem(exercise, forbid):
     rng = np.random.default_rng(0)
     x = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
-    x = np.concatenate([x, np.array([np.nan, np.inf, -0.0, 3.4028235e38, 65504.0, 1e-40], np.float32)])
-    ours = np.asarray(exercise("ex02").to_bfloat16_bits(x))
+    ties = np.array([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 2 + 2**-7], np.float32)  # exactly halfway
+    nans = np.array([0x7F800001, 0xFFC00000, 0x7FFFFFFF], np.uint32).view(np.float32)
+    x = np.concatenate([x, ties, nans, np.array([np.inf, -0.0, 3.4028235e38, 65504.0, 1e-40], np.float32)])
+    expected = float32_to_bfloat16_bits(x)
+    forbid(float32_to_bfloat16_bits, round_to_bfloat16, (HalfFormat, "encode"))
+    ours = np.asarray(exercise("ex02").to_bfloat16_bits(x.copy()))
     assert ours.dtype == np.uint16
-    assert np.array_equal(ours, float32_to_bfloat16_bits(x))
+    assert np.array_equal(ours, expected)
 
 
 @pytest.mark.parametrize("growth_interval", [1, 3])
-def test_update_scale_follows_grad_scaler(exercise, growth_interval):
-    mod = exercise("ex02")
+def test_update_scale_follows_grad_scaler(exercise, forbid, growth_interval):
     w = tm.tensor(np.ones(2, np.float32), requires_grad=True)
     opt = optim.SGD([w], lr=0.0)
     scaler = GradScaler(init_scale=2.0**10, growth_interval=growth_interval)
-    scale, tracker = 2.0**10, 0
+    bad_steps, expected = (4, 7, 8), []
     for step in range(12):
-        bad = step in (4, 7, 8)
         opt.zero_grad()
-        x = np.array([np.inf if bad else 1.0, 1.0], np.float32)
+        x = np.array([np.inf if step in bad_steps else 1.0, 1.0], np.float32)
         scaler.scale((w * tm.tensor(x)).sum()).backward()
         scaler.step(opt)
         scaler.update()
-        scale, tracker = mod.update_scale(scale, tracker, bad, growth_interval=growth_interval)
-        assert scale == scaler.get_scale() and tracker == scaler.state_dict()["_growth_tracker"]
+        expected.append((scaler.get_scale(), scaler.state_dict()["_growth_tracker"]))
+    forbid(GradScaler)
+    mod = exercise("ex02")
+    scale, tracker = 2.0**10, 0
+    for step, want in enumerate(expected):
+        scale, tracker = mod.update_scale(scale, tracker, step in bad_steps, growth_interval=growth_interval)
+        assert (scale, tracker) == want, f"after step {step}"
 
 
 def test_largest_safe_scale(exercise):
-    for g in (1.0, 3.0, 1e-3, 65504.0, 0.7, 12345.678):
+    for g in (1.0, 3.0, 1e-3, 65504.0, 0.7, 12345.678, 65510.0, 32760.0, 2.0**-30):
         s = exercise("ex02").largest_safe_scale(g)
         assert math.log2(s) == int(math.log2(s)), g
         with np.errstate(over="ignore"):

@@ -1,0 +1,172 @@
+# %% [markdown]
+# # Lesson 11 — Edge deployment: int8 in ONNX Runtime, and inference under 256 KB
+#
+# Training is over; now the model must run where memory is scarce: a phone, a browser, a
+# microcontroller with 256 KB of SRAM and 1 MB of flash. Two questions:
+#
+# 1. **Can the int8 model of lesson 3 run in a real runtime, and does it compute what tinymem
+#    computes?** We export it to ONNX (built with the `onnx` package's helpers, no PyTorch) and
+#    run it in ONNX Runtime, which has integer kernels that NumPy lacks.
+# 2. **How much memory does inference need?** Without backward nothing is saved: one layer's
+#    input, output and scratch at a time. And the first layers can run tile by tile
+#    (patch-based inference, MCUNetV2), so only one tile's activations are alive.
+#
+# Sources: `tinymem/edge/onnx_export.py`, `tinymem/edge/runtime.py`, `tinymem/edge/chain.py`,
+# `tinymem/edge/peak.py`, `tinymem/edge/patch.py`, `tinymem/experiments/edge.py`.
+
+# %%
+import os
+import pathlib
+
+import numpy as np
+import onnxruntime as ort
+
+import tinymem as tm
+import tinymem.functional as F
+from tinymem import edge, models
+from tinymem.edge import onnx_export as E
+from tinymem.edge import runtime as R
+from tinymem.edge.patch import trace_back
+from tinymem.experiments import edge as exp
+from tinymem.measure.records import read_records
+from tinymem.techniques import quantization as Q
+
+QUICK = os.environ.get("TINYMEM_QUICK") == "1"
+OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
+tm.manual_seed(0)
+
+# %% [markdown]
+# ## 1. A quantized model, exported
+#
+# Post-training quantization as in lesson 3: int8 weights per output channel, activations
+# calibrated by histogram. The exporter writes each `QuantizedLinear` in the **QDQ format**:
+# `QuantizeLinear` turns the float input into uint8 codes, `DequantizeLinear` turns codes (and
+# the int8 weight) back into floats, and a plain `MatMul` follows. The graph *describes* the
+# int8 arithmetic; the runtime is free to execute it with integer kernels.
+
+# %%
+x_train, y_train, x_test, y_test = tm.data.load_digits()
+model = models.MLP([64, 256, 256, 10])
+opt = tm.optim.Adam(model.parameters(), lr=1e-3)
+for epoch in range(2 if QUICK else 15):
+    for xb, yb in tm.data.DataLoader((x_train, y_train), batch_size=64, shuffle=True, seed=epoch):
+        loss = F.cross_entropy(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+fp32_proto = E.to_onnx(model)
+int8_model = models.MLP([64, 256, 256, 10])
+int8_model.load_state_dict(model.state_dict())
+Q.quantize_model(int8_model, [x_train[i:i + 256] for i in range(0, 1024, 256)], Q.HistogramObserver, per_channel=True)
+int8_proto = E.to_onnx(int8_model, expose_codes=True)
+print("int8 graph:", [n.op_type for n in int8_proto.graph.node][:8], "...")
+print(f"file size: float32 {E.file_bytes(fp32_proto):,} B, int8 {E.file_bytes(E.to_onnx(int8_model)):,} B "
+      f"({E.file_bytes(E.to_onnx(int8_model)) / E.file_bytes(fp32_proto):.3f}x)")
+
+# %% [markdown]
+# ## 2. Does the runtime compute what tinymem computes?
+#
+# Compare the uint8 **codes** each layer's input becomes, on every test input. Two ways to run:
+# ONNX Runtime's *reference* kernels (the graph as written: dequantize, float MatMul) and its
+# *fused* kernels (all graph optimizations on: it replaces the Q/DQ pairs by `QGemm`, an int8
+# GEMM with an int32 accumulator that writes the next layer's uint8 codes directly, with the
+# bias rounded to int32 and the ReLU folded into the clamp). tinymem computes the int32 sum
+# exactly, rescales to float, adds the bias, applies ReLU and quantizes. The rounding happens at
+# different places, so a code can land one step away where a value sits on a .5 boundary; and
+# ONNX's `QuantizeLinear` divides by the scale where tinymem (like PyTorch) multiplies by its
+# reciprocal, which differs at exact ties.
+
+# %%
+logits, codes = R.tinymem_codes(int8_model, x_test)
+for name, level in (("reference", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
+                    ("fused", ort.GraphOptimizationLevel.ORT_ENABLE_ALL)):
+    out = R.run(R.session(int8_proto, level=level), x_test)
+    diffs = [np.abs(out[f"codes_{i}"].astype(int) - c.astype(int)) for i, c in enumerate(codes)]
+    print(f"{name:9s}: codes off by one {sum(int((d == 1).sum()) for d in diffs):5d} of {sum(d.size for d in diffs):,}, "
+          f"max diff {max(int(d.max()) for d in diffs)}; predictions differ on "
+          f"{int((out['logits'].argmax(1) != logits.argmax(1)).sum())} of {len(x_test)} inputs; "
+          f"accuracy {(out['logits'].argmax(1) == y_test).mean():.4f}")
+print("tinymem int8 accuracy", (logits.argmax(1) == y_test).mean(), "; ORT runs", R.fused_op_types(int8_proto))
+
+# %% [markdown]
+# ## 3. Inference memory, layer by layer
+#
+# On a microcontroller a CNN runs one layer at a time at batch 1, BatchNorm folded into the
+# convolution (`edge.chain`), weights in flash. The activation memory is
+#
+#     peak = max over layers of (input + output + workspace)
+#
+# and `edge.inference_peak` measures each term with the ledger. tinymem's edge layers use a
+# *direct* convolution (bias, then one product per input channel and kernel offset, added in a
+# fixed order): its workspace is one output-sized product, and it makes tiling exact (below).
+
+# %%
+unet = models.UNet(1, 4, base=8, depth=4)
+encoder = edge.unet_encoder(unet)
+size = 64 if QUICK else 256
+x = np.random.default_rng(0).standard_normal((1, 1, size, size)).astype(np.float32)
+whole = edge.inference_peak(encoder, x.shape, x)
+for row in whole["layers"]:
+    print(f"{row['name']:28s} in {row['input'] / 1024:7.0f} KiB  out {row['output'] / 1024:7.0f} KiB  "
+          f"workspace {row['workspace'] / 1024:7.0f} KiB  -> {row['peak'] / 1024:7.0f} KiB")
+print(f"peak layer by layer: {whole['peak'] / 1024:,.0f} KiB")
+
+# %% [markdown]
+# ## 4. Patch-based inference
+#
+# The first layers hold the biggest maps. Run them on one tile of the stage's output at a
+# time: trace the tile back through each layer (kernel k, stride s, padding p: output rows
+# [a, b) read input rows [a·s - p, (b-1)·s - p + k)), compute only that region, and write the
+# tile into the stage's output. The tile's region overlaps its neighbours' (the **halo**), so
+# that part is computed twice: recomputation buys memory.
+
+# %%
+sizes = [size, size, size, size // 2, size // 2, size // 2, size // 4, size // 4, size // 4, size // 8]
+tile = (0, size // 32)
+print(f"output rows {tile} of the first 9 layers read input rows", trace_back(tile, encoder[:9], sizes)[0][:2])
+patch = edge.patch_inference(encoder, x, split=9, grid=4)
+print(f"patch-based peak {patch['peak'] / 1024:,.0f} KiB ({whole['peak'] / patch['peak']:.1f}x lower), "
+      f"recomputed halo work {100 * (patch['macs_patch'] / patch['macs_whole'] - 1):.0f}%")
+print("outputs bit-identical to whole-layer execution:", np.array_equal(patch["output"], whole["output"]))
+
+# %% [markdown]
+# ## 5. The figures
+#
+# `python -m tinymem figures --only edge` writes `figures/edge_onnx.png` (size, accuracy,
+# agreement, latency), `figures/edge_memory_profile.png` (per-layer memory, whole-layer against
+# patch-based, with the 256 KB line) and `figures/edge_patch_tradeoff.png`. The committed run:
+
+# %%
+saved = pathlib.Path(tm.__file__).resolve().parents[1] / "figures"
+if (saved / "data" / "edge.json").exists():
+    records = read_records(saved, "edge")
+    for path in exp.plot(records, OUT):
+        print("wrote", path)
+    for row in records["onnx"]["latency"]:
+        print(f"ORT {row['model']}, batch {row['batch']}: fp32 {row['fp32']['median'] * 1e6:,.0f} µs, "
+              f"int8 {row['int8']['median'] * 1e6:,.0f} µs ({row['fp32']['median'] / row['int8']['median']:.1f}x)")
+    for row in records["claims"]:
+        print(f"claim {row['name']}: {'holds' if row['holds'] else row['holds']} ({row['value']})")
+
+# %% [markdown]
+# ## Pitfalls
+#
+# - **A tile must pad like the layer.** Where a tile's receptive field leaves the image, it gets
+#   the layer's zero padding; elsewhere real neighbours. Mixing the two is the classic bug.
+# - **BLAS is not order-stable.** A GEMM picks its summation order by matrix size, so an
+#   im2col convolution of a tile can differ from the whole layer in the last bit; a fixed-order
+#   (direct) convolution cannot.
+# - **The stage's output is whole.** Patch-based inference keeps the input and the stage's
+#   output entire; end the stage where the maps have become small.
+# - **Fused int8 kernels round differently.** Requantizing from the int32 accumulator in one
+#   step is not the same as dequantize, add bias, requantize. Check accuracy in the runtime you
+#   deploy to, not only in the framework.
+# - **int8 speed needs integer kernels and enough work.** A tiny layer at batch 1 is dominated
+#   by overhead; the integer GEMM pays off on wide layers (`edge_onnx.png`).
+#
+# ## Exercises (`lessons/exercises/ex11.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_11`)
+#
+# 1. `onnx_quantize_linear(x, scale, zero_point)`: ONNX's QuantizeLinear, to the bit.
+# 2. `input_rows(a, b, layers)`: trace output rows back through (kernel, stride, padding) layers.
+# 3. `layer_by_layer_peak(shapes)`: the per-layer peak from activation shapes.
+# 4. `recomputed_fraction(size, tiles, layers)`: the halo work patch-based inference repeats.

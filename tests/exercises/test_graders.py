@@ -1,0 +1,77 @@
+"""The graders' self-test: every exercise check rejects the plausible wrong answers in wrong/.
+
+One pytest run in a subprocess (plugin ``graders.py``) takes every check against every wrong
+answer of its exercise; here each wrong answer must have made at least one check fail, and every
+function a student writes must have at least one wrong answer on file.
+"""
+import ast
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+# These exercises carry their own wrong-answer tests beside their checks (test_ex07.py,
+# test_ex09_wrong.py, test_ex10.py, test_ex11.py, test_ex12.py), written in their own style.
+SELF_TESTED = ("ex07", "ex09", "ex10", "ex11", "ex12")
+WRONG = sorted(p for p in (HERE / "wrong").glob("ex*.py") if not p.stem.startswith(SELF_TESTED))
+CHECKS = sorted(p for p in HERE.glob("test_ex*.py") if not p.stem[5:].startswith(SELF_TESTED))
+SOLUTIONS = sorted(p for p in (ROOT / "lessons" / "solutions").glob("ex*.py") if not p.stem.startswith(SELF_TESTED))
+
+
+def run_pytest(args, exercises="solutions", timeout=300):
+    env = dict(os.environ, TINYMEM_EXERCISES=exercises,
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    report = tmp_path_factory.mktemp("graders") / "report.json"
+    result = run_pytest(["-p", "graders", f"--graders-report={report}", *map(str, CHECKS)])
+    if not report.exists():
+        pytest.fail(f"the self-test run did not finish:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return json.loads(report.read_text()), result.stdout
+
+
+@pytest.mark.parametrize("path", WRONG, ids=[p.stem for p in WRONG])
+def test_the_checks_reject_the_wrong_answer(graded, path):
+    report, output = graded
+    entry = report[path.stem]
+    assert entry["replaces"], f"{path.name} defines no function of {entry['exercise']} to replace"
+    assert entry["checks"], f"no check of {entry['exercise']} calls {entry['replaces']}"
+    assert entry["failed"], (f"{path.name} ({path.read_text().splitlines()[0]}) passed every check "
+                             f"it ran: {entry['passed']}")
+    broken = [e for e in entry["errors"] if e.split(":")[0] in ("NameError", "ImportError", "SyntaxError",
+                                                                 "ModuleNotFoundError")]
+    assert not broken, f"{path.name} is broken rather than wrong: {broken}"
+
+
+def test_the_self_test_names_the_files_it_checks(graded):
+    assert "exercise checks: TINYMEM_EXERCISES=solutions -> lessons/solutions/ex*.py" in graded[1]
+
+
+def _answer_functions(path):
+    return [n.name for n in ast.parse(path.read_text()).body
+            if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
+def test_every_function_a_student_writes_has_wrong_answers_on_file(graded, solution):
+    report = graded[0]
+    covered = {name for entry in report.values() if entry["exercise"] == solution.stem for name in entry["replaces"]}
+    missing = sorted(set(_answer_functions(solution)) - covered)
+    assert not missing, f"add a plausible mistake for {solution.stem}.{missing} to tests/exercises/wrong/"
+
+
+def test_tinymem_exercises_takes_student_or_solutions_and_nothing_else():
+    student = run_pytest(["--collect-only", str(HERE / "test_ex00.py")], exercises="student", timeout=120)
+    assert "TINYMEM_EXERCISES=student -> lessons/exercises/ex*.py" in student.stdout
+    wrong = run_pytest(["--collect-only", str(HERE / "test_ex00.py")], exercises="answers", timeout=120)
+    assert wrong.returncode != 0
+    assert "TINYMEM_EXERCISES='answers' is not understood" in wrong.stdout + wrong.stderr

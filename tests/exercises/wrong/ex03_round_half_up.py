@@ -1,0 +1,11 @@
+"""03.1, the zero point rounded half up (floor(v + 0.5)) instead of half to even."""
+import math
+
+import numpy as np
+
+
+def affine_qparams(min_val, max_val, quant_min=0, quant_max=255):
+    lo, hi = np.float32(min(min_val, 0.0)), np.float32(max(max_val, 0.0))
+    scale = max((hi - lo) / np.float32(quant_max - quant_min), np.finfo(np.float32).eps)
+    zero_point = quant_min - math.floor(float(lo / scale) + 0.5)
+    return np.float32(scale), int(min(max(zero_point, quant_min), quant_max))

@@ -1,0 +1,7 @@
+"""08.1, the planner's model_states called."""
+from tinymem.planner.recipe import Combination
+from tinymem.planner.states import model_states
+
+
+def model_state_bytes(shapes, precision, optimizer, offload="none"):
+    return model_states(shapes, Combination("none", precision, optimizer, offload, 1))
