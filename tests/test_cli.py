@@ -1,7 +1,9 @@
 import json
 import os
 
-from tinymem import cli
+import pytest
+
+from tinymem import backend, cli
 
 
 def test_info_reports_versions(capsys):
@@ -23,3 +25,29 @@ def test_figures_quick_writes_the_timeline_figure_and_its_records(tmp_path):
 def test_unknown_family_is_refused(capsys):
     assert cli.main(["figures", "--only", "nope"]) == 2
     assert "unknown figure family" in capsys.readouterr().err
+
+
+def test_info_finishes_its_report_when_the_default_device_cannot_be_used(capsys, monkeypatch):
+    monkeypatch.setenv("TINYMEM_DEVICE", "cuda" if not backend.cuda_available() else "tpu")
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "cannot be used" in out and "torch" in out and "mpi4py" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--optimizers", "Bogus"], "unknown optimizer 'Bogus'"),
+    (["--precisions", "fp8"], "unknown precision 'fp8'"),
+    (["--offloads", "tape"], "unknown offload 'tape'"),
+    (["--schedules", "every"], "unknown checkpoint schedule 'every'"),
+    (["--sizes", "8,0,4"], "sizes must all be >= 1, got 0"),
+    (["--sizes", "8,x,4"], "sizes must be integers"),
+    (["--budget", "1.2.3MB"], "cannot read '1.2.3MB' as a size"),
+    (["--budget", "-1"], "cannot read '-1' as a size"),
+    (["--budget", "nan"], "cannot read 'nan' as a size"),
+    (["--budget", "inf"], "cannot read 'inf' as a size"),
+])
+def test_plan_explains_bad_arguments_without_a_traceback(capsys, args, message):
+    options = dict({"--model": "mlp", "--sizes": "8,16,4", "--batch": "4"}, **dict([args]))
+    assert cli.main(["plan"] + [f"{flag}={value}" for flag, value in options.items()]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tinymem plan:") and message in err, err

@@ -21,7 +21,7 @@ LAYERS = [
     {"nn"},
     {"models", "optim", "data", "serialization"},
     {"techniques"},
-    {"planner", "distributed"},
+    {"planner", "distributed", "rl", "edge"},
     {"experiments"},
     {"benchmarks", "cli", "__main__", "__init__"},
 ]

@@ -1,4 +1,4 @@
-"""``tinymem info | figures | bench | plan`` (also ``python -m tinymem``)."""
+"""``tinymem info | figures | bench | plan | monitor`` (also ``python -m tinymem``)."""
 import argparse
 import os
 import sys
@@ -20,7 +20,10 @@ def cmd_info(args):
         print(f"BLAS        {blas.get('name', '?')} {blas.get('version', '')}".rstrip())
     except Exception:  # older NumPy has no dict mode; the BLAS line is informative only
         print("BLAS        (unknown)")
-    print(f"device      {backend.default_device()} (default, from TINYMEM_DEVICE)")
+    try:
+        print(f"device      {backend.default_device()} (default, from TINYMEM_DEVICE)")
+    except backend.DeviceError as exc:  # finish the report: the lines below say what is missing
+        print(f"device      TINYMEM_DEVICE={os.environ.get('TINYMEM_DEVICE')!r} cannot be used: {exc}")
     try:
         cupy = backend.get_cupy()
         print(f"cupy        {cupy.__version__}, {cupy.cuda.runtime.getDeviceCount()} GPU(s)")
@@ -45,7 +48,7 @@ def cmd_figures(args):
     from . import backend
     from .experiments import families
     from .measure import claims
-    from .measure.records import meta, write_records
+    from .measure.records import meta, read_records, write_records
 
     device = backend.check_device(args.device)
     outdir = args.out or ("figures" if device == "cpu" else os.path.join("figures", "cuda"))
@@ -55,13 +58,18 @@ def cmd_figures(args):
     if unknown:
         print(f"unknown figure family {unknown}; known: {', '.join(found)}", file=sys.stderr)
         return 2
+    if args.claims_table:
+        return _claims_table(outdir, names, args.readme)
     written, failures = [], []
     for name in tqdm(names, desc="figure families", unit="family"):
         module = found[name]
-        start = time.perf_counter()
-        records = module.run(quick=args.quick, device=device)
-        records["meta"] = dict(meta(device, args.quick), seconds=round(time.perf_counter() - start, 2))
-        records["claims"] = claims.evaluate(getattr(module, "CLAIMS", []), records, args.quick)
+        if args.replot:  # redraw from the JSON, with the claims judged again on its records
+            records = read_records(outdir, name)
+        else:
+            start = time.perf_counter()
+            records = module.run(quick=args.quick, device=device)
+            records["meta"] = dict(meta(device, args.quick), seconds=round(time.perf_counter() - start, 2))
+        records["claims"] = claims.evaluate(getattr(module, "CLAIMS", []), records, records["meta"]["quick"])
         write_records(records, outdir, name)
         written += module.plot(records, outdir)
         failures += [(name, row) for row in claims.failed(records["claims"])]
@@ -70,14 +78,46 @@ def cmd_figures(args):
     for path in written:
         print(path)
     if failures:
-        print(f"{len(failures)} claim(s) do not hold:", file=sys.stderr)
+        red, reset = ("\033[31m", "\033[0m") if sys.stderr.isatty() else ("", "")
+        print(f"{red}{len(failures)} claim(s) do not hold:", file=sys.stderr)
         for name, row in failures:
             print(f"  {name}: {row['text']} (measured {claims.format_value(row['value'])})", file=sys.stderr)
+        print(reset, end="", file=sys.stderr)
     return 1 if failures and args.strict else 0
+
+
+def _claims_table(outdir, names, readme):
+    """Print the markdown claims table of the records in ``outdir/data``; with ``readme``, write
+    it into that file between its markers instead (atomically)."""
+    from .measure import claims
+    from .measure.records import read_records
+
+    missing = [n for n in names if not os.path.exists(os.path.join(outdir, "data", f"{n}.json"))]
+    if missing:
+        print(f"no records for {missing} in {outdir}/data: run `tinymem figures --only {' '.join(missing)}` "
+              "first", file=sys.stderr)
+        return 2
+    block = claims.markdown({n: read_records(outdir, n) for n in names})
+    if readme is None:
+        print(block)
+        return 0
+    with open(readme) as f:
+        text = f.read()
+    try:
+        text = claims.replace_block(text, block)
+    except ValueError as exc:
+        print(f"tinymem figures: {exc}", file=sys.stderr)
+        return 2
+    with open(readme + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(readme + ".tmp", readme)
+    print(f"wrote the claims table into {readme}")
+    return 0
 
 
 def cmd_bench(args):
     from .benchmarks import benchmarks
+    from .measure.records import meta, write_records
 
     found = benchmarks()
     names = args.names or list(found)
@@ -85,10 +125,22 @@ def cmd_bench(args):
     if unknown:
         print(f"unknown benchmark {unknown}; known: {', '.join(found)}", file=sys.stderr)
         return 2
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    records = {}
     for name in names:
         print(f"\n== {name}: {found[name].DESCRIPTION}")
-        rows = found[name].run(quick=args.quick)
-        print_table(rows)
+        result = found[name].run(quick=args.quick)
+        records[name] = result
+        print_table(found[name].table_rows(result) if hasattr(found[name], "table_rows") else result)
+    if "targets" not in records:
+        return 0
+    # The targets are what bench.json and bench.png record; rows of the other benchmarks that
+    # ran alongside are kept in the same file.
+    out = dict(records.pop("targets"), others=records)
+    out["meta"] = dict(meta("cpu", args.quick), load=load)
+    print(write_records(out, args.out, "bench"))
+    for path in found["targets"].plot(out, args.out):
+        print(path)
     return 0
 
 
@@ -98,6 +150,12 @@ def cmd_plan(args):
     from . import planner
     from .memory import format_bytes
 
+    if args.arch or args.layers:
+        return cmd_plan_arch(args)
+    if not (args.model and args.sizes and args.batch):
+        print("tinymem plan: give --arch NAME (or --layers/--hidden/--heads/--seq/--vocab) for the "
+              "closed form, or --model, --sizes and --batch to probe a tinymem model", file=sys.stderr)
+        return 2
     try:
         result = planner.plan(args.model, args.sizes, args.batch, args.budget, schedules=args.schedules,
                               precisions=args.precisions or planner.recipe.PRECISIONS,
@@ -118,6 +176,78 @@ def cmd_plan(args):
               f"step {1e3 * measured['seconds']:.1f} ms measured, "
               f"{1e3 * result.proposal.seconds:.1f} ms predicted")
     return 0 if result.proposal is not None else 1
+
+
+def cmd_plan_arch(args):
+    """The closed form at any size: bytes per bucket per stack, the fewest GPUs, the time cost."""
+    from .memory import parse_bytes
+    from .planner import architectures, fits
+
+    try:
+        if args.arch:
+            arch = architectures.get_arch(args.arch)
+            if args.seq:
+                arch = arch._replace(seq=args.seq)
+        else:
+            missing = [f"--{n}" for n in ("layers", "hidden", "heads", "seq", "vocab") if not getattr(args, n)]
+            if missing:
+                raise ValueError(f"explicit sizes need {', '.join(missing)} too")
+            arch = architectures.custom(args.layers, args.hidden, args.heads, args.seq, args.vocab, args.ffn)
+        memory = parse_bytes(args.gpu_memory)
+        rows, proposal = fits.plan_arch(arch, args.gpus, memory, args.batch or 1, args.mode, args.micro_batches)
+    except ValueError as exc:
+        print(f"tinymem plan: {exc}", file=sys.stderr)
+        return 2
+    print(f"per GPU, micro-batch of {args.batch or 1} sequence(s) of {arch.seq} tokens, mode {args.mode} "
+          "(GB = 10^9 B; fewest GPUs: data-parallel ranks, or pipeline stages for the pipeline rows)")
+    print_table(fits.table(rows, args.gpus, memory))
+    print(fits.summary(arch, rows, proposal, args.gpus, memory))
+    return 0 if proposal is not None else 1
+
+
+def cmd_monitor(args):
+    import subprocess
+
+    from .experiments.watching import draw_command
+    from .memory import nvidia
+    from .memory.sampler import CommandMonitor, format_process_table
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("tinymem monitor: give the command to watch after --, e.g. "
+              "tinymem monitor -- python train.py", file=sys.stderr)
+        return 2
+    gpu = None
+    if args.device != "cpu":
+        try:
+            gpu = nvidia.GpuReader(args.gpu)
+        except (nvidia.NvidiaUnavailable, OSError) as exc:
+            if args.device == "cuda":
+                print(f"tinymem monitor: {exc}", file=sys.stderr)
+                return 2
+    try:
+        proc = subprocess.Popen(command)
+    except OSError as exc:
+        print(f"tinymem monitor: cannot run {command[0]!r}: {exc}", file=sys.stderr)
+        return 127
+    watch = CommandMonitor(proc.pid, args.interval, gpu).start()
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:  # Ctrl-C: stop the command, still print what was seen
+        proc.terminate()
+        code = proc.wait()
+    finally:
+        watch.stop()
+    print(format_process_table(watch.rows(), watch.total_peak()))
+    folder = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(folder, exist_ok=True)
+    tmp = args.out + ".csv.tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(watch.csv_lines()) + "\n")
+    os.replace(tmp, args.out + ".csv")
+    draw_command(watch, " ".join(command), args.out + ".png")
+    print(f"wrote {args.out}.csv and {args.out}.png")
+    return code
 
 
 def print_table(rows):
@@ -147,16 +277,34 @@ def build_parser():
     fig.add_argument("--device", default=None, help="cpu or cuda (default: $TINYMEM_DEVICE or cpu)")
     fig.add_argument("--out", default=None, help="output folder (default figures/, figures/cuda/ on a GPU)")
     fig.add_argument("--strict", action="store_true", help="exit non-zero when a claim of a figure does not hold")
+    fig.add_argument("--replot", action="store_true",
+                     help="redraw from the JSON in OUT/data (no sweep), judging the claims again")
+    fig.add_argument("--claims-table", action="store_true",
+                     help="print the markdown claims table of the JSON in OUT/data (no sweep)")
+    fig.add_argument("--readme", metavar="FILE", default=None,
+                     help="with --claims-table: write the table into FILE between its markers")
     fig.set_defaults(fn=cmd_figures)
     bench = sub.add_parser("bench", help="side-by-side benchmarks against NumPy and PyTorch")
     bench.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
     bench.add_argument("--quick", action="store_true", help="small sizes")
+    bench.add_argument("--out", default="figures", help="where bench.png and data/bench.json go "
+                       "(written when the targets benchmark runs; default figures/)")
     bench.set_defaults(fn=cmd_bench)
     pl = sub.add_parser("plan", help="predict memory per technique combination, propose one that fits")
-    pl.add_argument("--model", required=True, help="mlp, unet or transformer")
-    pl.add_argument("--sizes", required=True, help="mlp: in,hidden,...,out; unet: in_ch,classes,base,"
+    pl.add_argument("--model", help="probe a tinymem model: mlp, unet or transformer")
+    pl.add_argument("--sizes", help="mlp: in,hidden,...,out; unet: in_ch,classes,base,"
                     "depth,res; transformer: vocab,context,d_model,heads,layers")
-    pl.add_argument("--batch", type=int, required=True, help="samples per step")
+    pl.add_argument("--batch", type=int, default=None,
+                    help="samples per step (probe); sequences per micro-batch per GPU (--arch, default 1)")
+    pl.add_argument("--arch", help="closed form for a named model: " + ", ".join(_archs()))
+    for name in ("layers", "hidden", "heads", "seq", "vocab", "ffn"):
+        pl.add_argument(f"--{name}", type=int, default=None, help=f"closed form: explicit {name}")
+    pl.add_argument("--gpus", type=int, default=8, help="closed form: GPUs (default 8)")
+    pl.add_argument("--gpu-memory", default="80GB", help="closed form: memory per GPU (default 80GB)")
+    pl.add_argument("--micro-batches", type=int, default=None,
+                    help="closed form: micro-batches per pipeline step (default 4 x GPUs)")
+    pl.add_argument("--mode", default="tinymem", choices=["tinymem", "korthikanti"],
+                    help="closed form: count tinymem's saved tensors, or Korthikanti et al.'s")
     pl.add_argument("--budget", default=None, help="device budget, e.g. 64MB (default: none)")
     pl.add_argument("--schedules", nargs="+", metavar="S", help="restrict: none sqrt block")
     pl.add_argument("--precisions", nargs="+", metavar="P", help="restrict: fp32 fp16 bf16")
@@ -167,7 +315,21 @@ def build_parser():
     pl.add_argument("--all", action="store_true", help="print every combination")
     pl.add_argument("--verify", action="store_true", help="run one step with the proposal and compare")
     pl.set_defaults(fn=cmd_plan)
+    mon = sub.add_parser("monitor", help="run a command and sample its memory and its children's, as "
+                         "nvidia-smi lists processes", usage="tinymem monitor [options] -- command ...")
+    mon.add_argument("--interval", type=float, default=0.05, help="seconds between samples (default 0.05)")
+    mon.add_argument("--out", default="monitor", help="path prefix of the CSV and PNG (default ./monitor)")
+    mon.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                     help="also read GPU memory per process through NVML/nvidia-smi (auto: when present)")
+    mon.add_argument("--gpu", type=int, default=0, help="GPU index for --device cuda (default 0)")
+    mon.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    mon.set_defaults(fn=cmd_monitor)
     return parser
+
+
+def _archs():
+    from .planner.architectures import ARCHS
+    return list(ARCHS)
 
 
 def main(argv=None):

@@ -1,15 +1,25 @@
 """`tinymem figures --quick` writes every figure of every family, each with the JSON behind it.
 
 Each family's PNGs are then drawn a second time from the JSON alone (what a reader does to
-restyle a figure): that proves the records hold every quantity the figure plots.
+restyle a figure): that proves the records hold every quantity the figure plots. The claims
+meant to hold at quick sizes must hold; the committed (full-mode) records must carry the claims
+the code states today, judged on those records.
 """
 import json
 import os
+import warnings
 
 import pytest
 
-from tinymem import cli
+from tinymem import cli, plots
 from tinymem.experiments import families
+from tinymem.measure.claims import evaluate
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "figures")
+# Families whose figures pass plots.layout_problems (no small, clipped or overprinted text, no
+# legend on the data); a family joins once its figures do.
+LAYOUT_CHECKED = ["memory_timeline", "precision", "quantization", "offload", "optimizers", "stack",
+                  "workload_resolution", "workload_seq_len", "workload_embeddings"]
 
 
 @pytest.fixture(scope="module")
@@ -27,15 +37,39 @@ def test_family_writes_its_figures_and_records(quick_figures, name, tmp_path):
     records = json.loads((quick_figures / "data" / f"{name}.json").read_text())
     meta = records["meta"]
     assert meta["quick"] is True and meta["device"] == "cpu" and meta["machine"] and meta["date"]
-    redrawn = module.plot(records, str(tmp_path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", plots.LayoutWarning)
+        redrawn = module.plot(records, str(tmp_path))
     assert sorted(os.path.basename(p) for p in redrawn) == sorted(module.FIGURES)
+    if name in LAYOUT_CHECKED:
+        problems = [str(w.message) for w in caught if issubclass(w.category, plots.LayoutWarning)]
+        assert problems == [], f"{name}: " + "; ".join(problems)
+
+
+@pytest.mark.parametrize("name", list(families()))
+def test_claims_meant_for_quick_sizes_hold(quick_figures, name):
+    records = json.loads((quick_figures / "data" / f"{name}.json").read_text())
+    assert [r["name"] for r in records.get("claims", [])] == [c.name for c in getattr(families()[name], "CLAIMS", [])]
+    failing = [f"{r['text']} (measured {r['value']})" for r in records.get("claims", []) if r["holds"] is False]
+    assert failing == [], f"{name}: claims that do not hold at quick sizes: {failing}"
 
 
 def test_committed_figures_are_the_full_mode_ones():
-    root = os.path.join(os.path.dirname(__file__), "..", "..", "figures")
     for name, module in families().items():
-        with open(os.path.join(root, "data", f"{name}.json")) as f:
+        with open(os.path.join(ROOT, "data", f"{name}.json")) as f:
             meta = json.load(f)["meta"]
         assert meta["quick"] is False, f"figures/data/{name}.json was made in quick mode"
         for png in module.FIGURES:
-            assert os.path.exists(os.path.join(root, png)), f"figures/{png} is not committed"
+            assert os.path.exists(os.path.join(ROOT, png)), f"figures/{png} is not committed"
+
+
+@pytest.mark.parametrize("name", list(families()))
+def test_committed_records_carry_todays_claims(name):
+    """What `tinymem figures --replot --only NAME` would write: the claims of the code, judged
+    on the committed records. A claim added, reworded or changed since is caught here."""
+    with open(os.path.join(ROOT, "data", f"{name}.json")) as f:
+        records = json.load(f)
+    expected = evaluate(getattr(families()[name], "CLAIMS", []), records, quick=False)
+    assert records.get("claims", []) == json.loads(json.dumps(expected)), (
+        f"figures/data/{name}.json holds other claims than the code states: run "
+        f"`tinymem figures --replot --only {name}` (or the full sweep) and commit it")

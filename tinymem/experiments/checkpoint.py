@@ -10,22 +10,48 @@ several slot counts: step-time ratio against activation-peak ratio (to the plain
 points (ledger) beside the curve predicted from the per-layer profile and the plain step's
 forward time; PyTorch's ``checkpoint_sequential`` on the same network and weights, timed in the
 same run (its memory: the bytes it saves for backward, followed by saved-tensor hooks).
+Its second panel: whole models (a Transformer LM and a U-Net) with no checkpointing, full
+recomputation (every block a checkpoint), sqrt(n) segments (the Transformer's chain of blocks)
+and selective recomputation (every block a checkpoint that keeps its matmul and convolution
+outputs): activation peak and step time against no checkpointing.
 Timings: one thread, CPU seconds of the process, interleaved, best of the repeats.
 """
 import time
 
 from .. import plots
+from ..measure.claims import Claim
 from ..techniques.checkpoint.schedule import predict_revolve, predict_segments, profile_layers
 from ..techniques.checkpoint import resolve_segments
 from ..techniques.checkpoint.revolve import binomial_forwards
 from ..measure.timing import interleaved_times
-from .checkpoint_nets import (batch, deep_mlp, forward, measure_memory, one_thread, step, synchronize,
-                               torch_activation_peak, torch_step, torch_twin)
+from .checkpoint_nets import (SAVE_MATMULS, batch, deep_mlp, forward, measure_memory, model_activation_peak,
+                              one_thread, step, synchronize, torch_activation_peak, torch_step, torch_twin,
+                              transformer_problem, unet_problem)
 
 NAME = "checkpoint"
 ORDER = 10
 FIGURES = ["checkpoint_depth.png", "checkpoint_frontier.png"]
 SLOTS = 4
+STRATEGIES = {"transformer": ("none", "full recompute", "sqrt(n) segments", "selective"),
+              "unet": ("none", "full recompute", "selective")}
+
+
+def _selective_check(records):
+    """Transformer LM: selective's activation reduction and its time overhead / full's."""
+    rows = {r["strategy"]: r for r in records["models"]["transformer"]["rows"]}
+    fewer = 1 / rows["selective"]["memory_ratio"]
+    share = (rows["selective"]["time_ratio"] - 1) / max(rows["full recompute"]["time_ratio"] - 1, 1e-9)
+    return {"fewer": fewer, "overhead_share": share}
+
+
+CLAIMS = [
+    Claim("selective_bytes", "selective recomputation keeps >= 2x fewer activation bytes than none "
+          "on the Transformer LM", lambda r: (_selective_check(r)["fewer"], _selective_check(r)["fewer"] >= 2),
+          modes=("full",)),
+    Claim("selective_time", "at no more than half the time overhead of full recomputation",
+          lambda r: (_selective_check(r)["overhead_share"], _selective_check(r)["overhead_share"] <= 0.5),
+          modes=("full",)),
+]
 
 
 def _depth_sweep(quick, device):
@@ -89,12 +115,32 @@ def _frontier(quick, device):
             "forward_seconds": times["forward only"], "points": points, "torch_points": torch_points}
 
 
+def _whole_models(quick, device):
+    """Activation peak and step time of each strategy on a Transformer LM and a U-Net."""
+    out = {}
+    for key, make in (("transformer", transformer_problem), ("unet", unet_problem)):
+        name, model, loss = make(quick, device)
+        strategies = STRATEGIES[key]
+        rows = [dict(strategy=s, activation_peak=model_activation_peak(model, loss, s)) for s in strategies]
+        times = interleaved_times({s: (lambda s=s: loss(s).backward()) for s in strategies},
+                                  repeats=2 if quick else 7, warmup=1,
+                                  clock=time.process_time if device == "cpu" else time.perf_counter)
+        for r in rows:
+            r["step_seconds"] = times[r["strategy"]]
+            r["time_ratio"] = times[r["strategy"]] / times["none"]
+            r["memory_ratio"] = r["activation_peak"] / rows[0]["activation_peak"]
+        out[key] = {"model": name, "rows": rows}
+    return out
+
+
 def run(quick=False, device="cpu"):
     # One BLAS thread throughout: on a shared machine a second spinning thread only burns CPU.
     with one_thread():
         return {"config": {"dtype": "float32", "block": "Linear(w, w) -> ReLU", "slots": SLOTS,
+                           "selective_policy": list(SAVE_MATMULS),
                            "timing": "one thread, process CPU time, interleaved, best of repeats"},
-                "depth": _depth_sweep(quick, device), "frontier": _frontier(quick, device)}
+                "depth": _depth_sweep(quick, device), "frontier": _frontier(quick, device),
+                "models": _whole_models(quick, device)}
 
 
 _STYLE = {"none": ("#c44e52", "o"), "sqrt(n) segments": ("#4c72b0", "s")}
@@ -130,7 +176,7 @@ def _plot_depth(records, outdir):
 
 def _plot_frontier(records, outdir):
     data = records["frontier"]
-    fig, ax = plots.new_figure(width=7.2, height=4.8)
+    fig, (ax, ax_models) = plots.new_figure(ncols=2, width=6.4, height=4.8)
     for kind, color, marker in (("segments", "#4c72b0", "o"), ("revolve", "#55a868", "^")):
         pts = sorted((p for p in data["points"] if p["kind"] == kind), key=lambda p: p["predicted_memory_ratio"])
         name = "segments k" if kind == "segments" else "revolve, s slots"
@@ -138,23 +184,52 @@ def _plot_frontier(records, outdir):
                 color=color, lw=1, alpha=0.7, label=f"{name}: predicted")
         ax.scatter([p["memory_ratio"] for p in pts], [p["time_ratio"] for p in pts], color=color,
                    marker=marker, s=18, label=f"{name}: measured", zorder=3)
+        # A few labels only, below the segment points and above the revolve ones: the segment
+        # counts crowd into one corner of the plot.
+        labelled = (2, 8, 64) if kind == "segments" else (2, 4, 8, 16, 64)
         for p in pts:
-            if kind == "revolve" or p["count"] in (1, 2, 4, 8, 16, 32, 64):
+            if p["count"] in labelled:
                 ax.annotate(f"{'k' if kind == 'segments' else 's'}={p['count']}",
-                            (p["memory_ratio"], p["time_ratio"]), fontsize=6, xytext=(3, 3),
-                            textcoords="offset points")
+                            (p["memory_ratio"], p["time_ratio"]), fontsize=6, color=color,
+                            xytext=(4, -9) if kind == "segments" else (3, 4), textcoords="offset points")
     if data["torch_points"]:
         tp = data["torch_points"]
         ax.scatter([p["memory_ratio"] for p in tp], [p["time_ratio"] for p in tp], facecolors="none",
                    edgecolors="#dd8452", marker="D", s=40, label="PyTorch checkpoint_sequential (same k)")
+        last = max(tp, key=lambda p: p["count"])
+        ax.annotate(f"PyTorch k={last['count']}: every block\nrecomputed, {last['count'] - 1} nested backwards",
+                    (last["memory_ratio"], last["time_ratio"]), fontsize=6, color="#dd8452",
+                    xytext=(-110, 4), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_xlabel("activation peak / plain step")
     ax.set_ylabel("step time / plain step")
     ax.set_title(f"Time-memory frontier: {data['depth']} blocks, width {data['width']}, "
                  f"batch {data['batch']}", fontsize=9)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6, loc="lower left")
+    _plot_models(ax_models, records.get("models", {}))
     return plots.save(fig, records, outdir, FIGURES[1])
+
+
+_STRATEGY_COLORS = {"none": "#8c8c8c", "full recompute": "#c44e52", "sqrt(n) segments": "#4c72b0",
+                    "selective": "#55a868"}
+
+
+def _plot_models(ax, models):
+    """Whole models: each strategy's activation peak and step time relative to none."""
+    for (key, data), marker in zip(models.items(), ("o", "s")):
+        for r in data["rows"]:
+            ax.scatter(r["memory_ratio"], r["time_ratio"], color=_STRATEGY_COLORS[r["strategy"]],
+                       marker=marker, s=36, zorder=3)
+            ax.annotate(r["strategy"], (r["memory_ratio"], r["time_ratio"]), fontsize=6,
+                        xytext=(4, 3 if marker == "o" else -9), textcoords="offset points")
+        ax.scatter([], [], color="#444444", marker=marker, label=data["model"])
+    ax.set_xscale("log")
+    ax.set_xlabel("activation peak / no checkpointing")
+    ax.set_ylabel("step time / no checkpointing")
+    ax.set_title("Whole models: full, sqrt(n) and selective recomputation", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=6, loc="upper right")
 
 
 def plot(records, outdir):

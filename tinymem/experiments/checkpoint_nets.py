@@ -174,3 +174,70 @@ def torch_activation_peak(model, x, grad, segments):
         torch_step(model, x, grad, segments)
     x.grad = None
     return meter.peak
+
+
+# -- whole models: none, full recomputation, sqrt(n) segments, selective -----------------------------
+SAVE_MATMULS = ("linear", "matmul", "conv2d")  # the selective policy: keep what is expensive to redo
+# (vocab, context T, d_model, heads h, blocks, batch). Long context, many heads: the h·T attention
+# weights per token outweigh the 17·d values a block saves besides them, as in the large models
+# selective recomputation was made for (Korthikanti et al.: 5·h·T / d > 34 there).
+TRANSFORMER = {"quick": (16, 64, 32, 4, 4, 2), "full": (32, 256, 128, 8, 8, 2)}
+
+
+def transformer_problem(quick, device="cpu"):
+    """A Transformer LM and a batch of token ids: (model, run(strategy) -> loss)."""
+    from ..models import TransformerLM
+    from ..techniques.checkpoint import checkpoint, checkpoint_sequential
+    vocab, context, d, heads, layers, size = TRANSFORMER["quick" if quick else "full"]
+    random.manual_seed(0)
+    lm = TransformerLM(vocab, context, d_model=d, n_heads=heads, n_layers=layers, device=device)
+    ids = np.random.default_rng(0).integers(0, vocab, (size, context + 1))
+
+    def blocks(h, strategy):
+        if strategy == "none":
+            return lm.blocks(h)
+        if strategy == "sqrt(n) segments":
+            return checkpoint_sequential(lm.blocks, "sqrt", h)
+        policy = SAVE_MATMULS if strategy == "selective" else None
+        for block in lm.blocks:
+            h = checkpoint(block, h, policy=policy)
+        return h
+
+    def loss(strategy):
+        from .. import functional as F
+        logits = lm.logits(blocks(lm.embed(ids[:, :-1]), strategy))
+        return F.cross_entropy(logits.reshape(-1, vocab), ids[:, 1:].reshape(-1))
+
+    name = f"Transformer LM, {layers} blocks, d {d}, T {context}, batch {size}"
+    return name, lm, loss
+
+
+def unet_problem(quick, device="cpu"):
+    """A U-Net and a batch of phantoms: (model, run(strategy) -> loss); every block is one
+    checkpoint (its skip connections make the blocks no chain, so there are no sqrt segments)."""
+    import functools
+
+    from ..data import phantoms
+    from ..models import UNet, segmentation_loss
+    from ..techniques.checkpoint import checkpoint
+    base, depth, res, size = (4, 3, 32, 2) if quick else (8, 4, 96, 4)
+    random.manual_seed(0)
+    net = UNet(base=base, depth=depth, device=device)
+    x, y = phantoms.make_phantoms(size, res, seed=0)
+    strategies = {"none": None, "full recompute": checkpoint,
+                  "selective": functools.partial(checkpoint, policy=SAVE_MATMULS)}
+
+    def loss(strategy):
+        net.checkpoint_fn = strategies[strategy]
+        return segmentation_loss(net(Tensor(x, device=device)), y)
+
+    return f"U-Net, depth {depth}, base {base}, {res}x{res}, batch {size}", net, loss
+
+
+def model_activation_peak(model, loss, strategy):
+    """The ledger's activation peak of one step (bytes); gradients exist before the window."""
+    loss(strategy).backward()
+    model.zero_grad(set_to_none=False)
+    with memory.track(measure=False, timeline=False) as t:
+        loss(strategy).backward()
+    return t.max_by_bucket()["activation"]

@@ -7,8 +7,12 @@ saved activations offloaded to disk (prefetch 2), and with the layers streamed f
 ``offload_tradeoff.png``: step time against device peak for no offload, host, disk and disk
 with prefetch, beside the time *predicted* from the bytes each mode moved and the bandwidths
 measured in the same run (memcpy for host; disk write and read for disk, with every file flushed
-and evicted from the page cache so that the reads hit the disk itself). The prediction assumes
-nothing overlaps; prefetch should beat it by the read time it hides behind backward.
+and evicted from the page cache so that the reads hit the disk itself); and the time the step
+waited for the disk, which prefetch should cut. The steps are timed in turns on one BLAS thread
+(the other core is left to the I/O thread) as the training thread's CPU time plus the time it
+waited for writes and reads, and drawn as medians with their interquartile range.
+The sizes are narrow layers and a large batch: many saved bytes per flop, so that the cost of
+moving them stands well above the noise of a shared machine.
 """
 import contextlib
 import tempfile
@@ -19,6 +23,8 @@ import numpy as np
 from .. import functional as F
 from .. import memory, models, optim, plots, random
 from ..autograd import tensor
+from ..measure.claims import Claim
+from ..measure.timing import effect_over_spread, one_blas_thread, spread
 from ..techniques import offload
 
 NAME = "offload"
@@ -27,13 +33,15 @@ FIGURES = ["offload_timeline.png", "offload_tradeoff.png"]
 PAGE_CACHE = False  # every file flushed and evicted: the reads hit the disk itself
 MODES = ("none", "host", "disk", "disk+prefetch")
 MODE_COLORS = {"none": "#4c72b0", "host": "#55a868", "disk": "#c44e52", "disk+prefetch": "#8172b2"}
+TIMELINE_TITLES = {"no offload": "no offload", "activation offload": "activations to disk, prefetch 2",
+                   "layer streaming": "layers streamed from the host\n(Adam's state and update there too)"}
 
 
 def config(quick):
     """Narrow layers and a large batch: many saved bytes per flop, so transfers show."""
     if quick:
-        return {"sizes": [128] + [256] * 4 + [10], "batch": 512, "repeats": 3}
-    return {"sizes": [256] + [384] * 8 + [10], "batch": 2048, "repeats": 11}
+        return {"sizes": [128] + [128] * 8 + [10], "batch": 1024, "repeats": 5}
+    return {"sizes": [256] + [256] * 12 + [10], "batch": 2048, "repeats": 15}
 
 
 def make_problem(cfg, device):
@@ -69,6 +77,14 @@ def train_step(model, opt, x, y, ctx):
     return ctx
 
 
+def _stall(ctx):
+    """Seconds the main thread waited for writes and reads in one step (0 without offload)."""
+    if not hasattr(ctx, "stats"):
+        return 0.0
+    s = ctx.stats()
+    return s["wait_s"] + s["write_wait_s"]
+
+
 def _timeline_run(cfg, device, kind, directory):
     model, x, y = make_problem(cfg, device)
     net, opt, extra = model, optim.Adam(model.parameters(), lr=1e-3), {}
@@ -87,65 +103,112 @@ def _timeline_run(cfg, device, kind, directory):
         net.close()
         opt.close()
     return dict(kind=kind, timeline=t.timeline(), peak=t.peak(), peak_by_bucket=t.peak_by_bucket(),
-                measured_peak=t.measured_peak(), peak_delta=t.peak_delta(), **extra)
+                max_by_bucket=t.max_by_bucket(), measured_peak=t.measured_peak(), peak_delta=t.peak_delta(),
+                **extra)
 
 
 def measure_modes(cfg, device, directory):
-    """Device peak, bytes moved and I/O stall per mode, then step times and bandwidths measured
-    in alternation (best of each), so that drift on a shared machine hits all alike."""
+    """Device peak and bytes moved per mode; then the steps of all modes in turns (``repeats``
+    turns, one BLAS thread), each turn also measuring the bandwidths, so that drift hits all
+    alike. A step's time is the training thread's CPU time plus the time it waited for the disk:
+    what the step costs when it has a core to itself (the wall time, kept as ``wall_samples``,
+    also counts the turns other jobs take on a shared machine). Returns rows with every step's
+    time and I/O stall, and the best bandwidths seen."""
     model, x, y = make_problem(cfg, device)
     opt = optim.SGD(model.parameters(), lr=1e-3)
     rows = {}
     for mode in MODES:
         with memory.track(device=device) as t:
             ctx = train_step(model, opt, x, y, activation_context(mode, directory))
-        stats = ctx.stats() if mode != "none" else {"bytes_out": 0, "bytes_in": 0, "wait_s": 0.0, "write_wait_s": 0.0}
+        stats = ctx.stats() if mode != "none" else {"bytes_out": 0, "bytes_in": 0}
         rows[mode] = {"mode": mode, "peak": t.peak(), "peak_delta": t.peak_delta(),
                       "measured_peak": t.measured_peak(), "max_by_bucket": t.max_by_bucket(),
                       "bytes_out": stats["bytes_out"], "bytes_in": stats["bytes_in"],
-                      "read_wait_s": stats["wait_s"], "write_wait_s": stats["write_wait_s"]}
+                      "samples": [], "wall_samples": [], "stall_samples": []}
     sizes = saved_sizes(model, x, y)
-    samples = {mode: [] for mode in MODES}
     bandwidths = {}
-    for _ in range(cfg["repeats"]):
-        for mode in MODES:
-            start = time.perf_counter()
-            train_step(model, opt, x, y, activation_context(mode, directory))
-            samples[mode].append(time.perf_counter() - start)
-        bw = offload.measure_bandwidths(directory=directory, repeats=1, device=device,
-                                        page_cache=PAGE_CACHE, sizes=sizes)
-        bandwidths = {k: max(v, bandwidths.get(k, 0)) for k, v in bw.items()}
-    for mode in MODES:
-        rows[mode]["samples"] = samples[mode]
-    return rows, {mode: min(v) for mode, v in samples.items()}, bandwidths
+    with one_blas_thread():
+        for _ in range(cfg["repeats"]):
+            for mode in MODES:
+                wall, cpu = time.perf_counter(), time.thread_time()
+                ctx = train_step(model, opt, x, y, activation_context(mode, directory))
+                cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+                stall = _stall(ctx)
+                rows[mode]["samples"].append(cpu + stall)
+                rows[mode]["wall_samples"].append(wall)
+                rows[mode]["stall_samples"].append(stall)
+            bw = offload.measure_bandwidths(directory=directory, repeats=1, device=device,
+                                            page_cache=PAGE_CACHE, sizes=sizes)
+            bandwidths = {k: max(v, bandwidths.get(k, 0)) for k, v in bw.items()}
+    return rows, bandwidths
 
 
 def run(quick=False, device="cpu"):
     cfg = config(quick)
     directory = tempfile.gettempdir()
-    timelines = [_timeline_run(cfg, device, kind, directory)
-                 for kind in ("no offload", "activation offload", "layer streaming")]
-    rows, times, bandwidths = measure_modes(cfg, device, directory)
+    timelines = [_timeline_run(cfg, device, kind, directory) for kind in TIMELINE_TITLES]
+    rows, bandwidths = measure_modes(cfg, device, directory)
+    base = spread(rows["none"]["samples"])["median"]
     for mode, row in rows.items():
-        row["seconds"] = times[mode]
+        row.update({k: v for k, v in spread(row["samples"]).items() if k != "n"})
+        row["seconds"] = row["median"]
         place = {"none": None, "host": "host"}.get(mode, "disk")
-        row["predicted_seconds"] = (times["none"] if place is None else offload.predicted_seconds(
-            times["none"], row["bytes_out"], row["bytes_in"], bandwidths, place))
+        row["predicted_seconds"] = (base if place is None else offload.predicted_seconds(
+            base, row["bytes_out"], row["bytes_in"], bandwidths, place))
         row["ratio_to_predicted"] = row["seconds"] / row["predicted_seconds"]
-    # Best against best, and the median of the ratios of neighbouring runs (robust to a noisy,
-    # shared machine: both runs of a pair see about the same load).
-    pairs = sorted(a / b for a, b in zip(rows["disk+prefetch"]["samples"], rows["disk"]["samples"]))
+        row["stall_median"] = spread(row["stall_samples"])["median"]
+    modes = {m: rows[m]["samples"] for m in MODES}
     targets = {"disk_over_predicted": rows["disk"]["ratio_to_predicted"],
                "prefetch_over_disk": rows["disk+prefetch"]["seconds"] / rows["disk"]["seconds"],
-               "prefetch_over_disk_median_pair": pairs[len(pairs) // 2],
-               "io_stall_saved_s": (rows["disk"]["read_wait_s"] + rows["disk"]["write_wait_s"]
-                                    - rows["disk+prefetch"]["read_wait_s"] - rows["disk+prefetch"]["write_wait_s"]),
+               "host_over_none": rows["host"]["seconds"] / base,
+               "disk_vs_none_effect_over_spread": effect_over_spread(modes["disk"], modes["none"]),
+               "host_vs_disk_effect_over_spread": effect_over_spread(modes["host"], modes["disk"]),
+               "prefetch_vs_disk_effect_over_spread": effect_over_spread(modes["disk+prefetch"], modes["disk"]),
+               "io_stall_saved_s": rows["disk"]["stall_median"] - rows["disk+prefetch"]["stall_median"],
+               "stall_effect_over_spread": effect_over_spread(rows["disk"]["stall_samples"],
+                                                              rows["disk+prefetch"]["stall_samples"]),
                "stream_param_peak_over_two_layers":
-                   timelines[2]["param_peak"] / timelines[2]["two_layer_bound"]}
+                   timelines[2]["param_peak"] / timelines[2]["two_layer_bound"],
+               "activation_arrays_in_workspace": timelines[1]["peak_by_bucket"]["workspace"]
+                   / (4 * cfg["batch"] * max(cfg["sizes"][1:-1]))}
     return {"config": dict(cfg, optimizer_timeline="Adam", optimizer_tradeoff="SGD", activation="tanh",
-                           page_cache=PAGE_CACHE, directory=directory),
+                           page_cache=PAGE_CACHE, directory=directory, blas_threads=1),
             "timelines": timelines, "modes": [rows[m] for m in MODES], "bandwidths": bandwidths,
             "targets": targets}
+
+
+def _mode(r, name):
+    return next(m for m in r["modes"] if m["mode"] == name)
+
+
+def _slower(r, a, b, key):
+    """``a`` slower than ``b`` by at least 3 spreads: (effect over spread, holds)."""
+    ratio = r["targets"][key]
+    return ratio, ratio >= 3 and _mode(r, a)["seconds"] > _mode(r, b)["seconds"]
+
+
+CLAIMS = [
+    Claim("offload_lowers_peak", "every offload mode lowers the device peak below no offload's (largest ratio < 0.8)",
+          lambda r: (lambda v: (v, v < 0.8))(max(m["peak"] for m in r["modes"][1:]) / r["modes"][0]["peak"])),
+    Claim("streaming_two_layers", "streaming keeps at most two layers' weights on the device",
+          lambda r: (r["targets"]["stream_param_peak_over_two_layers"],
+                     r["targets"]["stream_param_peak_over_two_layers"] <= 1)),
+    Claim("disk_costs_time", "a step with activations on disk is slower than without offload, by >= 3 spreads (IQR)",
+          lambda r: _slower(r, "disk", "none", "disk_vs_none_effect_over_spread"), modes=("full",)),
+    Claim("host_cheaper_than_disk", "offload to host costs less time than offload to disk, by >= 3 spreads",
+          lambda r: _slower(r, "disk", "host", "host_vs_disk_effect_over_spread"), modes=("full",)),
+    Claim("prefetch_not_faster_than_none", "disk + prefetch is not faster than no offload (medians)",
+          lambda r: (_mode(r, "disk+prefetch")["seconds"] / _mode(r, "none")["seconds"],
+                     _mode(r, "disk+prefetch")["seconds"] >= _mode(r, "none")["seconds"]), modes=("full",)),
+    Claim("disk_as_predicted", "the disk step takes within 25% of the time predicted from bytes and bandwidths",
+          lambda r: (r["targets"]["disk_over_predicted"], abs(r["targets"]["disk_over_predicted"] - 1) <= 0.25),
+          modes=("full",)),
+    Claim("prefetch_hides_io", "prefetch cuts the time the step waits for the disk, by >= 3 spreads",
+          lambda r: (r["targets"]["stall_effect_over_spread"], r["targets"]["stall_effect_over_spread"] >= 3
+                     and r["targets"]["io_stall_saved_s"] > 0), modes=("full",)),
+    Claim("prefetch_faster", "disk + prefetch steps are faster than disk without prefetch, by >= 3 spreads",
+          lambda r: _slower(r, "disk", "disk+prefetch", "prefetch_vs_disk_effect_over_spread"), modes=("full",)),
+]
 
 
 def plot(records, outdir):
@@ -154,42 +217,58 @@ def plot(records, outdir):
 
 def _plot_timeline(records, outdir):
     runs = records["timelines"]
-    fig, axes = plots.new_figure(ncols=len(runs), width=4.6, height=3.8)
+    fig, axes = plots.new_figure(ncols=len(runs), width=4.3, height=4.0)
     cfg = records["config"]
-    top = max(r["peak"] for r in runs) / 2**20 * 1.15
-    for ax, r in zip(axes, runs):
-        plots.stacked_timeline(ax, r["timeline"], f"{r['kind']}\npeak {r['peak'] / 2**20:.1f} MiB")
+    top = max(r["peak"] for r in runs) / 2**20 * 1.05
+    for k, (ax, r) in enumerate(zip(axes, runs)):
+        title = TIMELINE_TITLES.get(r["kind"], r["kind"])
+        plots.stacked_timeline(ax, r["timeline"], f"{title}\npeak {r['peak'] / 2**20:.1f} MiB",
+                               ylabel=f"{plots.device_label(records)} memory (MiB)", legend=k == len(runs) - 1)
         ax.set_ylim(0, top)
-        ax.title.set_fontsize(9)
-    fig.suptitle(f"Device memory over one Adam step: MLP {cfg['sizes']}, batch {cfg['batch']}", fontsize=10)
-    return plots.save(fig, records, outdir, FIGURES[0])
+    sizes = cfg["sizes"]
+    fig.suptitle(f"Device memory over one Adam step: MLP {sizes[0]} -> {len(sizes) - 2} x {sizes[1]} -> {sizes[-1]} "
+                 f"(tanh), batch {cfg['batch']}")
+    arrays = records["targets"].get("activation_arrays_in_workspace")
+    note = ("What to see: offloading takes the saved activations (red) off the device, but not the arrays in "
+            "flight (workspace): each layer's output while forward uses it, the arrays waiting for their write, "
+            "those read back ahead of use, and the gradients flowing back"
+            + (f" ({arrays:.1f} arrays of batch x width floats at the peak)" if arrays else "")
+            + "; streaming also keeps only two layers' weights on the device.")
+    return plots.save(fig, records, outdir, FIGURES[0], note=note)
 
 
 def _plot_tradeoff(records, outdir):
-    fig, (ax, bx) = plots.new_figure(ncols=2, width=5.4, height=4.0)
+    fig, (ax, bx) = plots.new_figure(ncols=2, width=5.4, height=4.2)
     rows = records["modes"]
     for r in rows:
-        c = MODE_COLORS[r["mode"]]
-        ax.scatter(r["peak"] / 2**20, r["seconds"] * 1e3, color=c, s=50, label=f"{r['mode']} (measured)", zorder=3)
-        ax.scatter(r["peak"] / 2**20, r["predicted_seconds"] * 1e3, facecolors="none", edgecolors=c, s=70, zorder=3)
-        ax.plot([r["peak"] / 2**20] * 2, [r["seconds"] * 1e3, r["predicted_seconds"] * 1e3], color=c, lw=0.8)
-    ax.set_xlabel("device peak (MiB, ledger)")
-    ax.set_ylabel("step time (ms)")
-    ax.set_title("Step time vs device peak\n(filled: measured, hollow: predicted, no overlap)", fontsize=9)
-    ax.legend(fontsize=7)
-    names = [r["mode"] for r in rows]
-    xs = np.arange(len(rows))
-    bx.bar(xs - 0.2, [r["seconds"] * 1e3 for r in rows], 0.4, color=[MODE_COLORS[n] for n in names],
-           label="measured, best")
-    bx.bar(xs + 0.2, [r["predicted_seconds"] * 1e3 for r in rows], 0.4, color="white",
-           edgecolor=[MODE_COLORS[n] for n in names], hatch="//", label="predicted")
-    medians = [sorted(r["samples"])[len(r["samples"]) // 2] * 1e3 for r in rows]
-    bx.scatter(xs - 0.2, medians, color="k", marker="_", s=120, zorder=3, label="measured, median")
-    bx.set_xticks(xs, names, fontsize=8)
+        c, peak = MODE_COLORS[r["mode"]], r["peak"] / 2**20
+        ax.errorbar([peak], [r["median"] * 1e3], yerr=[[(r["median"] - r["q1"]) * 1e3], [(r["q3"] - r["median"]) * 1e3]],
+                    fmt="o", color=c, ms=7, capsize=4, label=r["mode"])
+        if r["mode"] != "none":
+            ax.scatter([peak], [r["predicted_seconds"] * 1e3], facecolors="none", edgecolors=c, s=90, lw=1.5)
+    ax.scatter([], [], facecolors="none", edgecolors="k", s=90, label="predicted, no overlap")
+    ax.set_xlim(0, max(r["peak"] for r in rows) / 2**20 * 1.15)
+    ax.set_ylim(0, max(max(r["q3"], r["predicted_seconds"]) for r in rows) * 1e3 * 1.35)
+    ax.set_xlabel(f"peak {plots.device_label(records)} memory (MiB, ledger)")
+    ax.set_ylabel("CPU + I/O wait per step (ms): median, IQR")
+    ax.set_title(f"step time against device peak\n({len(rows[0]['samples'])} turns, one BLAS thread)")
+    ax.legend(loc="upper left", ncols=2)
+    names = [r["mode"] for r in rows[1:]]
+    xs = np.arange(len(names))
+    plots.timing_bars(bx, xs, [r["stall_samples"] for r in rows[1:]], 0.6, [MODE_COLORS[n] for n in names])
+    bx.set_xticks(xs, names)
     bw = records["bandwidths"]
-    bx.set_title(f"memcpy {bw['memcpy'] / 1e9:.1f} GB/s, disk write {bw['disk_write'] / 1e6:.0f} MB/s, "
-                 f"read {bw['disk_read'] / 1e6:.0f} MB/s\n(measured in the same run, page cache bypassed)",
-                 fontsize=8)
-    bx.set_ylabel("step time (ms)")
-    bx.legend(fontsize=7)
-    return plots.save(fig, records, outdir, FIGURES[1])
+    bx.set_ylim(0, max(spread(r["stall_samples"])["q3"] for r in rows[1:]) * 1e3 * 1.3 + 1e-3)
+    bx.set_ylabel("time the step waited for I/O (ms)")
+    bx.set_title(f"waiting for writes and reads (median, IQR)\ndisk write {bw['disk_write'] / 1e6:.0f} MB/s, "
+                 f"read {bw['disk_read'] / 1e6:.0f} MB/s (no page cache)")
+    t = records["targets"]
+    wall = {r["mode"]: spread(r["wall_samples"])["median"] * 1e3 for r in rows if "wall_samples" in r}
+    note = (f"What to see: the disk step costs {_mode(records, 'disk')['seconds'] / _mode(records, 'none')['seconds']:.2f}x "
+            f"the plain step ({t['disk_vs_none_effect_over_spread']:.1f} spreads) and {t['disk_over_predicted']:.2f}x "
+            f"the no-overlap prediction; prefetch hides part of the wait ({1e3 * t['io_stall_saved_s']:.0f} ms, "
+            f"{t['stall_effect_over_spread']:.1f} spreads) at the price of a few arrays more on the device. Time here is "
+            "the training thread's CPU time plus its wait for I/O"
+            + (": wall-clock medians on this shared machine were " + ", ".join(f"{m} {v:.0f} ms" for m, v in wall.items())
+               if wall else "") + ".")
+    return plots.save(fig, records, outdir, FIGURES[1], note=note)

@@ -14,12 +14,14 @@ import time
 
 import numpy as np
 
-from .. import data, memory, models, plots, random
+from .. import data, memory, models, random
 from .. import functional as F
 from ..autograd import Tensor, no_grad
+from ..measure.claims import Claim
 from ..measure.timing import best_time
 from ..optim import table
 from ..optim.table import CONFIGS
+from . import optimizers_figures as figures
 
 NAME = "optimizers"
 ORDER = 50
@@ -104,8 +106,8 @@ def _sweep(cfg, arrays, device):
     for label in SAME_RUN_AS_ADAM:
         best[label] = train_digits(label, best["Adam"]["lr"], cfg, arrays, device)
         runs.append(best[label])
-    # the yardstick for "8-bit within x% of 32-bit": 32-bit Adam against itself, other batch order
-    noise = train_digits("Adam", best["Adam"]["lr"], cfg, arrays, device, data_seed=1)
+    # the yardstick for "within noise": every tuned run again with the batches in another order
+    noise = {label: train_digits(label, r["lr"], cfg, arrays, device, data_seed=1) for label, r in best.items()}
     return runs, best, noise
 
 
@@ -164,101 +166,82 @@ def run(quick=False, device="cpu"):
         "adam8bit_state_ratio": by_label["Adam8bit"]["state_bytes"] / by_label["Adam"]["state_bytes"],
         "adam8bit_heldout_loss_ratio": ratio(adam8, "final_heldout"),
         "adam8bit_train_loss_ratio": ratio(adam8, "final_train"),
-        "adam_other_data_order_heldout_ratio": ratio(noise, "final_heldout"),
-        "adam_other_data_order_train_ratio": ratio(noise, "final_train"),
+        "adam_other_data_order_heldout_ratio": ratio(noise["Adam"], "final_heldout"),
+        "adam_other_data_order_train_ratio": ratio(noise["Adam"], "final_train"),
         "adafactor_matrix_state_ratio": (by_label["Adafactor"]["matrix_state_bytes"]
                                          / by_label["Adam"]["matrix_state_bytes"]),
     }
-    return {"config": cfg, "memory": mem, "runs": runs, "adam_other_data_order": noise,
-            "tuned": {label: {"lr": r["lr"], "final_heldout": r["final_heldout"],
-                              "lr_at_grid_edge": r.get("lr_at_grid_edge", False)}
-                      for label, r in best.items()},
-            "targets": targets}
+    tuned = {label: {"lr": r["lr"], "final_heldout": r["final_heldout"],
+                     "other_data_order_heldout": noise[label]["final_heldout"],
+                     "lr_at_grid_edge": r.get("lr_at_grid_edge", False)} for label, r in best.items()}
+    return {"config": cfg, "memory": mem, "runs": runs, "adam_other_data_order": noise["Adam"],
+            "tuned": tuned, "targets": targets, "frontier": frontier(mem, tuned)}
 
 
-def _color(label):
-    """One colour per optimizer, the same in every figure (tab20 has room for all of them)."""
-    import matplotlib
-    return matplotlib.colormaps["tab20"](list(CONFIGS).index(label) % 20)
+def _both_orders(tuned):
+    """The held-out losses of a tuned run in its two data orders (the finite ones)."""
+    return [v for v in (tuned["final_heldout"], tuned["other_data_order_heldout"])
+            if v is not None and v <= DIVERGED]
 
 
-def _best_runs(records):
-    chosen = []
-    for label, tuned in records["tuned"].items():
-        chosen += [r for r in records["runs"] if r["label"] == label and r["lr"] == tuned["lr"]][:1]
-    return chosen
+def frontier(mem, tuned):
+    """The labels on the loss-memory frontier, fewest state bytes first: no other optimizer
+    has both fewer (or as few) state bytes per parameter and a lower mean held-out loss over
+    the two data orders. Diverged runs are left out."""
+    state = {m["label"]: m["ledger_optimizer_bytes"] / m["num_parameters"] for m in mem}
+    points = sorted((state[label], float(np.mean(_both_orders(t))), label)
+                    for label, t in tuned.items() if _both_orders(t))
+    found, best = [], float("inf")
+    for _, loss, label in points:
+        if loss < best:
+            found.append(label)
+            best = loss
+    return found
+
+
+def _memory_of(r, label):
+    return next(m for m in r["memory"] if m["label"] == label)
+
+
+def _between_steps(m):
+    """Bytes that stay on the device between steps: the weights and the optimizer's state."""
+    return 4 * m["num_parameters"] + m["state_bytes"]
+
+
+def _eight_bit(r):
+    adam, adam8 = _memory_of(r, "Adam"), _memory_of(r, "Adam8bit")
+    return (adam8["peak"] / adam["peak"],
+            adam8["peak"] > adam["peak"] and _between_steps(adam8) < _between_steps(adam))
+
+
+def _sgd_near_best(r):
+    means = {label: np.mean(_both_orders(t)) for label, t in r["tuned"].items() if _both_orders(t)}
+    ratio = means["SGD"] / min(means.values())
+    return ratio, ratio <= 1.25
+
+
+CLAIMS = [
+    Claim("state_formula", "every optimizer's state: ledger = formula (optim/table.py) = state_bytes()",
+          lambda r: (sum(m["ledger_optimizer_bytes"] != m["formula_bytes"] or m["formula_bytes"] != m["state_bytes"]
+                         for m in r["memory"]), all(m["ledger_optimizer_bytes"] == m["formula_bytes"] == m["state_bytes"]
+                                                    for m in r["memory"]))),
+    Claim("adam8bit_quarter", "8-bit Adam keeps <= 0.26x of Adam's state bytes",
+          lambda r: (r["targets"]["adam8bit_state_ratio"], r["targets"]["adam8bit_state_ratio"] <= 0.26),
+          modes=("full",)),  # at quick sizes the 32-bit small tensors and the 2 KB maps weigh more
+    Claim("adafactor_factored", "Adafactor's state on the weight matrices is < 1% of Adam's",
+          lambda r: (r["targets"]["adafactor_matrix_state_ratio"], r["targets"]["adafactor_matrix_state_ratio"] < 0.01)),
+    Claim("adam8bit_peak_above_adam", "8-bit Adam saves persistent state but its update's fp32 temporaries put its "
+          "step peak above Adam's", _eight_bit),
+    Claim("adam8bit_loss", "8-bit Adam at Adam's lr ends within 10% of Adam's held-out loss",
+          lambda r: (r["targets"]["adam8bit_heldout_loss_ratio"],
+                     abs(r["targets"]["adam8bit_heldout_loss_ratio"] - 1) <= 0.1), modes=("full",)),
+    Claim("lr_bracketed", "every optimizer's tuned lr lies inside its grid, not at an edge",
+          lambda r: ([k for k, t in r["tuned"].items() if t["lr_at_grid_edge"]],
+                     not any(t["lr_at_grid_edge"] for t in r["tuned"].values())), modes=("full",)),
+    Claim("sgd_near_best", "plain SGD's held-out loss is within 25% of the best optimizer's (mean of 2 data orders)",
+          _sgd_near_best, modes=("full",)),
+]
 
 
 def plot(records, outdir):
-    cfg, mem = records["config"], records["memory"]
-    model = f"MLP {cfg['sizes']}"
-    paths = []
-
-    fig, ax = plots.new_figure(width=8)
-    labels = [m["label"] for m in mem]
-    per_param = [m["ledger_optimizer_bytes"] / m["num_parameters"] for m in mem]
-    formula = [m["formula_bytes"] / m["num_parameters"] for m in mem]
-    ax.barh(labels, per_param, color=plots.BUCKET_COLORS["optimizer"], label="ledger")
-    ax.scatter(formula, labels, marker="|", s=200, color="k", label="formula (optim/table.py)")
-    for y, v in enumerate(per_param):
-        ax.text(v + 0.1, y, f"{v:.3g}", va="center", fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("optimizer state bytes per parameter (float32 parameters)")
-    ax.set_title(f"Optimizer state after one step, {model}")
-    ax.legend(fontsize=7, loc="lower right")
-    paths.append(plots.save(fig, records, outdir, FIGURES[0]))
-
-    fig, axes = plots.new_figure(ncols=3, width=5)
-    chosen = _best_runs(records)
-    for r in chosen:
-        train = np.array([np.nan if v is None else v for v in r["train_loss"]])
-        window = max(1, len(train) // (4 * cfg["epochs"]))
-        smooth = np.convolve(train, np.ones(window) / window, mode="valid")
-        axes[0].plot(smooth, lw=1, color=_color(r["label"]), label=f"{r['label']} (lr {r['lr']:g})")
-        heldout = [np.nan if v is None else v for v in r["heldout_loss"]]
-        axes[1].plot(range(1, len(heldout) + 1), heldout, marker=".", lw=1, color=_color(r["label"]),
-                     label=r["label"])
-    axes[0].set(xlabel="step", ylabel="train loss (moving average)", yscale="log", ylim=(None, DIVERGED),
-                title=f"Digits, {model}, tuned lr each")
-    axes[1].set(xlabel="epoch", ylabel="held-out loss", yscale="log", ylim=(None, DIVERGED),
-                title="Held-out loss (8-bit: Adam's lr)")
-    axes[0].legend(fontsize=6)
-    for label in LR_GRIDS:
-        sweep = sorted((r["lr"], r["final_heldout"]) for r in records["runs"] if r["label"] == label)
-        axes[2].plot([lr for lr, _ in sweep], [DIVERGED if v is None else min(v, DIVERGED) for _, v in sweep],
-                     marker="o", ms=3, lw=1, color=_color(label), label=label)
-    axes[2].set(xscale="log", yscale="log", xlabel="learning rate", ylabel="final held-out loss",
-                title=f"The sweep ({cfg['epochs']} epochs; capped at {DIVERGED:g})")
-    axes[2].legend(fontsize=6)
-    paths.append(plots.save(fig, records, outdir, FIGURES[1]))
-
-    fig, ax = plots.new_figure(width=8)
-    bottom = np.zeros(len(mem))
-    for bucket in ("parameter", "gradient", "optimizer", "activation", "workspace"):
-        values = np.array([m["peak_by_bucket"][bucket] / 2**20 for m in mem])
-        ax.bar(labels, values, bottom=bottom, color=plots.BUCKET_COLORS[bucket], label=bucket)
-        bottom += values
-    ax.set_ylabel("device MiB at the step's peak (ledger)")
-    ax.set_title(f"Memory of one training step by bucket, {model}, batch {cfg['batch']}\n"
-                 "(the peak is in the update: workspace = its temporaries; 8-bit: dequantized moments)",
-                 fontsize=9)
-    ax.tick_params(axis="x", rotation=60, labelsize=7)
-    ax.legend(fontsize=7)
-    paths.append(plots.save(fig, records, outdir, FIGURES[2]))
-
-    fig, ax = plots.new_figure(width=7)
-    state = {m["label"]: m["ledger_optimizer_bytes"] / m["num_parameters"] for m in mem}
-    diverged = [r["label"] for r in chosen if r["final_heldout"] is None or r["final_heldout"] > DIVERGED]
-    for r in chosen:
-        if r["label"] in diverged:
-            continue
-        ax.scatter(state[r["label"]], r["final_heldout"], s=25, color=_color(r["label"]))
-        ax.annotate(r["label"], (state[r["label"]], r["final_heldout"]), fontsize=7,
-                    xytext=(3, 3), textcoords="offset points")
-    ax.set(xlabel="optimizer state bytes per parameter", ylabel="final held-out loss (tuned lr)",
-           title=f"Loss against state memory, {model}, {cfg['epochs']} epochs")
-    if diverged:
-        ax.text(0.99, 0.98, "diverged, not shown: " + ", ".join(diverged), transform=ax.transAxes,
-                ha="right", va="top", fontsize=7, color="#c44e52")
-    paths.append(plots.save(fig, records, outdir, FIGURES[3]))
-    return paths
+    return figures.plot(records, outdir, FIGURES, list(CONFIGS), LR_GRIDS, DIVERGED)

@@ -1,51 +1,89 @@
 """Figures: per-rank memory and traffic of data parallel, ZeRO-1/2/3 and a pipeline, over MPI.
 
-``run`` launches ``mpiexec -n 2`` and ``mpiexec -n 4`` on ``tinymem.distributed.worker measure``
-(an MLP in float32 with Adam; one warm-up step, then one tracked step per strategy) and keeps
-every rank's ledger at the end of backward, its peak per bucket, the allocator's peak, the
-bytes it sent (ring accounting and buffers handed to MPI) and the formula's bytes. Beside them,
-the ZeRO paper's table from :mod:`tinymem.distributed.calculator`.
+``run`` launches ``mpiexec -n 2`` and ``mpiexec -n 4`` on ``tinymem.distributed.worker measure
+--algorithm ring`` (an MLP in float32 with Adam; one warm-up step, then one tracked step per
+strategy). The collectives are the ring of :mod:`tinymem.distributed.ring`, so the bytes each
+rank sent are *measured*: the payloads handed to ``MPI.Sendrecv`` (and the pipeline's sends),
+set against the formula. Every rank's ledger at the end of backward, its peak per bucket and
+the allocator's peak are kept too. A third launch (2 ranks, one core each) times the ring
+against MPI's built-in collectives, in turns, from 64 B to 16 MiB. Beside them, the ZeRO
+paper's table from :mod:`tinymem.distributed.calculator`.
 
 Without mpi4py or mpiexec the records say so and the figures show the formulas only.
 """
 import os
 import pathlib
 
+import numpy as np
+
 from .. import plots
 from ..distributed import calculator, launch
 from ..distributed.worker import STRATEGIES, parse_result
+from ..measure.claims import Claim
 
 NAME = "partition"
 ORDER = 70
-FIGURES = ["partition_memory.png", "partition_traffic.png"]
+FIGURES = ["partition_memory.png", "partition_traffic.png", "partition_collectives.png"]
 LABELS = {"dp": "DP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "gpipe": "GPipe",
           "1f1b": "1F1B"}
 MODEL_BUCKETS = ("parameter", "gradient", "optimizer")
+KIND_COLORS = {"all_reduce": "#4c72b0", "reduce_scatter": "#dd8452", "all_gather": "#55a868"}
+SEPARATION = 3.0  # a time difference counts when it is this many times the larger IQR
+
+
+def config(quick):
+    """The sizes of one run: the MLP, the batch, and the collectives' buffer sizes (float32 elements)."""
+    return {"sizes": "16,64,64,64,64,8" if quick else "64,256,256,256,256,10",
+            "batch": 32 if quick else 64, "micro_batches": 8, "dtype": "float32", "optimizer": "Adam",
+            "ranks": [2, 4], "algorithm": "ring", "timing_ranks": 2,
+            "timing_numels": [16, 4096, 262144] if quick else [16, 256, 4096, 65536, 1048576, 4194304],
+            "timing_repeats": 20 if quick else 100}
 
 
 def run(quick=False, device="cpu"):
-    sizes = "16,64,64,64,64,8" if quick else "64,256,256,256,256,10"
-    batch, micro = (32, 4) if quick else (64, 8)
-    records = {"config": {"sizes": sizes, "batch": batch, "micro_batches": micro, "dtype": "float32",
-                          "optimizer": "Adam", "ranks": [2, 4]},
-               "paper_table": calculator.paper_table(7.5e9, 64), "runs": {}}
+    cfg = config(quick)
+    records = {"config": cfg, "paper_table": calculator.paper_table(7.5e9, 64), "runs": {}}
     if not launch.mpi_available():
         records["skipped"] = "mpi4py or mpiexec missing: pip install .[dist]"
         return records
     root = str(pathlib.Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    for n in (2, 4):
-        out = launch.run(["-m", "tinymem.distributed.worker", "measure", "--sizes", sizes,
-                          "--batch", str(batch), "--micro-batches", str(micro), "--device", device],
-                         n, timeout=600, env=env, cwd=root).stdout
+    worker = ["-m", "tinymem.distributed.worker"]
+    for n in cfg["ranks"]:
+        out = launch.run(worker + ["measure", "--sizes", cfg["sizes"], "--batch", str(cfg["batch"]),
+                                   "--micro-batches", str(cfg["micro_batches"]), "--device", device,
+                                   "--algorithm", cfg["algorithm"]], n, timeout=600, env=env, cwd=root).stdout
         records["runs"][str(n)] = parse_result(out)
+    out = launch.run(worker + ["collectives", "--numels", ",".join(map(str, cfg["timing_numels"])),
+                               "--repeats", str(cfg["timing_repeats"])],
+                     cfg["timing_ranks"], timeout=600, env=env, cwd=root).stdout
+    records["collectives"] = timing_summary(parse_result(out))
     return records
 
 
+def timing_summary(result):
+    """Median and quartiles of each (kind, size, algorithm), and whether ring and MPI differ beyond the noise."""
+    rows = []
+    for row in result["rows"]:
+        stats = {}
+        for name, samples in row["seconds"].items():
+            q1, median, q3 = np.percentile(samples, [25, 50, 75])
+            stats[name] = {"median": float(median), "q1": float(q1), "q3": float(q3)}
+        spread = max(s["q3"] - s["q1"] for s in stats.values())
+        effect = stats["ring"]["median"] - stats["mpi"]["median"]
+        rows.append(dict(row, stats=stats, ratio=stats["ring"]["median"] / stats["mpi"]["median"],
+                         separation=abs(effect) / spread if spread else float("inf"),
+                         separated=bool(abs(effect) >= SEPARATION * spread)))
+    return dict(result, rows=rows)
+
+
 def summary(result):
-    """Per strategy: the largest rank's bytes relative to data parallel's, traffic vs formula.
+    """Per strategy: the largest rank's bytes relative to data parallel's, traffic against formulas.
 
     The largest rank is what decides whether a device is big enough (pipeline stages differ).
+    ``traffic_vs_formula`` sets the measured bytes against the ring formula applied call by call
+    (padding included); ``traffic_vs_textbook`` against 2(N-1)/N·bP (3(N-1)/N·bP for ZeRO-3;
+    the activations crossing each boundary for a pipeline), which leaves padding out.
     """
     per = {}
     for r in result["records"]:
@@ -60,17 +98,84 @@ def summary(result):
     def optimizer(r):
         return r["optimizer_state_bytes"]
 
+    def total(name, key):
+        return sum(r[key] for r in per[name])
+
     return {name: {"optimizer_vs_dp": worst(name, optimizer) / worst("dp", optimizer),
                    "model_states_vs_dp": worst(name, states) / worst("dp", states),
-                   "traffic_vs_formula": sum(r["sent"] for r in per[name])
-                   / sum(r["formula_sent"] for r in per[name]),
+                   "traffic_vs_formula": total(name, "sent") / total(name, "formula_sent"),
+                   "traffic_vs_textbook": total(name, "sent") / total(name, "textbook_sent"),
+                   "sent_per_rank": total(name, "sent") / len(per[name]),
                    "activation_peak": worst(name, lambda r: r["max_by_bucket"]["activation"])}
             for name in per}
 
 
+# -- claims -------------------------------------------------------------------------------------
+def _four(records):
+    return summary(records["runs"]["4"])
+
+
+def _ring_exact(records):
+    """Largest |measured - formula| over ranks, strategies, rank counts; sent and received both."""
+    gaps = [abs(r[key] - r["formula_sent"]) for run in records["runs"].values() for r in run["records"]
+            if r["strategy"] in calculator.STRATEGIES for key in ("sent", "received")]
+    return max(gaps), max(gaps) == 0
+
+
+def _textbook(records):
+    worst = max(abs(s["traffic_vs_textbook"] - 1) for run in records["runs"].values()
+                for name, s in summary(run).items() if name in calculator.STRATEGIES)
+    return worst, worst <= 1e-3
+
+
+def _timing(kind, which):
+    def check(records):
+        rows = [r for r in records["collectives"]["rows"] if r["kind"] == kind]
+        row = rows[0] if which == "smallest" else rows[-1]
+        if which == "smallest":
+            return row["ratio"], row["ratio"] > 1 and row["separated"]
+        return row["ratio"], 0.8 <= row["ratio"] <= 1.25
+    return check
+
+
+CLAIMS = [
+    Claim("ring_bytes_measured_equal_formula",
+          "the bytes each rank hands to MPI in the ring collectives equal the ring formula "
+          "(2(N-1)/N, (N-1)/N of the padded buffer) on every rank, 2 and 4 ranks (max gap, bytes)",
+          _ring_exact),
+    Claim("ring_bytes_textbook",
+          "DP and ZeRO traffic is 2(N-1)/N·4P per step (ZeRO-3 3(N-1)/N·4P) to within 0.1 %: "
+          "padding is all that differs (largest relative gap)", _textbook),
+    Claim("zero3_traffic_1_5x_dp", "ZeRO-3 sends 1.5x the bytes of data parallel (4 ranks)",
+          lambda r: (_four(r)["zero3"]["sent_per_rank"] / _four(r)["dp"]["sent_per_rank"],
+                     abs(_four(r)["zero3"]["sent_per_rank"] / _four(r)["dp"]["sent_per_rank"] - 1.5) < 0.01)),
+    Claim("zero12_traffic_equal_dp", "ZeRO-1 and ZeRO-2 send the same bytes as data parallel (4 ranks)",
+          lambda r: (max(_four(r)[z]["sent_per_rank"] / _four(r)["dp"]["sent_per_rank"] for z in ("zero1", "zero2")),
+                     all(_four(r)[z]["sent_per_rank"] == _four(r)["dp"]["sent_per_rank"] for z in ("zero1", "zero2")))),
+    Claim("zero1_optimizer_quarter", "ZeRO-1 keeps <= 0.26x data parallel's optimizer state per rank (4 ranks)",
+          lambda r: (_four(r)["zero1"]["optimizer_vs_dp"], _four(r)["zero1"]["optimizer_vs_dp"] <= 0.26)),
+    Claim("zero3_states_quarter", "ZeRO-3 keeps <= 0.27x data parallel's model states per rank (4 ranks)",
+          lambda r: (_four(r)["zero3"]["model_states_vs_dp"], _four(r)["zero3"]["model_states_vs_dp"] <= 0.27)),
+    Claim("zero_stages_order", "model states per rank: ZeRO-2 < ZeRO-1 < data parallel (4 ranks; ZeRO-2's ratio)",
+          lambda r: (_four(r)["zero2"]["model_states_vs_dp"],
+                     _four(r)["zero2"]["model_states_vs_dp"] < _four(r)["zero1"]["model_states_vs_dp"] < 1)),
+    Claim("1f1b_activations", "1F1B's largest activation peak is <= 0.6x GPipe's (4 stages, 8 micro-batches)",
+          lambda r: (_four(r)["1f1b"]["activation_peak"] / _four(r)["gpipe"]["activation_peak"],
+                     _four(r)["1f1b"]["activation_peak"] / _four(r)["gpipe"]["activation_peak"] <= 0.6)),
+    Claim("ring_slower_when_small",
+          "at 64 B the ring all-reduce (2 Sendrecv steps from Python) is slower than MPI's, by more "
+          "than 3x the IQR (ring/MPI median time)", _timing("all_reduce", "smallest"), modes=("full",)),
+    Claim("ring_par_when_large",
+          "at 16 MiB the ring all-reduce is within 0.8-1.25x of MPI's: both are bandwidth-bound "
+          "(ring/MPI median time)", _timing("all_reduce", "largest"), modes=("full",)),
+]
+
+
+# -- figures ------------------------------------------------------------------------------------
 def plot(records, outdir):
     return [_per_rank_figure(records, outdir, FIGURES[0], _memory_panel, 7.0, 4.4),
-            _per_rank_figure(records, outdir, FIGURES[1], _traffic_panel, 6.0, 4.2)]
+            _per_rank_figure(records, outdir, FIGURES[1], _traffic_panel, 6.0, 4.4),
+            _collectives_figure(records, outdir)]
 
 
 def _per_rank_figure(records, outdir, name, panel, width, height):
@@ -114,24 +219,84 @@ def _memory_panel(ax, result):
 
 def _traffic_panel(ax, result):
     n = result["world_size"]
-    rows = {}
-    for r in result["records"]:
-        row = rows.setdefault(r["strategy"], {"sent": 0.0, "mpi_sent": 0.0, "formula_sent": 0.0})
-        for key in row:
-            row[key] += r[key] / n
-    xs = range(len(STRATEGIES))
-    measured = [rows[s]["sent"] / 2**10 for s in STRATEGIES]
-    formula = [rows[s]["formula_sent"] / 2**10 for s in STRATEGIES]
-    handed = [rows[s]["mpi_sent"] / 2**10 for s in STRATEGIES]
-    ax.bar([x - 0.27 for x in xs], formula, 0.27, color="#bbbbbb", label="formula (ring)")
-    ax.bar(list(xs), measured, 0.27, color="#4c72b0", label="measured (ring accounting)")
-    ax.bar([x + 0.27 for x in xs], handed, 0.27, color="#8172b3", label="buffers handed to MPI")
-    for x, m, f in zip(xs, measured, formula):
-        ax.text(x, m, f"{m / f:.3f}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(list(xs), [LABELS[s] for s in STRATEGIES])
+    mean = {s: {key: sum(r[key] for r in result["records"] if r["strategy"] == s) / n
+                for key in ("sent", "formula_sent", "textbook_sent")} for s in STRATEGIES}
+    xs = list(range(len(STRATEGIES)))
+    formula = [mean[s]["textbook_sent"] / 2**10 for s in STRATEGIES]
+    measured = [mean[s]["sent"] / 2**10 for s in STRATEGIES]
+    ax.bar([x - 0.2 for x in xs], formula, 0.4, color="#bbbbbb", label="formula: 2(N-1)/N·4P, ZeRO-3 3(N-1)/N·4P;\n"
+           "pipeline: activations + gradients at its boundaries")
+    ax.bar([x + 0.2 for x in xs], measured, 0.4, color="#4c72b0",
+           label="measured: bytes handed to MPI\n(ring Sendrecv; pipeline sends)")
+    for x, s in zip(xs, STRATEGIES):
+        ratio = mean[s]["sent"] / mean[s]["textbook_sent"]
+        exact = ""
+        if s in calculator.STRATEGIES:  # the pipeline's sends have no formula of their own
+            exact = "\n=" if mean[s]["sent"] == mean[s]["formula_sent"] else "\n≠"
+        ax.text(x + 0.2, mean[s]["sent"] / 2**10, f"{ratio:.4f}{exact}", ha="center", va="bottom", fontsize=7)
+    ax.set_ylim(0, max(measured + formula) * 1.3)
+    ax.set_xticks(xs, [LABELS[s] for s in STRATEGIES])
     ax.set_ylabel("bytes sent per step, mean over ranks (KiB)")
-    ax.set_title(f"{n} ranks: communication per training step\n(number: measured / formula)", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title(f"{n} ranks, collectives by the ring: ZeRO-1/2 send what DP sends, ZeRO-3 1.5x\n"
+                 "number: measured / formula; '=': measured equals the ring formula applied per call\n"
+                 "(padding to N blocks included) byte for byte; pipelines add 64-B headers", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def _collectives_figure(records, outdir):
+    fig, (left, right) = plots.new_figure(ncols=2, width=5.6, height=4.4)
+    timing = records.get("collectives")
+    if timing is None:
+        for ax in (left, right):
+            ax.text(0.5, 0.5, "no MPI here: nothing timed", ha="center", transform=ax.transAxes)
+        return plots.save(fig, records, outdir, FIGURES[2])
+    for kind, color in KIND_COLORS.items():
+        rows = [r for r in timing["rows"] if r["kind"] == kind]
+        sizes = [r["bytes"] for r in rows]
+        for name, style in (("mpi", "--"), ("ring", "-")):
+            stats = [r["stats"][name] for r in rows]
+            rate = [r["bytes"] / s["median"] / 1e6 for r, s in zip(rows, stats)]
+            low = [b - r["bytes"] / s["q3"] / 1e6 for b, r, s in zip(rate, rows, stats)]
+            high = [r["bytes"] / s["q1"] / 1e6 - b for b, r, s in zip(rate, rows, stats)]
+            left.errorbar(sizes, rate, yerr=[low, high], color=color, ls=style, marker="o", ms=3, capsize=2,
+                          label=f"{kind.replace('_', '-')}, {'ring' if name == 'ring' else 'MPI built-in'}")
+        ratio = [r["ratio"] for r in rows]
+        err_low = [q - r["stats"]["ring"]["q1"] / r["stats"]["mpi"]["q3"] for q, r in zip(ratio, rows)]
+        err_high = [r["stats"]["ring"]["q3"] / r["stats"]["mpi"]["q1"] - q for q, r in zip(ratio, rows)]
+        right.errorbar(sizes, ratio, yerr=[err_low, err_high], color=color, marker="o", ms=3, capsize=2, lw=1,
+                       label=kind.replace("_", "-"))
+        apart = [(b, q) for b, q, r in zip(sizes, ratio, rows) if r["separated"]]
+        if apart:
+            right.scatter(*zip(*apart), s=80, facecolors="none", edgecolors=color)
+    sizes = sorted({r["bytes"] for r in timing["rows"]})
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [_size_label(b) for b in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("buffer size (float32)")
+        ax.set_ylim(bottom=0)
+    left.set_ylabel("buffer bytes / median time (MB/s)")
+    load = timing.get("load_average", [float("nan")] * 2)
+    left.set_title(f"{timing['world_size']} ranks, {timing.get('cpu_count', '?')} cores shared with other jobs "
+                   f"(load {load[0]:.1f}-{load[1]:.1f}):\nmedian and IQR of {timing['repeats']} samples, "
+                   f"each the median of {timing['rows'][0]['calls_per_sample']} calls; ring and MPI in turns",
+                   fontsize=8)
+    left.legend(fontsize=6)
+    right.axhline(1.0, color="k", lw=0.8, ls=":")
+    right.set_ylabel("ring time / MPI built-in time (median)")
+    right.set_title("above 1: the ring is slower. Circled: the medians differ by\n"
+                    f">= {SEPARATION:g}x the larger IQR; bars: quartile over quartile", fontsize=8)
+    right.legend(fontsize=7)
+    fig.suptitle("The ring moves its bytes in 2(N-1) steps from Python: slower than MPI's own call on small "
+                 "buffers, about as fast once copying the bytes dominates (256 KiB and up)", fontsize=9)
+    return plots.save(fig, records, outdir, FIGURES[2])
+
+
+def _size_label(nbytes):
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes} B"
 
 
 def _paper_panel(ax, table):

@@ -16,9 +16,11 @@ import time
 
 import numpy as np
 
-from .. import data, models, optim, plots, random
+from .. import data, models, optim, random
 from .. import functional as F
 from ..autograd import Function, Tensor, no_grad
+from ..measure.claims import Claim
+from . import precision_figures as figures
 from . import precision_steps as bench
 from ..techniques import precision
 
@@ -158,103 +160,54 @@ def run(quick=False, device="cpu"):
             "training": training, "accuracy": accuracy, "scale_run": scale_run, "memory": memory_rows}
 
 
-# -- plots -----------------------------------------------------------------------------------------
-_FP16 = [(np.log2(precision.FP16_MIN_SUBNORMAL), "min subnormal 5.96e-8"),
-         (np.log2(precision.FP16_MIN_NORMAL), "min normal 6.10e-5"), (np.log2(precision.FP16_MAX), "max 65504")]
+def _final(r, label):
+    """The mean loss of the last 10 steps of a regression run."""
+    return float(np.mean(r["training"][label]["loss"][-10:]))
 
 
-def _plot_histogram(records, outdir):
-    fig, axes = plots.new_figure(ncols=2, width=6.0)
-    bins = np.array(records["bins"])
-    centers = (bins[:-1] + bins[1:]) / 2
-    colors = {"between modules": "#c44e52", "parameters": "#4c72b0"}
-    for ax, (shift, title) in zip(axes, ((0, "unscaled"), (16, "scaled by 2^16"))):
-        ax.axvspan(-45, _FP16[0][0] - 1, color="#dddddd", label="becomes 0 in fp16")
-        ax.axvspan(_FP16[0][0] - 1, _FP16[1][0], color="#f3e3c3", label="fp16 subnormal (fewer bits)")
-        ax.axvspan(_FP16[2][0], 20, color="#f2c4c4", label="becomes inf in fp16")
-        for name, h in records["histogram"].items():
-            counts = np.array(h["counts"]) / max(h["total"], 1)
-            rep = h["scaled" if shift else "unscaled"]
-            ax.step(centers + shift, counts, where="mid", color=colors[name],
-                    label=f"{name}: {100 * rep['underflow']:.1f}% -> 0, {100 * rep['overflow']:.2f}% -> inf")
-        for pos, text in _FP16:
-            ax.axvline(pos, color="k", lw=0.6, ls="--")
-            ax.text(pos, ax.get_ylim()[1] * 0.45, text, rotation=90, fontsize=6, va="top", ha="right")
-        ax.set_xlim(-45, 20)
-        ax.set_xlabel("log2 |gradient|")
-        ax.set_ylabel("fraction of values")
-        ax.set_title(f"gradients of the fp32 regression run (precision_training), {title}", fontsize=8)
-        ax.legend(fontsize=6, loc="upper left")
-    return plots.save(fig, records, outdir, FIGURES[0])
+def _scaled_track(r):
+    worst = max(abs(_final(r, k) / _final(r, "fp32") - 1)
+                for k in ("fp16, static scale 1024", "fp16, dynamic scaling", "bf16"))
+    return worst, worst <= 0.05
 
 
-def _plot_training(records, outdir):
-    fig, (ax, bx) = plots.new_figure(ncols=2, width=5.6)
-    for label, r in records["training"].items():
-        loss = np.array(r["loss"])
-        smooth = np.convolve(loss, np.ones(10) / 10, mode="valid")
-        ax.plot(np.arange(len(smooth)) + 9, smooth, label=label, lw=1.2,
-                ls="--" if label in ("fp16, dynamic scaling", "bf16") else "-")
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel(f"MSE / unit^2 (unit = {records['config']['unit']:g}), 10-step mean")
-    ax.set_title("regression with a small loss (gradients ~1e-8): fp16 unscaled stalls", fontsize=9)
-    ax.legend(fontsize=7, title="fp32, fp16 scaled and bf16 overlap", title_fontsize=7)
-    labels = list(records["accuracy"])
-    means = [np.mean(records["accuracy"][k]) for k in labels]
-    bx.bar(range(len(labels)), means, color=["#4c72b0", "#dd8452", "#55a868"])
-    for i, k in enumerate(labels):
-        bx.plot([i] * len(records["accuracy"][k]), records["accuracy"][k], "k.", ms=4)
-        bx.text(i, min(means) - 4, f"{means[i]:.2f}%", ha="center", fontsize=9, color="white")
-    bx.set_xticks(range(len(labels)))
-    bx.set_xticklabels(labels, fontsize=7)
-    bx.set_ylim(min(means) - 5, 100)
-    bx.set_ylabel("digits test accuracy (%)")
-    bx.set_title(f"digits, mean of {records['config']['digits_seeds']} seeds (dots: each seed)", fontsize=9)
-    return plots.save(fig, records, outdir, FIGURES[1])
+def _accuracy_gap(r):
+    fp32 = np.mean(r["accuracy"]["fp32"])
+    worst = max(abs(np.mean(v) - fp32) for k, v in r["accuracy"].items() if k != "fp32")
+    return worst, worst <= 0.5
 
 
-def _plot_memory(records, outdir):
-    from ..memory import BUCKETS
-    fig, ax = plots.new_figure(width=7.0)
-    modes = list(records["memory"])
-    bottom = np.zeros(len(modes))
-    for bucket in BUCKETS:
-        vals = np.array([records["memory"][m]["peak_by_bucket"][bucket] / 2**20 for m in modes])
-        ax.bar(range(len(modes)), vals, bottom=bottom, color=plots.BUCKET_COLORS[bucket], label=bucket, width=0.5)
-        bottom += vals
-    base = records["memory"]["float32"]
-    for i, m in enumerate(modes):
-        r = records["memory"][m]
-        ax.plot(i + 0.32, r["measured_peak"] / 2**20, "kD", ms=5, label="measured (tracemalloc)" if i == 0 else None)
-        ax.text(i, max(bottom[i], r["measured_peak"] / 2**20) * 1.03, f"ledger {r['ledger_peak'] / base['ledger_peak']:.2f}x\n"
-                f"measured {r['measured_peak'] / base['measured_peak']:.2f}x", ha="center", fontsize=7)
-    w, d, b = records["config"]["memory_sizes"]
-    ax.set_xticks(range(len(modes)))
-    ax.set_xticklabels([m + (" (+fp32 masters)" if m != "float32" else "") for m in modes], fontsize=8)
-    ax.set_ylabel("peak device MiB (ledger, by bucket at the peak)")
-    top = max(bottom.max(), max(records["memory"][m]["measured_peak"] / 2**20 for m in modes))
-    ax.set_ylim(0, top * 1.25)
-    ax.set_title(f"one Adam step, MLP {d} x (Linear {w}, LayerNorm, GELU), batch {b}; masters in 'optimizer'",
-                 fontsize=9)
-    ax.legend(fontsize=7, loc="upper right")
-    return plots.save(fig, records, outdir, FIGURES[2])
+def _half_peak(r):
+    ratio = max(r["memory"][m]["measured_peak"] for m in ("float16", "bfloat16")) / r["memory"]["float32"]["measured_peak"]
+    return ratio, ratio <= 0.6
 
 
-def _plot_scale(records, outdir):
-    fig, ax = plots.new_figure(width=7.0)
-    r = records["scale_run"]
-    ax.step(range(len(r["scale"])), r["scale"], where="post", color="#4c72b0", label="loss scale")
-    ax.plot(r["skipped"], [r["scale"][s] for s in r["skipped"]], "rx", label=f"skipped step ({len(r['skipped'])})")
-    ax.set_yscale("log", base=2)
-    ax.set_xlabel("step")
-    ax.set_ylabel("scale")
-    ax.set_title(f"dynamic loss scale, fp16 MLP on digits (growth_interval=20, backoff 0.5): "
-                 f"test accuracy {r['accuracy']:.1f}%", fontsize=9)
-    ax.legend(fontsize=7)
-    return plots.save(fig, records, outdir, FIGURES[3])
+def _ledger_vs_allocator(r):
+    worst = max(abs(m["ledger_peak"] / m["measured_peak"] - 1) for m in r["memory"].values())
+    return worst, worst <= 0.1
+
+
+CLAIMS = [
+    Claim("unscaled_underflow", "unscaled, >= 90% of the gradients between modules become 0 in fp16",
+          lambda r: (lambda v: (v, v >= 0.9))(r["histogram"]["between modules"]["unscaled"]["underflow"])),
+    Claim("scaled_in_range", "scaled by 2^16, < 1% of the gradients become 0 and none overflow",
+          lambda r: (lambda h: (max(x["scaled"]["underflow"] for x in h.values()),
+                                all(x["scaled"]["underflow"] < 0.01 and x["scaled"]["overflow"] == 0 for x in h.values())))
+          (r["histogram"])),
+    Claim("fp16_unscaled_stalls", "fp16 without scaling stalls: its final loss is >= 10x fp32's",
+          lambda r: (lambda v: (v, v >= 10))(_final(r, "fp16, no scaling") / _final(r, "fp32"))),
+    Claim("scaled_track_fp32", "static and dynamic scaling and bf16 end within 5% of fp32's final loss", _scaled_track),
+    Claim("digits_accuracy", "on digits, fp16 (dynamic scaling) and bf16 are within 0.5 points of fp32 (mean of seeds)",
+          _accuracy_gap, modes=("full",)),
+    Claim("half_peak", "fp16 and bf16 need <= 0.6x fp32's measured peak, fp32 masters counted", _half_peak,
+          modes=("full",)),
+    Claim("ledger_vs_allocator", "the ledger's peak is within 10% of the allocator's for every mode", _ledger_vs_allocator,
+          modes=("full",)),
+    Claim("scale_skips_and_trains", "dynamic scaling skips overflowing steps (>= 1) and the run still reaches 90% accuracy",
+          lambda r: (len(r["scale_run"]["skipped"]), len(r["scale_run"]["skipped"]) >= 1 and r["scale_run"]["accuracy"] >= 90),
+          modes=("full",)),
+]
 
 
 def plot(records, outdir):
-    return [_plot_histogram(records, outdir), _plot_training(records, outdir),
-            _plot_memory(records, outdir), _plot_scale(records, outdir)]
+    return figures.plot(records, outdir, FIGURES)

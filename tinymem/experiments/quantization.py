@@ -8,17 +8,18 @@
 - ``quant_activation_bits.png``: training with saved activations at 32, 8, 4, 2 bits: saved
   bytes (ledger and allocator), final accuracy, step time and the error of the first gradient.
 """
-import contextlib
 import time
 import tracemalloc
 
 import numpy as np
 
-from .. import data, memory, models, optim, plots, random
+from .. import data, memory, models, optim, random
 from .. import functional as F
 from ..autograd import Tensor, no_grad
-from ..measure.timing import interleaved_times
+from ..measure.claims import Claim
+from ..measure.timing import effect_over_spread, interleaved_samples, one_blas_thread, spread
 from ..techniques import quantization as Q
+from . import quantization_figures as figures
 
 NAME = "quantization"
 ORDER = 30
@@ -33,17 +34,6 @@ CALIBRATORS = {
     "histogram (L2)": Q.HistogramObserver,
     "entropy (KL)": Q.EntropyObserver,
 }
-
-
-def _one_blas_thread():
-    """Time on one BLAS thread: on a shared 2-core machine a second OpenBLAS thread must wait to
-    be scheduled after every pause between GEMMs, which penalised the compressed steps (numpy
-    work between matmuls) up to 5x at random. threadpoolctl comes with scikit-learn."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return contextlib.nullcontext()
-    return threadpool_limits(1)
 
 
 def _accuracy(model, x, y):
@@ -112,6 +102,19 @@ def _layer_inputs(model, batches, layer=2):
     return np.concatenate(out)
 
 
+def _calls(fn, k):
+    """``fn`` run ``k`` times in a row: one timing sample long enough to rise above the clock's
+    and the scheduler's jitter (divided by ``k`` again in :func:`_per_call`)."""
+    def repeated():
+        for _ in range(k):
+            fn()
+    return repeated
+
+
+def _per_call(samples, k):
+    return {name: [t / k for t in ts] for name, ts in samples.items()}
+
+
 def run_calibration(state, x_train, x_test, y_test):
     fp32 = _fresh(state)
     records = {"fp32_accuracy": _accuracy(fp32, x_test, y_test), "accuracy": {}, "calibrate_seconds": {},
@@ -137,9 +140,12 @@ def run_calibration(state, x_train, x_test, y_test):
         records["ranges"][data_name] = {"counts": counts.tolist(), "edges": edges.tolist(), "calibrators": ranges}
     int8 = Q.quantize_model(_fresh(state), sets["clean"], Q.HistogramObserver, per_channel=True)
     x = Tensor(x_test)
-    with no_grad(), _one_blas_thread():
-        records["inference_seconds"] = interleaved_times({"fp32": lambda: fp32(x), "int8": lambda: int8(x)},
-                                                         repeats=20)
+    with no_grad(), one_blas_thread():
+        samples = _per_call(interleaved_samples({"fp32": _calls(lambda: fp32(x), 100),
+                                                 "int8": _calls(lambda: int8(x), 100)},
+                                                repeats=21, clock=time.process_time), 100)
+    records["inference_samples"] = samples
+    records["inference_seconds"] = {k: spread(v)["median"] for k, v in samples.items()}
     return records
 
 
@@ -173,13 +179,23 @@ def run_bits(x_train, y_train, x_test, y_test, epochs, batch, device):
         model.zero_grad()
         _loss(model, xb, yb, bits).backward()
 
-    with _one_blas_thread():
-        times = interleaved_times({r["bits"]: (lambda b=r["bits"]: step(b)) for r in rows}, repeats=20)
+    # one saved array of the step, packed and unpacked alone: where the compressed step's time goes
+    array = np.maximum(np.random.default_rng(0).standard_normal((batch, sizes[1])), 0).astype(np.float32)
+    codecs = {bits: (lambda b=bits: Q.decompress(Q.compress(array, b, stochastic=b < 8))) for bits in (8, 4, 2)}
+    with one_blas_thread():
+        samples = _per_call(interleaved_samples({r["bits"]: _calls(lambda b=r["bits"]: step(b), 5) for r in rows},
+                                                repeats=21, clock=time.process_time), 5)
+        codec = _per_call(interleaved_samples({b: _calls(f, 5) for b, f in codecs.items()}, repeats=21,
+                                              clock=time.process_time), 5)
     for r in rows:
         r["saved_ratio"] = r["saved_bytes"] / rows[0]["saved_bytes"]
-        r["step_seconds"] = times[r["bits"]]
-        r["step_time_ratio"] = times[r["bits"]] / times[32]
-    return {"sizes": sizes, "batch": batch, "epochs": epochs, "rows": rows}
+        r["step_samples"] = samples[r["bits"]]
+        r["step_seconds"] = spread(samples[r["bits"]])["median"]
+        r["step_time_ratio"] = r["step_seconds"] / spread(samples[32])["median"]
+        r["codec_seconds"] = spread(codec[r["bits"]])["median"] if r["bits"] in codec else 0.0
+    return {"sizes": sizes, "batch": batch, "epochs": epochs, "rows": rows,
+            "codec_array": list(array.shape),
+            "step_8bit_effect_over_spread": effect_over_spread(samples[8], samples[32])}
 
 
 def run(quick=False, device="cpu"):
@@ -197,97 +213,56 @@ def run(quick=False, device="cpu"):
     return records
 
 
+def _acc(r, key):
+    return 100 * r["calibration"]["accuracy"][key]
+
+
+def _within(r, keys, points):
+    """The largest distance (percentage points) of ``keys``' accuracy from fp32's, and <= points."""
+    worst = max(abs(_acc(r, k) - 100 * r["calibration"]["fp32_accuracy"]) for k in keys)
+    return worst, worst <= points
+
+
+def _row(r, bits):
+    return next(x for x in r["bits"]["rows"] if x["bits"] == bits)
+
+
+def _formula_ratio(bits, group_size=256):
+    """Saved bytes per float32 byte by formula: bits/8 of codes + 12/group_size of (min, start, step)."""
+    return (bits / 8 + 12 / group_size) / 4
+
+
+def _inference_slower(r):
+    t = r["calibration"]["inference_samples"]
+    ratio = effect_over_spread(t["int8"], t["fp32"])
+    return ratio, ratio >= 3 and spread(t["int8"])["median"] > spread(t["fp32"])["median"]
+
+
+KINDS = ("per-tensor", "per-channel")
+CLAIMS = [
+    Claim("int8_weights_quarter", "int8 weights take 1/4 of the float32 weights' bytes (ledger)",
+          lambda r: (lambda v: (v, v == 4))(r["parameter_bytes"]["fp32_weights"] / r["parameter_bytes"]["int8_weights"])),
+    Claim("clean_calibration", "calibrated on clean data, every calibrator is within 1 point of fp32's accuracy",
+          lambda r: _within(r, [f"clean|{c}|{k}" for c in CALIBRATORS for k in KINDS], 1.0)),
+    Claim("minmax_breaks", "4 outliers in the calibration data break min-max: accuracy below 50%",
+          lambda r: (lambda v: (v, v < 50))(max(_acc(r, f"outliers|min-max|{k}") for k in KINDS))),
+    Claim("robust_calibrators", "with the outliers, percentile and entropy stay within 2 points of fp32",
+          lambda r: _within(r, [f"outliers|{c}|{k}" for c in ("percentile 99.99", "entropy (KL)") for k in KINDS], 2.0)),
+    Claim("int8_inference_slower", "int8 inference is slower than fp32 here (NumPy has no int8 kernels), by >= 3 spreads",
+          _inference_slower, modes=("full",)),
+    Claim("saved_bytes_formula", "saved activations at 8, 4, 2 bits are within 5% of bits/8 + 12/256 bytes per float (targets stay uncompressed)",
+          lambda r: (lambda v: (v, v <= 0.05))(max(abs(_row(r, b)["saved_ratio"] / _formula_ratio(b) - 1) for b in (8, 4, 2)))),
+    Claim("gradient_error_grows", "the first step's gradient error grows as the bits shrink (8 < 4 < 2)",
+          lambda r: (_row(r, 2)["grad_rel_error"], _row(r, 8)["grad_rel_error"] < _row(r, 4)["grad_rel_error"]
+                     < _row(r, 2)["grad_rel_error"])),
+    Claim("bits_keep_accuracy", "training with 8-, 4- or 2-bit saved activations ends within 1 point of fp32's accuracy",
+          lambda r: (lambda v: (v, v <= 1.0))(max(abs(100 * (_row(r, b)["accuracy"] - _row(r, 32)["accuracy"]))
+                                                  for b in (8, 4, 2))), modes=("full",)),
+    Claim("compression_costs_time", "an 8-bit compressed step is slower than the fp32 step, by >= 3 spreads",
+          lambda r: (r["bits"]["step_8bit_effect_over_spread"], r["bits"]["step_8bit_effect_over_spread"] >= 3
+                     and _row(r, 8)["step_seconds"] > _row(r, 32)["step_seconds"]), modes=("full",)),
+]
+
+
 def plot(records, outdir):
-    return [_plot_calibration(records, outdir), _plot_ranges(records, outdir), _plot_bits(records, outdir)]
-
-
-def _plot_calibration(records, outdir):
-    cal = records["calibration"]
-    fig, axes = plots.new_figure(ncols=2, width=6.2, height=4.4)
-    names = list(CALIBRATORS)
-    for ax, data_name in zip(axes, ("clean", "outliers")):
-        xs = np.arange(len(names))
-        for j, kind in enumerate(("per-tensor", "per-channel")):
-            acc = [100 * cal["accuracy"][f"{data_name}|{n}|{kind}"] for n in names]
-            bars = ax.bar(xs + (j - 0.5) * 0.38, acc, 0.38, label=f"int8, {kind} weights")
-            for b, a in zip(bars, acc):
-                ax.text(b.get_x() + b.get_width() / 2, a + 0.5, f"{a:.1f}", ha="center", fontsize=6, rotation=90)
-        ax.axhline(100 * cal["fp32_accuracy"], color="k", ls="--", lw=1,
-                   label=f"fp32 {100 * cal['fp32_accuracy']:.1f} %")
-        ax.set_xticks(xs)
-        ax.set_xticklabels(names, rotation=20, fontsize=7)
-        low = min(min(100 * v for k, v in cal["accuracy"].items() if k.startswith(data_name)),
-                  100 * cal["fp32_accuracy"])
-        ax.set_ylim(max(0, 10 * np.floor(low / 10) - 10), 104)
-        ax.set_ylabel("test accuracy (%)")
-        ax.set_title(f"digits MLP, calibrated on {'clean data' if data_name == 'clean' else f'data + 4 outliers of ±{OUTLIER:g}'}",
-                     fontsize=9)
-        # Clean: every bar is near the top; with outliers the left middle is free.
-        ax.legend(fontsize=7, loc="lower right" if data_name == "clean" else "center left", framealpha=0.95)
-    pb = records["parameter_bytes"]
-    t = cal["inference_seconds"]
-    fig.suptitle(f"Post-training int8. Ledger parameter bytes: weights {pb['fp32_weights']:,} -> "
-                 f"{pb['int8_weights']:,} B ({pb['fp32_weights'] / pb['int8_weights']:.1f}x), whole model with "
-                 f"fp32 bias, scales, column sums {pb['fp32']:,} -> {pb['int8_model']:,} B "
-                 f"({pb['fp32'] / pb['int8_model']:.2f}x).\nTest-set inference: int8 takes "
-                 f"{t['int8'] / t['fp32']:.1f}x the fp32 time here (NumPy has no int8 kernels: the gain is memory)",
-                 fontsize=8)
-    return plots.save(fig, records, outdir, FIGURES[0])
-
-
-def _plot_ranges(records, outdir):
-    ranges = records["calibration"]["ranges"]
-    fig, axes = plots.new_figure(ncols=2, width=6.2, height=4.4)
-    colors = ["#c44e52", "#dd8452", "#55a868", "#4c72b0", "#8172b3"]
-    for ax, data_name in zip(axes, ("clean", "outliers")):
-        r = ranges[data_name]
-        edges = np.asarray(r["edges"])
-        ax.stairs(np.maximum(r["counts"], 0.5), edges, fill=True, color="#bbbbbb")
-        ax.set_yscale("log")
-        top = max(r["counts"])
-        for k, (name, (lo, hi)) in enumerate(r["calibrators"].items()):
-            ax.axvline(hi, color=colors[k], lw=1.4, ls=("-", "--", "-.", ":", "-")[k], label=f"{name}: max {hi:.2f}")
-        ax.set_xlabel("input of the second Linear (after ReLU)")
-        ax.set_ylabel("count (log)")
-        ax.set_ylim(0.4, top * 3)
-        ax.set_title(f"calibration on {'clean data' if data_name == 'clean' else 'data + 4 outliers'}", fontsize=9)
-        ax.legend(fontsize=7)
-    fig.suptitle("The clipping range each calibrator chose (lower end 0 after ReLU)", fontsize=9)
-    return plots.save(fig, records, outdir, FIGURES[1])
-
-
-def _plot_bits(records, outdir):
-    b = records["bits"]
-    rows = b["rows"]
-    labels = [str(r["bits"]) for r in rows]
-    fig, axes = plots.new_figure(ncols=4, width=3.3, height=3.8)
-    xs = np.arange(len(rows))
-    axes[0].bar(xs - 0.2, [r["saved_bytes"] / 2**10 for r in rows], 0.4, label="ledger",
-                color=plots.BUCKET_COLORS["activation"])
-    axes[0].bar(xs + 0.2, [r["measured_after_forward"] / 2**10 for r in rows], 0.4,
-                label="allocator: growth after forward", color="#8c8c8c")
-    for x, r in zip(xs, rows):
-        axes[0].text(x - 0.2, r["saved_bytes"] / 2**10, f"{r['saved_ratio']:.3f}x", ha="center", va="bottom", fontsize=7)
-    axes[0].set_ylabel("KiB")
-    axes[0].set_title("saved activations after forward", fontsize=9)
-    axes[0].legend(fontsize=6)
-    axes[1].bar(xs, [100 * r["accuracy"] for r in rows], color="#4c72b0")
-    for x, r in zip(xs, rows):
-        axes[1].text(x, 100 * r["accuracy"], f"{100 * r['accuracy']:.1f}", ha="center", va="bottom", fontsize=7)
-    axes[1].set_ylim(0, 105)
-    axes[1].set_title(f"test accuracy after {b['epochs']} epochs", fontsize=9)
-    axes[2].bar(xs, [r["step_time_ratio"] for r in rows], color="#8c8c8c")
-    for x, r in zip(xs, rows):
-        axes[2].text(x, r["step_time_ratio"], f"{1e3 * r['step_seconds']:.1f} ms", ha="center", va="bottom", fontsize=7)
-    axes[2].set_ylabel("x the fp32 step")
-    axes[2].set_title("forward+backward time (1 BLAS thread)", fontsize=9)
-    axes[3].bar(xs, [r["grad_rel_error"] for r in rows], color="#dd8452")
-    for x, r in zip(xs, rows):
-        axes[3].text(x, r["grad_rel_error"], f"{r['grad_rel_error']:.3f}", ha="center", va="bottom", fontsize=7)
-    axes[3].set_title("|g - g32| / |g32|, first step", fontsize=9)
-    for ax in axes:
-        ax.set_xticks(xs)
-        ax.set_xticklabels(labels)
-        ax.set_xlabel("bits per saved activation")
-    fig.suptitle(f"Training MLP {b['sizes']} (batch {b['batch']}) with compressed saved activations", fontsize=9)
-    return plots.save(fig, records, outdir, FIGURES[2])
+    return figures.plot(records, outdir, FIGURES, CALIBRATORS, OUTLIER)

@@ -5,17 +5,22 @@ resolution, four ways: plain float32, per-block checkpointing
 (``model.checkpoint_fn = tinymem.techniques.checkpoint.checkpoint``), float16 storage
 (``tinymem.techniques.precision.half`` with a GradScaler), and both. Recorded per run: the
 ledger's activation peak, its total device peak above the model's resting bytes, the
-allocator's measured peak (tracemalloc or the CuPy pool), and the best step time of a few,
-measured side by side (interleaved) at each resolution.
+allocator's measured peak (tracemalloc or the CuPy pool), and the step times of a few turns
+taken side by side (interleaved) at each resolution up to ``time_up_to`` (median and
+interquartile range of CPU time, which other jobs on a shared machine do not inflate; one
+BLAS thread).
 
 The third panel is the quality side: Dice of a U-Net trained on 128 px phantoms (full mode; in
 quick mode a short run at 32 px, so its Dice is far from the target).
 """
+import time
+
 import numpy as np
 
 from .. import memory, models, optim, random
 from ..autograd import Tensor, no_grad
-from ..measure.timing import interleaved_times
+from ..measure.claims import Claim
+from ..measure.timing import effect_over_spread, interleaved_samples, one_blas_thread, spread
 from ..data.phantoms import CLASSES, make_phantoms
 from ..techniques import precision
 from ..techniques.checkpoint import checkpoint
@@ -56,7 +61,10 @@ def train_step(model, opt, scaler, x, y):
     return loss.item()
 
 
-def sweep(resolutions, base, depth, device, repeats):
+def sweep(resolutions, base, depth, device, repeats, time_up_to=None, steps_per_sample=1):
+    """Memory of one step (the second: Adam's state exists) per configuration and resolution,
+    and the step times in turns at the resolutions up to ``time_up_to`` (all when None), each
+    timing the mean of ``steps_per_sample`` steps in a row (longer samples, less jitter)."""
     rows = []
     for res in resolutions:
         images, labels = make_phantoms(1, res)
@@ -69,10 +77,16 @@ def sweep(resolutions, base, depth, device, repeats):
             rows.append({"resolution": res, "config": config,
                          "activation_peak": t.max_by_bucket()["activation"],
                          "peak_delta": t.peak_delta(), "measured_peak": t.measured_peak()})
-        times = interleaved_times({c: (lambda s=s: train_step(*s, x, y)) for c, s in setups.items()},
-                                  repeats=repeats, warmup=0)
+        if time_up_to is not None and res > time_up_to:
+            continue
+        with one_blas_thread():
+            samples = interleaved_samples({c: (lambda s=s: [train_step(*s, x, y) for _ in range(steps_per_sample)])
+                                           for c, s in setups.items()},
+                                          repeats=repeats, warmup=0, clock=time.process_time)
+        samples = {c: [t / steps_per_sample for t in ts] for c, ts in samples.items()}
         for row in rows[-len(CONFIGS):]:
-            row["step_seconds"] = times[row["config"]]
+            row["step_samples"] = samples[row["config"]]
+            row["step_seconds"] = spread(samples[row["config"]])["median"]
     return rows
 
 
@@ -108,7 +122,9 @@ def train_dice(resolution, steps, batch, base, depth, device, n_train=256, n_val
 def run(quick=False, device="cpu"):
     base, depth = 8, 4
     resolutions = [32, 64, 128] if quick else [64, 128, 256, 512, 1024]
-    rows = sweep(resolutions, base, depth, device, repeats=1 if quick else 2)
+    # timing the largest size in turns would take most of the run: its memory is measured, not its time
+    rows = sweep(resolutions, base, depth, device, repeats=5 if quick else 7, time_up_to=None if quick else 512,
+                 steps_per_sample=1 if quick else 3)
     dice = (train_dice(32, 20, 4, base, depth, device, n_train=32, n_val=8) if quick
             else train_dice(128, 150, 8, base, depth, device))
     return {"config": {"base": base, "depth": depth, "batch": 1, "optimizer": "Adam",
@@ -116,34 +132,96 @@ def run(quick=False, device="cpu"):
             "rows": rows, "dice": dice}
 
 
+def _row(r, config, resolution):
+    return next(x for x in r["rows"] if x["config"] == config and x["resolution"] == resolution)
+
+
+def _largest(r, timed=False):
+    return max(x["resolution"] for x in r["rows"] if not timed or "step_samples" in x)
+
+
+def _activation_ratio(r, config):
+    res = _largest(r)
+    return _row(r, config, res)["activation_peak"] / _row(r, "float32", res)["activation_peak"]
+
+
+def _growth(r):
+    sizes = sorted({x["resolution"] for x in r["rows"]})
+    return _row(r, "float32", sizes[-1])["activation_peak"] / _row(r, "float32", sizes[-2])["activation_peak"]
+
+
+def _both_cost_time(r):
+    res = _largest(r, timed=True)
+    plain, both = _row(r, "float32", res), _row(r, "checkpoint+float16", res)
+    ratio = effect_over_spread(both["step_samples"], plain["step_samples"])
+    return ratio, ratio >= 3 and both["step_seconds"] > plain["step_seconds"]
+
+
+def _checkpoint_always_slower(r):
+    """Checkpointing's median step over float32's at each timed resolution (the smallest ratio)."""
+    timed = sorted({x["resolution"] for x in r["rows"] if "step_samples" in x})
+    ratios = [_row(r, "checkpoint", res)["step_seconds"] / _row(r, "float32", res)["step_seconds"] for res in timed]
+    return min(ratios), min(ratios) > 1
+
+
+CLAIMS = [
+    Claim("activations_quadratic", "float32 activations grow 4x (+-10%) per doubling of the image side",
+          lambda r: (_growth(r), abs(_growth(r) / 4 - 1) <= 0.1)),
+    Claim("checkpoint_half", "per-block checkpointing keeps <= 0.5x float32's activations at the largest image",
+          lambda r: (_activation_ratio(r, "checkpoint"), _activation_ratio(r, "checkpoint") <= 0.5), modes=("full",)),
+    Claim("float16_half", "float16 storage keeps <= 0.55x float32's activations at the largest image",
+          lambda r: (_activation_ratio(r, "float16"), _activation_ratio(r, "float16") <= 0.55)),
+    Claim("both_third", "checkpointing and float16 together keep <= 0.3x float32's activations at the largest image",
+          lambda r: (_activation_ratio(r, "checkpoint+float16"), _activation_ratio(r, "checkpoint+float16") <= 0.3),
+          modes=("full",)),
+    Claim("checkpoint_costs_time", "checkpointing makes the step slower (recomputation) at every timed resolution "
+          "(medians)", _checkpoint_always_slower, modes=("full",)),
+    Claim("both_cost_time", "checkpointing and float16 together make the step slower, by >= 3 spreads, at the largest "
+          "timed image", _both_cost_time, modes=("full",)),
+    Claim("dice", "the U-Net trained at 128 px reaches Dice >= 0.9 on held-out phantoms",
+          lambda r: (r["dice"]["dice"], r["dice"]["dice"] >= 0.9 and r["dice"]["resolution"] == 128), modes=("full",)),
+]
+
+
 def plot(records, outdir):
-    fig, axes = plots.new_figure(ncols=3, width=5.0, height=4.2)
+    fig, axes = plots.new_figure(ncols=3, width=4.1, height=4.2)
     rows, cfg = records["rows"], records["config"]
     for config in cfg["configs"]:
         mine = sorted((r for r in rows if r["config"] == config), key=lambda r: r["resolution"])
         res = [r["resolution"] for r in mine]
         color, ls = _STYLE.get(config, ("k", "-"))
         axes[0].plot(res, [r["activation_peak"] / 2**20 for r in mine], ls, color=color, marker="o", label=config)
-        axes[1].plot(res, [r["step_seconds"] for r in mine], ls, color=color, marker="o", label=config)
+        timed = [r for r in mine if "step_samples" in r]
+        plots.timing_line(axes[1], [r["resolution"] for r in timed], [r["step_samples"] for r in timed],
+                          scale=1.0, fmt="o" + ls, color=color, label=config)
+    axes[0].set_xscale("log", base=2)
+    axes[0].set_yscale("log")
+    axes[1].set_xscale("log", base=2)
+    axes[1].set_ylim(bottom=0)
     for ax in axes[:2]:
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
         ax.set_xlabel("image side (pixels)")
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("activation peak (MiB, ledger)")
-    axes[0].set_title(f"U-Net (base {cfg['base']}, depth {cfg['depth']}), batch {cfg['batch']}: activations")
-    axes[1].set_ylabel("training step (s, best of runs)")
-    axes[1].set_title("step time (best of a few, interleaved)")
+        ax.legend(loc="upper left")
+    axes[0].set_ylabel("activation peak (MiB, ledger, log)")
+    axes[0].set_title(f"U-Net (base {cfg['base']}, depth {cfg['depth']}),\nbatch {cfg['batch']}: saved activations")
+    axes[1].set_ylabel("training step, CPU s: median, IQR")
+    timed = max((r["resolution"] for r in rows if "step_samples" in r), default=0)
+    axes[1].set_title(f"step time, in turns, 1 BLAS thread\n(timed up to {timed} px)")
     d = records["dice"]
     steps = [p["step"] for p in d["curve"]]
     axes[2].plot(steps, [p["dice"] for p in d["curve"]], "k-o", label="mean Dice")
     for i, name in enumerate(d["classes"]):
         axes[2].plot(steps, [p["dice_per_class"][i] for p in d["curve"]], ":", color=_CLASS_COLORS[i % 3],
                      label=name)
-    axes[2].axhline(0.9, color="#888888", lw=0.8, ls=":")
-    axes[2].set_ylim(0, 1)
+    axes[2].axhline(0.9, color="#888888", lw=0.8, ls=":").set_gid(plots.BACKGROUND)
+    axes[2].set_ylim(0, 1.3)
+    axes[2].set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
     axes[2].set_xlabel("training step")
     axes[2].set_ylabel("Dice on held-out phantoms")
-    axes[2].set_title(f"quality at {d['resolution']} px: Dice {d['dice']:.3f}")
-    axes[2].legend(fontsize=7)
-    return [plots.save(fig, records, outdir, FIGURES[0])]
+    axes[2].set_title(f"quality at {d['resolution']} px:\nDice {d['dice']:.3f} (dotted line: 0.9)")
+    axes[2].legend(loc="upper center", ncols=2)
+    res = _largest(records)
+    note = (f"What to see: activations grow with the pixels (4x per doubling); at {res} px checkpointing keeps "
+            f"{_activation_ratio(records, 'checkpoint'):.2f}x of them, float16 {_activation_ratio(records, 'float16'):.2f}x, "
+            f"both {_activation_ratio(records, 'checkpoint+float16'):.2f}x, for a slower step (recomputation; NumPy "
+            f"computes float16 in float32).")
+    return [plots.save(fig, records, outdir, FIGURES[0], note=note)]

@@ -5,8 +5,9 @@ Left: the bytes one causal attention call saves for backward (the ledger), B=1, 
 size 16 (the tiny LM's shape), chunks of 128. Plain attention keeps the (L, L) weights per
 head, so its line bends up quadratically; chunked attention keeps q, k, v, the output and one
 log-sum-exp per row, a straight line. Then the peak of forward + backward above entry, from
-the ledger and from the allocator (tracemalloc), and its time. Right: validation loss of the
-character-level TransformerLM against the unigram baseline.
+the ledger and from the allocator (tracemalloc), and its time (taken in turns: median and
+interquartile range). Last: validation loss of the character-level TransformerLM against the
+unigram baseline.
 """
 import math
 import time
@@ -16,7 +17,8 @@ import numpy as np
 from .. import data, memory, models, optim, plots, random
 from .. import functional as F
 from ..autograd import Tensor, no_grad
-from ..measure.timing import interleaved_times
+from ..measure.claims import Claim
+from ..measure.timing import effect_over_spread, interleaved_samples, one_blas_thread, spread
 
 NAME = "workload_seq_len"
 ORDER = 61
@@ -31,10 +33,10 @@ def _qkv(L, device):
     return [random.randn((1, HEADS, L, HEAD_DIM), device) for _ in range(3)]
 
 
-def _attention_point(impl, L, device):
+def _attention_point(impl, L, device, arrays=None, g=None):
     fn = IMPLS[impl]
-    arrays = _qkv(L, device)
-    g = random.randn((1, HEADS, L, HEAD_DIM), device)
+    arrays = _qkv(L, device) if arrays is None else arrays
+    g = random.randn((1, HEADS, L, HEAD_DIM), device) if g is None else g
 
     def step():
         q, k, v = (Tensor(a, requires_grad=True) for a in arrays)
@@ -45,18 +47,27 @@ def _attention_point(impl, L, device):
         out = fn(q, k, v)
         saved = memory.live_bytes("activation")
         out.backward(g)
+        result = out.numpy()
         del out
     return {"impl": impl, "L": L, "saved_bytes": saved, "peak_delta": t.peak_delta(),
-            "measured_peak": t.measured_peak(), "step": step}
+            "measured_peak": t.measured_peak(), "step": step, "output": result}
 
 
-def _attention_sweep(lengths, device):
+def _attention_sweep(lengths, device, repeats=9):
+    """Both implementations at each length: saved bytes, peaks, the largest difference of their
+    outputs, and forward + backward timed in turns on one BLAS thread, as CPU time (other jobs
+    on a shared machine do not count) (``samples``; ``seconds`` is their median)."""
     points = []
     for L in lengths:
-        row = {impl: _attention_point(impl, L, device) for impl in IMPLS}
-        times = interleaved_times({impl: row[impl].pop("step") for impl in IMPLS}, repeats=3)
+        arrays, g = _qkv(L, device), random.randn((1, HEADS, L, HEAD_DIM), device)
+        row = {impl: _attention_point(impl, L, device, arrays, g) for impl in IMPLS}
+        difference = float(np.abs(row["chunked"].pop("output") - row["plain"].pop("output")).max())
+        with one_blas_thread():  # a second BLAS thread waits for a core at random on a shared machine
+            samples = interleaved_samples({impl: row[impl].pop("step") for impl in IMPLS}, repeats=repeats,
+                                          clock=time.process_time)
         for impl in IMPLS:
-            row[impl]["seconds"] = times[impl]
+            row[impl].update(samples=samples[impl], seconds=spread(samples[impl])["median"],
+                             max_abs_difference=difference)
             points.append(row[impl])
     return points
 
@@ -93,7 +104,7 @@ def train_lm(steps, batch_size=32, context=64, device="cpu", log_every=25, seed=
 def run(quick=False, device="cpu"):
     random.manual_seed(0)
     lengths = [128, 256, 512, 1024] if quick else [128, 256, 512, 1024, 2048]
-    points = _attention_sweep(lengths, device)
+    points = _attention_sweep(lengths, device, repeats=5 if quick else 11)
     lm = train_lm(30 if quick else 600, batch_size=16 if quick else 32, device=device,
                   log_every=10 if quick else 50)
     print(f"tiny LM: val loss {lm['val_loss']:.3f} nats/char vs unigram {lm['unigram_loss']:.3f}\n"
@@ -103,41 +114,109 @@ def run(quick=False, device="cpu"):
             "attention": points, "lm": lm}
 
 
+def _points(r, impl):
+    return sorted((p for p in r["attention"] if p["impl"] == impl), key=lambda p: p["L"])
+
+
+def _growth(r, impl):
+    """Saved bytes at the largest L over those at half of it (4 for quadratic, 2 for linear)."""
+    pts = _points(r, impl)
+    return pts[-1]["saved_bytes"] / pts[-2]["saved_bytes"]
+
+
+def _at(r, impl, L):
+    return next(p for p in r["attention"] if p["impl"] == impl and p["L"] == L)
+
+
+def crossover(r):
+    """The smallest L from which chunked's median time is below plain's at every larger L
+    (None if it never is)."""
+    found = None
+    for plain, chunked in reversed(list(zip(_points(r, "plain"), _points(r, "chunked")))):
+        if chunked["seconds"] >= plain["seconds"]:
+            break
+        found = plain["L"]
+    return found
+
+
+def _extra_blocks(r):
+    """What chunked's measured peak exceeds plain's by at the smallest L, in (chunk x chunk)
+    float32 score blocks for all heads: the online softmax's bookkeeping."""
+    L = _points(r, "plain")[0]["L"]
+    extra = _at(r, "chunked", L)["measured_peak"] - _at(r, "plain", L)["measured_peak"]
+    return L, extra / (4 * r["config"]["heads"] * r["config"]["chunk_size"] ** 2)
+
+
+def _faster_at_largest(r):
+    L = _points(r, "plain")[-1]["L"]
+    plain, chunked = _at(r, "plain", L), _at(r, "chunked", L)
+    ratio = effect_over_spread(plain["samples"], chunked["samples"])
+    return ratio, ratio >= 3 and chunked["seconds"] < plain["seconds"]
+
+
+CLAIMS = [
+    Claim("plain_quadratic", "plain attention's saved bytes grow quadratically (x >= 3.5 per doubling of L at the largest L)",
+          lambda r: (_growth(r, "plain"), _growth(r, "plain") >= 3.5)),
+    Claim("chunked_linear", "chunked attention's saved bytes grow linearly (x 2 +- 5% per doubling of L)",
+          lambda r: (_growth(r, "chunked"), abs(_growth(r, "chunked") - 2) <= 0.1)),
+    Claim("chunked_ratio_1024", "at L = 1024 chunked attention saves <= 0.07x the bytes of plain attention",
+          lambda r: (lambda v: (v, v <= 0.07))(_at(r, "chunked", 1024)["saved_bytes"] / _at(r, "plain", 1024)["saved_bytes"])),
+    Claim("same_output", "chunked attention gives plain attention's output (max abs difference < 1e-5)",
+          lambda r: (lambda v: (v, v < 1e-5))(max(p["max_abs_difference"] for p in r["attention"]))),
+    Claim("chunked_faster_at_largest_L", "at the largest L chunked attention is faster than plain, by >= 3 spreads (IQR)",
+          _faster_at_largest, modes=("full",)),
+    Claim("lm_beats_unigram", "the tiny LM's validation loss is below the unigram baseline",
+          lambda r: (r["lm"]["val_loss"] - r["lm"]["unigram_loss"], r["lm"]["val_loss"] < r["lm"]["unigram_loss"])),
+    Claim("lm_learns", "the tiny LM learns: validation loss >= 1 nat per character below the unigram baseline",
+          lambda r: (r["lm"]["unigram_loss"] - r["lm"]["val_loss"], r["lm"]["unigram_loss"] - r["lm"]["val_loss"] >= 1),
+          modes=("full",)),
+]
+
+
 def plot(records, outdir):
-    fig, (ax_saved, ax_peak, ax_time, ax_lm) = plots.new_figure(ncols=4, width=4.2, height=4.0)
+    fig, axes = plots.new_figure(ncols=2, nrows=2, width=5.0, height=3.9)
+    ax_saved, ax_peak, ax_time, ax_lm = axes
     colors = {"plain": "#c44e52", "chunked": "#4c72b0"}
     mib = 2.0 ** 20
+    cfg = records["config"]
     for impl in IMPLS:
-        pts = [p for p in records["attention"] if p["impl"] == impl]
+        pts = _points(records, impl)
         Ls = [p["L"] for p in pts]
         ax_saved.plot(Ls, [p["saved_bytes"] / mib for p in pts], "o-", color=colors[impl], label=impl)
-        ax_peak.plot(Ls, [p["peak_delta"] / mib for p in pts], "o-", color=colors[impl],
-                     label=f"{impl}: ledger")
+        ax_peak.plot(Ls, [p["peak_delta"] / mib for p in pts], "o-", color=colors[impl], label=f"{impl}: ledger")
         ax_peak.plot(Ls, [p["measured_peak"] / mib for p in pts], "x--", color=colors[impl],
-                     label=f"{impl}: measured")
-        ax_time.plot(Ls, [p["seconds"] * 1e3 for p in pts], "o-", color=colors[impl], label=impl)
-    last = {p["impl"]: p for p in records["attention"] if p["L"] == 1024}
-    if len(last) == 2:
-        ratio = last["chunked"]["saved_bytes"] / last["plain"]["saved_bytes"]
-        ax_saved.annotate(f"L=1024: chunked/plain = {ratio:.3f}", (1024, last["chunked"]["saved_bytes"] / mib),
-                          textcoords="offset points", xytext=(-80, 25), fontsize=7)
-    cfg = records["config"]
-    for ax, title in ((ax_saved, "saved for backward (ledger)"), (ax_peak, "peak of forward+backward"),
-                      (ax_time, "time of forward+backward (best of 3)")):
+                     label=f"{impl}: allocator")
+        plots.timing_line(ax_time, Ls, [p["samples"] for p in pts], fmt="o-", color=colors[impl], label=impl)
+    largest = _points(records, "plain")[-1]["L"]
+    ratio = _at(records, "chunked", 1024)["saved_bytes"] / _at(records, "plain", 1024)["saved_bytes"]
+    ax_saved.set_title(f"saved for backward (ledger)\nL=1024: chunked/plain = {ratio:.3f}")
+    L0, blocks = _extra_blocks(records)
+    ax_peak.set_title(f"peak of forward + backward\nL={L0}: chunked +{blocks:.1f} score blocks (bookkeeping)")
+    ax_time.set_title(f"forward + backward, 1 BLAS thread (median, IQR)\nchunked {_at(records, 'chunked', largest)['seconds'] / _at(records, 'plain', largest)['seconds']:.2f}x plain at L={largest}")
+    for ax in (ax_saved, ax_peak, ax_time):
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
         ax.set_xlabel("sequence length L")
-        ax.set_ylabel("ms" if ax is ax_time else "MiB")
-        ax.set_title(f"{title}\ncausal attention, {cfg['heads']} heads x {cfg['head_dim']}, chunk {cfg['chunk_size']}",
-                     fontsize=8)
-        ax.legend(fontsize=7)
+        ax.legend(loc="upper left")
+    for ax in (ax_saved, ax_peak):
+        ax.set_yscale("log")
+        ax.set_ylabel("MiB (log)")
+    ax_time.set_ylabel("CPU time (ms)")
+    ax_time.set_ylim(bottom=0)
     lm = records["lm"]
     ax_lm.plot([c["step"] for c in lm["curve"]], [c["val_loss"] for c in lm["curve"]], "o-",
                color="#55a868", label="TransformerLM (validation)")
-    ax_lm.axhline(lm["unigram_loss"], color="k", ls="--", lw=0.8, label="unigram baseline")
+    ax_lm.axhline(lm["unigram_loss"], color="k", ls="--", lw=0.8, label="unigram baseline").set_gid(plots.BACKGROUND)
+    ax_lm.set_ylim(0, max(c["val_loss"] for c in lm["curve"]) * 1.25)
     ax_lm.set_xlabel("training step")
     ax_lm.set_ylabel("cross-entropy (nats per character)")
-    ax_lm.set_title(f"tiny LM on pydoc_data.topics: {lm['parameters']:,d} parameters\n"
-                    f"final {lm['val_loss']:.2f} vs unigram {lm['unigram_loss']:.2f}", fontsize=8)
-    ax_lm.legend(fontsize=7)
-    return [plots.save(fig, records, outdir, FIGURES[0])]
+    ax_lm.set_title(f"tiny LM on pydoc_data.topics, {lm['parameters']:,d} parameters\n"
+                    f"final {lm['val_loss']:.2f} vs unigram {lm['unigram_loss']:.2f}")
+    ax_lm.legend(loc="lower left")
+    fig.suptitle(f"Causal attention, batch {cfg['batch']}, {cfg['heads']} heads x {cfg['head_dim']}, "
+                 f"chunks of {cfg['chunk_size']}, float32")
+    cross = crossover(records)
+    note = ("What to see: plain attention's saved bytes bend up (quadratic: it keeps the L x L weights), chunked's "
+            "grow in a straight line; at one chunk (L <= chunk) chunked does plain's work plus the online softmax's "
+            "running max, sum and rescaled output, so its allocator peak is higher there. Chunked is faster "
+            + (f"from L = {cross} on, on this CPU." if cross else "at no length measured here, on this CPU."))
+    return [plots.save(fig, records, outdir, FIGURES[0], note=note)]

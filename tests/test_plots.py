@@ -1,0 +1,72 @@
+"""The figures' shared helpers: the footer carries the failed claims in red, and the layout check
+finds what a reader trips over (small or clipped text, overprinted labels, a legend on data)."""
+import warnings
+
+import matplotlib.colors
+import pytest
+
+from tinymem import plots
+
+
+def _texts(fig):
+    return {t.get_text(): t for t in fig.texts}
+
+
+def test_footer_has_note_failed_claims_in_red_and_the_machine_line():
+    records = {"meta": {"machine": "box", "device": "cpu", "tinymem": "9.9", "date": "2030-01-01", "quick": True},
+               "claims": [{"text": "fast enough", "value": 0.5, "holds": False},
+                          {"text": "small enough", "value": 0.1, "holds": True},
+                          {"text": "full only", "value": 3.0, "holds": None}]}
+    fig, ax = plots.new_figure()
+    height = fig.get_size_inches()[1]
+    plots.stamp(fig, records, note="What to see: a line.")
+    texts = _texts(fig)
+    red = [t for t in texts if t.startswith("CLAIM DOES NOT HOLD")]
+    assert red == ["CLAIM DOES NOT HOLD: fast enough (measured 0.5)"]
+    assert matplotlib.colors.same_color(texts[red[0]].get_color(), "#d62728")
+    assert "What to see: a line." in texts
+    machine = [t for t in texts if t.startswith("box")][0]
+    assert "simulated device (CPU)" in machine and "tinymem 9.9" in machine and "2030-01-01" in machine
+    assert "QUICK MODE" in machine
+    assert fig.get_size_inches()[1] > height  # the footer adds room instead of squeezing the axes
+    assert plots.device_label({"meta": {"device": "cuda"}}) == "GPU"
+
+
+def test_layout_check_finds_a_legend_on_the_data_small_text_and_overprinting():
+    fig, ax = plots.new_figure()
+    ax.plot([0, 1], [0, 1], label="the diagonal")
+    ax.legend(loc="center")
+    ax.text(0.2, 0.8, "tiny", fontsize=5)
+    ax.text(0.6, 0.1, "one label")
+    ax.text(0.6, 0.1, "another label")
+    problems = " | ".join(plots.layout_problems(fig))
+    assert "covers data" in problems and "'tiny' is 5 pt" in problems
+    assert "overlaps" in problems and "one label" in problems
+
+
+def test_clean_figure_has_no_problems_and_save_warns_otherwise(tmp_path):
+    fig, ax = plots.new_figure()
+    ax.plot([0, 1], [0, 1], label="the diagonal")
+    ax.set(xlabel="x (s)", ylabel="y (MiB)", title="clean")
+    ax.legend(loc="upper left")
+    assert plots.layout_problems(fig) == []
+    plots.save(fig, {}, str(tmp_path), "clean.png")
+    assert (tmp_path / "clean.png").stat().st_size > 1000 and not list(tmp_path.glob("*.tmp*"))
+    fig, ax = plots.new_figure()
+    ax.plot([0, 1], [0, 1], label="the diagonal")
+    ax.legend(loc="center")
+    with pytest.warns(plots.LayoutWarning, match="bad.png: the legend"):
+        plots.save(fig, {}, str(tmp_path), "bad.png")
+
+
+def test_slanted_tick_labels_side_by_side_do_not_count_as_overlapping():
+    fig, ax = plots.new_figure(width=4)
+    ax.bar(range(6), [1] * 6)
+    ax.set_xticks(range(6), [f"+ optimizer state on host {i}" for i in range(6)], rotation=30, ha="right")
+    fig.tight_layout()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert plots.layout_problems(fig) == []
+    # their upright boxes do overlap: only the slant keeps them apart
+    boxes = [t.get_window_extent() for t in ax.get_xticklabels()]
+    assert boxes[0].overlaps(boxes[1])
