@@ -68,3 +68,19 @@ def test_bfloat16_rounds_to_the_nearest_representable_value(x):
     exponent = np.maximum(np.frexp(x64)[1] - 1, -126)
     half_step = np.ldexp(1.0, exponent - 8)
     assert np.all(np.abs(back[ok] - x64[ok]) <= half_step[ok])
+
+
+def test_zero_d_arrays_keep_their_shape_and_nan():
+    """Found by Hypothesis: a 0-d NaN made the bfloat16 encoder assign into a NumPy scalar, and
+    the float16 codecs returned 0-d input as shape (1,)."""
+    from tinymem.techniques.precision import float16
+    from tinymem.techniques.precision.bfloat16 import round_to_bfloat16
+    for value in (np.nan, 1.0, -np.inf, 3e-6):
+        x = np.array(value, np.float32)
+        bits = float32_to_bfloat16_bits(x)
+        assert bits.shape == () and bits.dtype == np.uint16
+        assert np.isnan(bfloat16_bits_to_float32(bits)) == np.isnan(x)
+        assert round_to_bfloat16(x).shape == ()
+        half = float16.float32_to_float16(x)
+        assert half.shape == () and (half == x.astype(np.float16) or np.isnan(value))
+        assert float16.float16_to_float32(half).shape == float16.round_to_float16(x).shape == ()

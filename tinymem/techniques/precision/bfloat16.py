@@ -47,6 +47,8 @@ def float32_to_bfloat16_bits(x):
     """
     xp = array_module(x)
     x = xp.asarray(x, dtype=np.float32)
+    shape = x.shape
+    x = x.reshape(-1)  # a 0-d array would turn into NumPy scalars below, which are immutable
     bits = x.view(np.uint32)
     r = bits >> np.uint32(16)
     r &= np.uint32(1)  # lsb: the last bit kept, for ties to even
@@ -57,7 +59,7 @@ def float32_to_bfloat16_bits(x):
     nan = xp.isnan(x)
     if nan.any():  # NaN is rare: fix those few instead of a select over every value
         rounded[nan] = np.uint16(BFLOAT16_NAN)
-    return rounded
+    return rounded.reshape(shape)
 
 
 def bfloat16_bits_to_float32(bits):
@@ -76,6 +78,8 @@ def round_to_bfloat16(x):
     uint16 array is made. Memory: one uint32 temporary and the float32 result (8 bytes per value)."""
     xp = array_module(x)
     x = xp.asarray(x, dtype=np.float32)
+    shape = x.shape
+    x = x.reshape(-1)  # as above: no 0-d arrays, whose arithmetic gives immutable scalars
     bits = x.view(np.uint32)
     out = bits >> np.uint32(16)
     out &= np.uint32(1)
@@ -86,4 +90,4 @@ def round_to_bfloat16(x):
     nan = xp.isnan(x)
     if nan.any():
         out[nan] = np.uint32(BFLOAT16_NAN << 16)
-    return values
+    return values.reshape(shape)

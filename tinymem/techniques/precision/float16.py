@@ -55,12 +55,13 @@ def _chunks(n):
 def float32_to_float16(x):
     """float32 values rounded to float16 (nearest, ties to even), equal to ``x.astype(float16)``."""
     xp = array_module(x)
+    shape = np.shape(x)  # before ascontiguousarray, which makes 0-d arrays 1-d
     x = xp.ascontiguousarray(x, dtype=np.float32)
     flat = x.reshape(-1).view(np.uint32)
     out = xp.empty(flat.size, np.uint16)
     for part in _chunks(flat.size):
         xp.copyto(out[part], _encode(xp, flat[part]), casting="unsafe")
-    return out.view(np.float16).reshape(x.shape)
+    return out.view(np.float16).reshape(shape)
 
 
 def _encode(xp, bits):
@@ -90,12 +91,13 @@ def _encode(xp, bits):
 def float16_to_float32(h):
     """The float32 values of float16 ``h`` (exact), equal to ``h.astype(float32)``."""
     xp = array_module(h)
+    shape = np.shape(h)  # before ascontiguousarray, which makes 0-d arrays 1-d
     h = xp.ascontiguousarray(h, dtype=np.float16)
     flat = h.reshape(-1).view(np.uint16)
     out = xp.empty(flat.size, np.uint32)
     for part in _chunks(flat.size):
         _decode(xp, flat[part], out[part])
-    return out.view(np.float32).reshape(h.shape)
+    return out.view(np.float32).reshape(shape)
 
 
 def _decode(xp, h, out):
@@ -119,12 +121,13 @@ def round_to_float16(x):
     again leaves the rounded magnitude; past float16's largest value it becomes inf.
     Memory: the float32 result and two uint32 temporaries per chunk."""
     xp = array_module(x)
+    shape = np.shape(x)  # before ascontiguousarray, which makes 0-d arrays 1-d
     x = xp.ascontiguousarray(x, dtype=np.float32)
     flat = x.reshape(-1).view(np.uint32)
     out = xp.empty(flat.size, np.uint32)
     for part in _chunks(flat.size):
         _round(xp, flat[part], out[part])
-    return out.view(np.float32).reshape(x.shape)
+    return out.view(np.float32).reshape(shape)
 
 
 def _round(xp, bits, out):
