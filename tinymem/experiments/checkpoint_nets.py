@@ -180,8 +180,12 @@ def torch_activation_peak(model, x, grad, segments):
 SAVE_MATMULS = ("linear", "matmul", "conv2d")  # the selective policy: keep what is expensive to redo
 # (vocab, context T, d_model, heads h, blocks, batch). Long context, many heads: the h·T attention
 # weights per token outweigh the 17·d values a block saves besides them, as in the large models
-# selective recomputation was made for (Korthikanti et al.: 5·h·T / d > 34 there).
-TRANSFORMER = {"quick": (16, 64, 32, 4, 4, 2), "full": (32, 256, 128, 8, 8, 2)}
+# selective recomputation was made for (Korthikanti et al.: 5·h·T / d > 34 there; the full size
+# has 5·16·256 / 256 = 80, as GPT-3 175B with 96 heads, T 2048, d 12288). d is large enough that
+# the projections take most of the forward's time, as in those models; at d = 128 (8 heads)
+# NumPy's memory-bound softmax costs as much as the projections, and recomputing it (what
+# selective recomputation does) cost 0.5-0.78 of full recomputation's overhead.
+TRANSFORMER = {"quick": (16, 64, 32, 4, 4, 2), "full": (32, 256, 256, 16, 8, 2)}
 
 
 def transformer_problem(quick, device="cpu"):
