@@ -26,7 +26,7 @@ from tinymem.measure import claims
 from tinymem.measure.records import meta
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
+from course import OUT  # where figures go: lessons/out/ (git-ignored) by default
 REPO = pathlib.Path(partition.__file__).resolve().parents[2]
 HAVE_MPI = launch.mpi_available()
 print(f"{os.cpu_count()} CPU cores; mpi4py and mpiexec available: {HAVE_MPI}")
@@ -197,9 +197,9 @@ if timing:
 
 # %% [markdown]
 # Small buffers: the ring's 2(N-1) steps, each a `Sendrecv` called from Python, cost more than
-# MPI's single call. Large buffers: both are limited by copying the bytes, and they meet. On 4
-# ranks sharing 2 cores, the timings would measure the operating system's scheduler, not the
-# algorithm, so only 2 ranks are timed here.
+# MPI's single call. Large buffers: both are limited by copying the bytes, and they meet. With
+# more ranks than cores (this machine's count is printed at the top), the timings would measure
+# the operating system's scheduler, not the algorithm, so only 2 ranks are timed here.
 #
 # ## Your own training script on N ranks
 #
@@ -232,6 +232,7 @@ script = textwrap.dedent("""
               f"optimizer state {zero.optimizer.state_bytes():,} B on this rank; "
               f"{ring:,} B sent by its ring collectives")
 """).replace("STEPS", "5" if QUICK else "50")
+os.makedirs(OUT, exist_ok=True)
 path = os.path.join(OUT, "zero3_digits.py")
 with open(path, "w") as f:
     f.write(script)

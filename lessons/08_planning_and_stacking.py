@@ -69,8 +69,9 @@ del model  # a budget counts every device byte of the process: let this one go
 # A third run at 5 samples checks the extrapolation (`probe.CHECK`); a probe that fails it is
 # redone once, and then reported as not exact rather than trusted.
 #
-# Extrapolate *then* take the max: at 2 samples the peak may sit on a weight-sized temporary of
-# the optimizer, at 512 on the activations at the end of the forward pass.
+# Beware: the peak at 2 samples and the peak at 512 need not happen at the same moment of the
+# step (a weight-sized temporary of the optimizer at one size, the activations at the end of the
+# forward pass at the other). Exercise 2 asks what that means for the extrapolation.
 #
 # Here is the check the tests run, on every model of `models.py`:
 

@@ -33,7 +33,7 @@ from tinymem.experiments import watching as experiment
 from tinymem.measure.records import meta, read_records
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
+from course import OUT  # where figures go: lessons/out/ (git-ignored) by default
 MiB = 2**20
 tm.manual_seed(0)
 

@@ -27,7 +27,7 @@ from tinymem.rl import BatchPrefetcher, ReplayBuffer, bytes_per_slot, envs
 from tinymem.rl.train import train_cartpole
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
+from course import OUT  # where figures go: lessons/out/ (git-ignored) by default
 tm.manual_seed(0)
 
 # %% [markdown]

@@ -32,7 +32,7 @@ from tinymem.measure.records import read_records
 from tinymem.techniques import quantization as Q
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
+from course import OUT  # where figures go: lessons/out/ (git-ignored) by default
 tm.manual_seed(0)
 
 # %% [markdown]

@@ -34,7 +34,7 @@ from tinymem.planner import activations, analytic, architectures, exactness, fit
 from tinymem.planner.analytic import Stack
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-OUT = os.environ.get("TINYMEM_LESSON_OUT", ".")
+from course import OUT  # where figures go: lessons/out/ (git-ignored) by default
 tm.manual_seed(0)
 
 

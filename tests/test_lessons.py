@@ -26,6 +26,16 @@ def test_lesson_runs_in_quick_mode(lesson, tmp_path):
     assert not list(cwd.iterdir()), f"{lesson.name} wrote into the current directory: {list(cwd.iterdir())}"
 
 
+def test_every_lesson_writes_where_course_says():
+    """No lesson picks its own output folder (one did: "." wrote files into the checkout)."""
+    for lesson in sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py")):
+        text = lesson.read_text()
+        assert "environ.get(\"TINYMEM_LESSON_OUT\"" not in text, f"{lesson.name} reads TINYMEM_LESSON_OUT itself"
+        if "OUT" in text.replace("OUTPUT", ""):
+            assert "from course import" in text and "OUT" in text.split("from course import")[1].splitlines()[0], \
+                f"{lesson.name} writes files but does not take OUT from course.py"
+
+
 def test_lesson_figures_go_to_a_git_ignored_folder_by_default():
     code = "import course; print(course.OUT)"
     env = lesson_env()

@@ -6,7 +6,7 @@ Each stage's peak is the ledger's (split by bucket) and the allocator's growth i
 it; the step times are taken in turns in one run on one BLAS thread, as CPU time (other jobs on
 a shared machine do not count), median and interquartile range. Then the
 demonstration that stacking is what makes a model fit: under a budget of a quarter of the
-fp32 + Adam need, the plain run raises OutOfMemoryError and the stacked run trains (its losses
+fp32 + Adam need, the plain run raises OutOfMemoryError and the stacked run runs (its losses
 are recorded).
 """
 import math
@@ -67,7 +67,7 @@ CLAIMS = [
           _each_stage_lowers),
     Claim("plain_fails_under_budget", "under a budget of 1/4 of its need the plain run raises OutOfMemoryError",
           lambda r: (r["plain_under_budget"] is not None, r["plain_under_budget"] is not None)),
-    Claim("stacked_trains", "under that budget the stacked run trains: its loss falls at every one of 5 steps",
+    Claim("stacked_trains", "under that budget the stacked run runs, and its loss falls at every one of 5 steps",
           lambda r: (r["stacked_losses"][-1] - r["stacked_losses"][0],
                      all(b < a for a, b in zip(r["stacked_losses"], r["stacked_losses"][1:])))),
     Claim("stacked_costs_time", "all stacked, the step is slower than fp32 + Adam, by at least 3 spreads (IQR)",
