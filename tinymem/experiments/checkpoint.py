@@ -18,6 +18,8 @@ Timings: one thread, CPU seconds of the process, interleaved, best of the repeat
 """
 import time
 
+import numpy as np
+
 from .. import plots
 from ..measure.claims import Claim
 from ..techniques.checkpoint.schedule import predict_revolve, predict_segments, profile_layers
@@ -44,7 +46,38 @@ def _selective_check(records):
     return {"fewer": fewer, "overhead_share": share}
 
 
+def _depth_rows(records, schedule):
+    rows = sorted((r for r in records["depth"]["rows"] if r["schedule"] == schedule), key=lambda r: r["depth"])
+    return [r["depth"] for r in rows], [r["activation_peak"] for r in rows]
+
+
+def _loglog_slope(schedule, last_doubling=False):
+    """The exponent p of activation peak ∝ n^p: a least-squares fit in log-log over the sweep
+    (or the last doubling only, where a constant term no longer matters)."""
+    def check(records):
+        depths, peaks = _depth_rows(records, schedule)
+        if last_doubling:
+            depths, peaks = depths[-2:], peaks[-2:]
+        return float(np.polyfit(np.log(depths), np.log(peaks), 1)[0])
+    return check
+
+
+def _ratio_at(records, depth):
+    rows = {r["schedule"]: r["activation_peak"] for r in records["depth"]["rows"] if r["depth"] == depth}
+    return rows["sqrt(n) segments"] / rows["none"]
+
+
 CLAIMS = [
+    Claim("plain_linear", "without checkpointing the activation peak grows as n (log-log slope of the "
+          "last doubling within 1 +- 0.1)",
+          lambda r: (_loglog_slope("none", True)(r), abs(_loglog_slope("none", True)(r) - 1) <= 0.1)),
+    Claim("segments_sqrt", "with sqrt(n) segments it grows as sqrt(n) (log-log slope of a fit over the "
+          "sweep within 0.5 +- 0.15)",
+          lambda r: (_loglog_slope("sqrt(n) segments")(r), abs(_loglog_slope("sqrt(n) segments")(r) - 0.5) <= 0.15)),
+    Claim("segments_at_64", "at n = 64, sqrt(n) segments keep <= 0.3x the activations of no checkpointing",
+          lambda r: (_ratio_at(r, 64), _ratio_at(r, 64) <= 0.3)),
+    Claim("revolve_constant", "Revolve with 4 slots keeps the same activation peak at every depth",
+          lambda r: (len(set(_depth_rows(r, "revolve, 4 slots")[1])), len(set(_depth_rows(r, "revolve, 4 slots")[1])) == 1)),
     Claim("selective_bytes", "selective recomputation keeps >= 2x fewer activation bytes than none "
           "on the Transformer LM", lambda r: (_selective_check(r)["fewer"], _selective_check(r)["fewer"] >= 2),
           modes=("full",)),
@@ -166,6 +199,16 @@ def _plot_depth(records, outdir):
         if all(m is not None for m in measured):
             ax_meas.plot(depths, [m / 2**20 for m in measured], marker=marker, color=color, ls="--",
                          mfc="none", label=f"{label}: measured")
+    # Reference slopes through the smallest depth's points: what O(n) and O(sqrt n) look like here.
+    for schedule, power, text in (("none", 1.0, "∝ n"), ("sqrt(n) segments", 0.5, "∝ √n")):
+        rows = sorted((r for r in data["rows"] if r["schedule"] == schedule), key=lambda r: r["depth"])
+        if rows:
+            n0, y0 = rows[0]["depth"], rows[0]["activation_peak"] / 2**20
+            ns = [r["depth"] for r in rows]
+            ax_act.plot(ns, [y0 * (n / n0) ** power for n in ns], color="#777777", ls=":", lw=1,
+                        label="reference slopes: ∝ n, ∝ √n" if schedule == "none" else None)
+            ax_act.annotate(text, (ns[-1], y0 * (ns[-1] / n0) ** power), fontsize=8, color="#555555",
+                            xytext=(-16, 6), textcoords="offset points")
     for ax in (ax_act, ax_meas):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
