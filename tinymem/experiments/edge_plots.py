@@ -15,6 +15,8 @@ def plot_onnx(records, outdir, name):
         ax.text(0.5, 0.5, f"not drawn: {o['skipped']}", ha="center", va="center")
         return plots.save(fig, records, outdir, name)
     fig, axes = plots.new_figure(ncols=3, width=4.2, height=4.4)
+    axes[0].get_gridspec().set_width_ratios([0.8, 1, 1.5])  # the latency panel has five groups to name
+    fig.set_size_inches(14.5, 4.4)
     sizes = o["file_bytes"]
     axes[0].bar([0, 1], [sizes["fp32"] / KB, sizes["int8"] / KB], color=["#4c72b0", "#55a868"])
     for x, key in enumerate(("fp32", "int8")):
@@ -38,24 +40,25 @@ def plot_onnx(records, outdir, name):
     fused, ref = agree["fused int8 kernels"], agree["reference kernels"]
     axes[1].set_title(f"int8 codes vs tinymem: reference kernels {ref['codes_off_by_one']} of {ref['codes']:,} off;\n"
                       f"fused kernels {fused['codes_off_by_one']} off by one step (max {fused['codes_max_diff']}), "
-                      f"{fused['predictions_differ']} predictions differ", fontsize=7)
+                      f"{fused['predictions_differ']} predictions differ", fontsize=8)
     rows = o["latency"]
     xs = np.arange(len(rows))
     for j, (kind, color) in enumerate((("fp32", "#4c72b0"), ("int8", "#55a868"))):
         med = np.array([r[kind]["median"] for r in rows]) * 1e6
         err = [med - np.array([r[kind]["q25"] for r in rows]) * 1e6, np.array([r[kind]["q75"] for r in rows]) * 1e6 - med]
         axes[2].bar(xs + (j - 0.5) * 0.38, med, 0.38, yerr=err, color=color, capsize=2, label=kind)
-    for x, r in zip(xs, rows):
-        axes[2].text(x, r["fp32"]["median"] * 1e6 * 1.3, f"{r['fp32']['median'] / r['int8']['median']:.1f}x",
-                     ha="center", fontsize=7)
+    for x, r in zip(xs, rows):  # the speed-up above the taller error bar of the pair
+        top = max(r[kind]["q75"] for kind in ("fp32", "int8")) * 1e6
+        axes[2].text(x, top * 1.25, f"{r['fp32']['median'] / r['int8']['median']:.1f}x", ha="center", fontsize=8)
     axes[2].set_yscale("log")
     axes[2].set_xticks(xs)
-    axes[2].set_xticklabels([f"{r['model']}\nbatch {r['batch']}" for r in rows], fontsize=6)
+    axes[2].set_xticklabels([f"{r['model']}\nbatch {r['batch']}" for r in rows], fontsize=8)
+    axes[2].set_ylim(top=axes[2].get_ylim()[1] * 3)  # room for the last speed-up
     axes[2].set_ylabel("µs per batch (median, 25-75th pct)")
-    axes[2].set_title("ONNX Runtime, 1 thread, in turns: speed-up of int8", fontsize=8)
-    axes[2].legend(fontsize=7)
+    axes[2].set_title("ONNX Runtime, 1 thread, in turns: speed-up of int8", fontsize=9)
+    axes[2].legend(loc="upper left")
     fig.suptitle("Post-training int8 (per-channel weights, histogram-calibrated activations) exported to ONNX, "
-                 "run in ONNX Runtime\nwhose fused graph runs " + ", ".join(o["ort_ops"]), fontsize=8)
+                 "run in ONNX Runtime\nwhose fused graph runs " + ", ".join(o["ort_ops"]), fontsize=9)
     return plots.save(fig, records, outdir, name)
 
 
@@ -71,6 +74,9 @@ def _best(m):
     return next(c for c in m["configs"] if (c["split"], c["grid"]) == (m["best"]["split"], m["best"]["grid"]))
 
 
+GRID_MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
+
+
 def _sram_lines(ax):
     ax.axhline(256, color="#c44e52", lw=1.2, label="256 KB SRAM")
     ax.axhline(1024, color="#c44e52", lw=1, ls=":", label="256 KB SRAM with int8 activations\n(1 byte, not 4: bars / 4)")
@@ -78,8 +84,8 @@ def _sram_lines(ax):
 
 def plot_profile(records, outdir, name):
     mem = records["memory"]
-    fig, axes = plots.new_figure(nrows=len(mem), width=11, height=3.6)
-    for ax, (net, m) in zip(np.atleast_1d(axes), mem.items()):
+    fig, axes = plots.new_figure(nrows=len(mem), width=15, height=3.9)
+    for k, (ax, (net, m)) in enumerate(zip(np.atleast_1d(axes), mem.items())):
         whole, best = m["whole"], _best(m)
         xs = np.arange(len(whole))
         bottom = np.zeros(len(whole))
@@ -94,14 +100,15 @@ def plot_profile(records, outdir, name):
         ax.bar(xs[~in_stage] + 0.2, patch[~in_stage], 0.4, color="#55a868", label="after the stage: layer by layer")
         _sram_lines(ax)
         ax.set_xticks(xs)
-        ax.set_xticklabels([f"{_short(r['name'])}\n{'x'.join(map(str, r['shape'][1:]))}" for r in whole], fontsize=6)
+        ax.set_xticklabels([f"{_short(r['name'])}\n{'x'.join(map(str, r['shape'][1:]))}" for r in whole], fontsize=8)
         ax.set_ylabel("activation KiB")
         ratio = m["whole_peak"] / best["peak"]
         ax.set_title(f"{net}, input {'x'.join(map(str, m['input_shape'][1:]))}: peak {m['whole_peak'] / KB:,.0f} KiB "
-                     f"layer by layer, {best['peak'] / KB:,.0f} KiB patch-based ({ratio:.1f}x lower; first "
+                     f"layer by layer, {best['peak'] / KB:,.0f} KiB patch-based ({ratio:.1f}x lower)\nfirst "
                      f"{best['split']} layers in tiles, {100 * best['recompute']:.0f}% halo recompute: the lowest peak "
-                     f"recomputing at most {100 * records['config'].get('max_recompute', 0.5):.0f}%)", fontsize=8)
-        ax.legend(fontsize=6, ncol=2, loc="upper right")
+                     f"recomputing at most {100 * records['config'].get('max_recompute', 0.5):.0f}%", fontsize=9)
+        if k == 0:  # one legend for both panels, outside on the right (it covers no bar)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle("Inference memory per layer (float32 activations, batch 1, from the ledger; weights stay in flash)",
                  fontsize=9)
     return plots.save(fig, records, outdir, name)
@@ -109,23 +116,28 @@ def plot_profile(records, outdir, name):
 
 def plot_tradeoff(records, outdir, name):
     mem = records["memory"]
-    fig, axes = plots.new_figure(ncols=len(mem), width=5.4, height=4.2)
+    fig, axes = plots.new_figure(ncols=len(mem), width=6.4, height=6.2)
     for ax, (net, m) in zip(np.atleast_1d(axes), mem.items()):
         splits = sorted({c["split"] for c in m["configs"]})
-        for k, split in enumerate(splits):
+        grids = sorted({c["grid"] for c in m["configs"]})
+        for k, split in enumerate(splits):  # colour: the stage's length; marker: the tile grid
+            color = plots.BUCKET_COLORS[list(plots.BUCKET_COLORS)[k % 5]]
             cs = sorted((c for c in m["configs"] if c["split"] == split), key=lambda c: c["grid"])
-            ax.plot([100 * c["recompute"] for c in cs], [c["peak"] / KB for c in cs], "o-", ms=4,
-                    color=plots.BUCKET_COLORS[list(plots.BUCKET_COLORS)[k % 5]], label=f"first {split} layers in tiles")
+            ax.plot([100 * c["recompute"] for c in cs], [c["peak"] / KB for c in cs], "-", color=color,
+                    label=f"first {split} layers in tiles")
             for c in cs:
-                ax.annotate(f"{c['grid']}x{c['grid']}", (100 * c["recompute"], c["peak"] / KB), fontsize=6,
-                            xytext=(3, 3), textcoords="offset points")
+                ax.plot(100 * c["recompute"], c["peak"] / KB, GRID_MARKERS[grids.index(c["grid"]) % len(GRID_MARKERS)],
+                        ms=6, color=color, mec="k", mew=0.5)
+        for g, grid in enumerate(grids):
+            ax.plot([], [], GRID_MARKERS[g % len(GRID_MARKERS)], ms=6, color="white", mec="k",
+                    label=f"{grid}x{grid} tiles")
         ax.axhline(m["whole_peak"] / KB, color="k", ls="--", lw=1, label="layer by layer")
         _sram_lines(ax)
         ax.set_yscale("log")
         ax.set_xlabel("recomputed halo work (% of the stage's multiply-adds)")
         ax.set_ylabel("peak activation KiB (log)")
         ax.set_title(net, fontsize=9)
-        ax.legend(fontsize=6)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)  # under the axes: it covers no point
     fig.suptitle("Patch-based inference: longer stages and finer tiles lower the peak and recompute more halo",
                  fontsize=9)
     return plots.save(fig, records, outdir, name)

@@ -173,12 +173,20 @@ CLAIMS = [
 
 # -- figures ------------------------------------------------------------------------------------
 def plot(records, outdir):
-    return [_per_rank_figure(records, outdir, FIGURES[0], _memory_panel, 7.0, 4.4),
-            _per_rank_figure(records, outdir, FIGURES[1], _traffic_panel, 6.0, 4.4),
+    return [_per_rank_figure(records, outdir, FIGURES[0], _memory_panel, 7.0, 4.6, MEMORY_NOTE),
+            _per_rank_figure(records, outdir, FIGURES[1], _traffic_panel, 6.4, 4.6, TRAFFIC_NOTE),
             _collectives_figure(records, outdir)]
 
 
-def _per_rank_figure(records, outdir, name, panel, width, height):
+MEMORY_NOTE = ("What to see: ZeRO-1, -2 and -3 take the optimizer states, then the gradients, then the parameters "
+               "off each rank (the label falls from 1.00x to 1/N at ZeRO-3), while a pipeline splits the layers, "
+               "so its ranks hold unequal shares.")
+TRAFFIC_NOTE = ("What to see: data parallel and ZeRO send exactly the bytes the ring formula predicts ('='), "
+                "ZeRO-1 and ZeRO-2 as much as data parallel and ZeRO-3 1.5x as much, while a pipeline sends far "
+                "less, only the activations and gradients at its stage boundaries.")
+
+
+def _per_rank_figure(records, outdir, name, panel, width, height, note):
     """One panel per rank count measured; the paper's table alone when MPI was missing."""
     runs = records.get("runs", {})
     ranks = sorted(runs, key=int)
@@ -188,7 +196,7 @@ def _per_rank_figure(records, outdir, name, panel, width, height):
         panel(ax, runs[n])
     if not ranks:
         _paper_panel(axes[0], records["paper_table"])
-    return plots.save(fig, records, outdir, name)
+    return plots.save(fig, records, outdir, name, note=note if ranks else None)
 
 
 def _memory_panel(ax, result):
@@ -206,15 +214,19 @@ def _memory_panel(ax, result):
                        label=bucket if (s, rank) == (0, 0) else None)
                 bottom += value / 2**10
     ratio = summary(result)
-    for s, name in enumerate(STRATEGIES):
-        ax.text(s, ax.get_ylim()[1] * 0.02, f"{ratio[name]['model_states_vs_dp']:.2f}x",
-                ha="center", fontsize=7, color="white")
+    tops = {name: max(sum(by[(name, rank)]["at_backward_end"][b] for b in MODEL_BUCKETS)
+                      + by[(name, rank)]["max_by_bucket"]["activation"] for rank in range(n)) / 2**10
+            for name in STRATEGIES}
+    ax.set_ylim(0, max(tops.values()) * 1.45)  # room for the labels and the legend above the bars
+    for s, name in enumerate(STRATEGIES):  # above the group's tallest bar, not on it
+        ax.text(s, tops[name] + ax.get_ylim()[1] * 0.01, f"{ratio[name]['model_states_vs_dp']:.2f}x",
+                ha="center", va="bottom", fontsize=plots.MIN_FONT)
     ax.set_xticks(range(len(STRATEGIES)), [LABELS[s] for s in STRATEGIES])
     ax.set_ylabel("bytes per rank (KiB)")
     ax.set_title(f"{n} ranks, MLP {result['sizes']} ({result['params']:,} params), batch {result['batch']}\n"
                  "model states at the end of backward + activation peak; one bar per rank;\n"
-                 "label: largest rank's model states vs data parallel", fontsize=8)
-    ax.legend(fontsize=7)
+                 "label: largest rank's model states vs data parallel", fontsize=9)
+    ax.legend(loc="upper right", ncol=2)
 
 
 def _traffic_panel(ax, result):
@@ -233,18 +245,19 @@ def _traffic_panel(ax, result):
         exact = ""
         if s in calculator.STRATEGIES:  # the pipeline's sends have no formula of their own
             exact = "\n=" if mean[s]["sent"] == mean[s]["formula_sent"] else "\n≠"
-        ax.text(x + 0.2, mean[s]["sent"] / 2**10, f"{ratio:.4f}{exact}", ha="center", va="bottom", fontsize=7)
-    ax.set_ylim(0, max(measured + formula) * 1.3)
+        ax.text(x + 0.2, mean[s]["sent"] / 2**10, f"{ratio:.4f}{exact}", ha="center", va="bottom",
+                fontsize=plots.MIN_FONT)
+    ax.set_ylim(0, max(measured + formula) * 1.45)
     ax.set_xticks(xs, [LABELS[s] for s in STRATEGIES])
     ax.set_ylabel("bytes sent per step, mean over ranks (KiB)")
     ax.set_title(f"{n} ranks, collectives by the ring: ZeRO-1/2 send what DP sends, ZeRO-3 1.5x\n"
                  "number: measured / formula; '=': measured equals the ring formula applied per call\n"
-                 "(padding to N blocks included) byte for byte; pipelines add 64-B headers", fontsize=8)
-    ax.legend(fontsize=7, loc="upper left")
+                 "(padding to N blocks included) byte for byte; pipelines add 64-B headers", fontsize=9)
+    ax.legend(loc="upper left")
 
 
 def _collectives_figure(records, outdir):
-    fig, (left, right) = plots.new_figure(ncols=2, width=5.6, height=4.4)
+    fig, (left, right) = plots.new_figure(ncols=2, width=6.6, height=4.4)
     timing = records.get("collectives")
     if timing is None:
         for ax in (left, right):
@@ -281,12 +294,12 @@ def _collectives_figure(records, outdir):
                    f"(load {load[0]:.1f}-{load[1]:.1f}):\nmedian and IQR of {timing['repeats']} samples, "
                    f"each the median of {timing['rows'][0]['calls_per_sample']} calls; ring and MPI in turns",
                    fontsize=8)
-    left.legend(fontsize=6)
+    left.legend(loc="upper left")
     right.axhline(1.0, color="k", lw=0.8, ls=":")
     right.set_ylabel("ring time / MPI built-in time (median)")
     right.set_title("above 1: the ring is slower. Circled: the medians differ by\n"
                     f">= {SEPARATION:g}x the larger IQR; bars: quartile over quartile", fontsize=8)
-    right.legend(fontsize=7)
+    right.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: timings put points anywhere
     fig.suptitle("The ring moves its bytes in 2(N-1) steps from Python: slower than MPI's own call on small "
                  "buffers, about as fast once copying the bytes dominates (256 KiB and up)", fontsize=9)
     return plots.save(fig, records, outdir, FIGURES[2])
@@ -301,6 +314,6 @@ def _size_label(nbytes):
 
 def _paper_panel(ax, table):
     ax.bar(range(len(table)), [row["gb"] for row in table], color="#55a868")
-    ax.set_xticks(range(len(table)), [row["label"] for row in table], fontsize=7)
+    ax.set_xticks(range(len(table)), [row["label"] for row in table], fontsize=plots.MIN_FONT)
     ax.set_ylabel("GB per device")
     ax.set_title("ZeRO paper, 7.5B parameters on 64 devices (formula only: no MPI here)")

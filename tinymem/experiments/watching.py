@@ -194,7 +194,7 @@ def plot(records, outdir):
 
 def _plot_layers(records, outdir):
     r = records["layers"]
-    fig, axes = plots.new_figure(nrows=3, width=8.0, height=2.6)
+    fig, axes = plots.new_figure(nrows=3, width=10.5, height=2.8)
     cfg = r["config"]
     plots.stacked_timeline(axes[0], r["timeline"], f"1. the ledger, what tinymem owns: MLP {cfg['sizes']}, "
                            f"batch {cfg['batch']}, {cfg['steps']} Adam steps")
@@ -207,17 +207,17 @@ def _plot_layers(records, outdir):
     axes[1].plot(ts, alloc, color="#8172b3", label="allocator (tracemalloc), sampled")
     axes[1].plot(ts, ledger, "k--", lw=0.9, label="ledger")
     axes[1].set_title(f"2. the allocator: peak growth {r['allocator_growth'] / MiB:.1f} MiB, ledger "
-                      f"{r['ledger_growth'] / MiB:.1f} MiB (gap {(r['allocator_growth'] - r['ledger_growth']) / MiB:+.2f} "
-                      "MiB: Python objects, uncounted temporaries)", fontsize=8)
+                      f"{r['ledger_growth'] / MiB:.1f} MiB\n(gap {(r['allocator_growth'] - r['ledger_growth']) / MiB:+.2f} "
+                      "MiB: Python objects, uncounted temporaries)", fontsize=9)
     axes[2].plot(ts, proc, color="#c44e52", label="process (RSS, as top shows it), sampled")
     axes[2].plot(ts, alloc, color="#8172b3", ls="--", lw=0.9, label="allocator")
     axes[2].set_title(f"3. the process: RSS grows {r['process_growth'] / MiB:.1f} MiB over the "
-                      f"{r['process_start'] / MiB:.0f} MiB held before (interpreter, NumPy, libraries); "
+                      f"{r['process_start'] / MiB:.0f} MiB held before (interpreter, NumPy, libraries);\n"
                       f"last step: {r['process_last_step_growth'] / MiB:+.1f} MiB (freed blocks are reused)",
-                      fontsize=8)
+                      fontsize=9)
     for ax in axes[1:]:
         ax.set_ylabel("growth (MiB)")
-        ax.legend(loc="upper left", fontsize=7)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside, as the ledger's: it covers no line
         ax.set_xlim(axes[0].get_xlim())
     axes[2].set_xlabel("time in the window (ms)")
     return plots.save(fig, records, outdir, FIGURES[0])
@@ -234,19 +234,19 @@ def _plot_modules(records, outdir):
             ax.barh(range(len(order)), vals, left=left, color=plots.BUCKET_COLORS[bucket], label=bucket)
             left = [a + b for a, b in zip(left, vals)]
         ax.set_yticks(range(len(order)))
-        ax.set_yticklabels(order, fontsize=7)
+        ax.set_yticklabels(order)
         ax.set_xlabel("bytes at the peak (MiB)")
         ax.set_xlim(0, 1.08 * max(left))
         exact = "exactly" if m["by_module_sum"] == m["peak"] else "NOT"
         ax.set_title(f"{m['model']} ({m['sizes']}), batch {m['batch']}: peak {m['peak'] / MiB:.2f} MiB,\n"
                      f"the modules sum to it {exact}", fontsize=9)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(loc="lower right")
     return plots.save(fig, records, outdir, FIGURES[1])
 
 
 def _plot_processes(records, outdir):
     p = records["processes"]
-    fig, axes = plots.new_figure(nrows=len(p["runs"]), width=8.0, height=2.1)
+    fig, axes = plots.new_figure(nrows=len(p["runs"]), width=10.5, height=2.1)
     end = max(j["end"] for runs in p["runs"].values() for j in runs)
     for ax, (scenario, runs) in zip(axes, p["runs"].items()):
         for job, color in zip(runs, ("#4c72b0", "#dd8452")):
@@ -267,7 +267,7 @@ def _plot_processes(records, outdir):
         ax.set_title(f"{scenario} ({where}): total {total:.1f} s", fontsize=9)
         ax.set_xlim(0, end * 1.02)
         ax.set_ylabel("MiB")
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: the jobs' lines fill the panel
     axes[-1].set_xlabel(f"seconds (budget {p['budget'] / MiB:.1f} MiB, a job's peak {p['peak'] / MiB:.1f} MiB)")
     return plots.save(fig, records, outdir, FIGURES[2])
 

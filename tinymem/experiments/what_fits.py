@@ -107,7 +107,7 @@ def _level(fields):
 def plot(records, outdir):
     import matplotlib.colors as mcolors
 
-    fig, (ax, axb) = plots.new_figure(ncols=2, width=6.6, height=6.0)
+    fig, (ax, axb) = plots.new_figure(ncols=2, width=7.6, height=7.6)
     colors = [mcolors.to_hex(c) for c in plots.plt.cm.viridis_r([i / (len(LEVELS) - 1) for i in range(len(LEVELS))])]
     models = records["config"]["models"]
     memories = records["config"]["memories_gb"]
@@ -119,22 +119,24 @@ def plot(records, outdir):
                                              ec="white"))
             short = cell["stack"].replace(" recompute", "").replace("optimizer on the host", "offload") \
                 if cell["stack"] else ""
-            text = (short.replace(", ", "\n") + f"\nx{cell['time']:.2f} time" if cell["stack"] else
-                    f"needs {cell['fewest_gpus']} GPUs" if cell["fewest_gpus"] else "no stack")
+            parts = short.split(", ")  # two techniques a line, then the time
+            text = ("\n".join(", ".join(parts[k:k + 2]) for k in range(0, len(parts), 2))
+                    + f"\nx{cell['time']:.2f} time" if cell["stack"] else
+                    f"needs {cell['fewest_gpus']}\nGPUs" if cell["fewest_gpus"] else "no stack")
             dark = level is not None and level >= len(LEVELS) // 2
-            ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=5.5,
-                    color="white" if dark else "black")
+            ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=plots.MIN_FONT,
+                    color="white" if dark else "black", gid=plots.INSIDE)
     ax.set_xlim(0, len(memories))
     ax.set_ylim(0, len(models))
     ax.set_xticks([j + 0.5 for j in range(len(memories))])
     ax.set_xticklabels([f"{gb} GB" for gb in memories])
     ax.set_yticks([i + 0.5 for i in range(len(models))])
     params = {c["model"]: c["params"] for c in records["grid"]}
-    ax.set_yticklabels([f"{m} ({params[m] / 1e9:.1f}B)" for m in models], fontsize=7)
+    ax.set_yticklabels([f"{m} ({params[m] / 1e9:.1f}B)" for m in models])
     ax.set_xlabel(f"memory per GPU ({records['config']['gpus']} GPUs)")
     ax.set_title("cheapest stack that fits (closed form, micro-batch 1; time vs fp32)", fontsize=9)
     handles = [plots.plt.Rectangle((0, 0), 1, 1, color=c) for c in colors]
-    ax.legend(handles, LEVELS, fontsize=6, loc="upper left", bbox_to_anchor=(0, -0.1), ncol=4, frameon=False)
+    ax.legend(handles, LEVELS, loc="upper left", bbox_to_anchor=(0, -0.09), ncol=4, frameon=False)
     bars = records["gpt3_175b"]
     for k, row in enumerate(bars):
         bottom = 0.0
@@ -145,13 +147,14 @@ def plot(records, outdir):
         axb.plot([k - 0.35, k + 0.35], [row["peak"] / 1e9] * 2, color="k", lw=1.2,
                  label="step peak" if k == 0 else None)
         need = "never" if row["fewest_gpus"] is None else f"{row['fewest_gpus']} GPUs"
-        axb.text(k, bottom + 40, f"{row['peak'] / 1e9:.0f} GB\n{need}", ha="center", fontsize=5.5)
-    axb.axhline(80, color="#d62728", ls="--", lw=0.9)
-    axb.text(len(bars) - 0.5, 120, "80 GB", ha="right", fontsize=7, color="#d62728")
+        axb.text(k, max(bottom, row["peak"] / 1e9) + 40, f"{row['peak'] / 1e9:.0f} GB\n{need}", ha="center",
+                 fontsize=plots.MIN_FONT)
+    axb.axhline(80, color="#d62728", ls="--", lw=0.9, label="80 GB per GPU")
     axb.set_xticks(range(len(bars)))
-    axb.set_xticklabels([r["stack"] for r in bars], rotation=35, ha="right", fontsize=6)
+    axb.set_xticklabels([r["stack"] for r in bars], rotation=35, ha="right", rotation_mode="anchor", fontsize=plots.MIN_FONT)
     axb.set_ylabel("GB per GPU: each bucket's peak (bar), the step's peak (line)")
     axb.set_title(f"GPT-3 175B, one step on {records['config']['gpus']} GPUs per stack, "
                   "and the fewest GPUs it needs", fontsize=9)
-    axb.legend(fontsize=7, loc="upper right")
+    axb.set_ylim(top=axb.get_ylim()[1] * 1.06)  # room for the labels over the tallest bars
+    axb.legend(loc="upper right")
     return [plots.save(fig, records, outdir, FIGURES[0])]
