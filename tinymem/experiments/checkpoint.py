@@ -247,14 +247,16 @@ def _plot_frontier(records, outdir):
         last = max(tp, key=lambda p: p["count"])
         ax.annotate(f"PyTorch k={last['count']}: every block\nrecomputed, {last['count'] - 1} nested backwards",
                     (last["memory_ratio"], last["time_ratio"]), fontsize=8, color="#dd8452",
-                    xytext=(-110, 4), textcoords="offset points")
+                    xytext=(0.6, 0.6), textcoords="axes fraction",  # the empty upper right
+                    arrowprops=dict(arrowstyle="->", color="#dd8452", lw=0.8))
     ax.set_xscale("log")
     ax.set_xlabel("activation peak / plain step")
     ax.set_ylabel("step time / plain step")
     ax.set_title(f"Time-memory frontier: {data['depth']} blocks, width {data['width']}, "
                  f"batch {data['batch']}", fontsize=9)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="lower left")
+    # Below the axes: the points fill every corner at one size or another.
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     _plot_models(ax_models, records.get("models", {}))
     return plots.save(fig, records, outdir, FIGURES[1])
 
