@@ -35,6 +35,10 @@ from ...backend import array_module
 
 BFLOAT16_NAN = 0x7FC0
 CHUNK = 1 << 16  # values per pass of the encoder
+# Scalars made once: on small arrays (a 32 x 32 weight) making them per call costs as much as
+# the arithmetic.
+_ONE, _SIXTEEN, _BELOW_HALF = np.uint32(1), np.uint32(16), np.uint32(0x7FFF)
+_LOW_HALF_CLEARED = np.uint32(0xFFFF0000)
 
 
 def float32_to_bfloat16_bits(x):
@@ -54,11 +58,11 @@ def float32_to_bfloat16_bits(x):
     rounded = xp.empty(x.size, np.uint16)
     for start in range(0, x.size, CHUNK):  # a chunk's temporary stays in the CPU's cache
         part = bits[start:start + CHUNK]
-        r = part >> np.uint32(16)
-        r &= np.uint32(1)  # lsb: the last bit kept, for ties to even
+        r = part >> _SIXTEEN
+        r &= _ONE  # lsb: the last bit kept, for ties to even
         r += part
-        r += np.uint32(0x7FFF)
-        r >>= np.uint32(16)
+        r += _BELOW_HALF
+        r >>= _SIXTEEN
         xp.copyto(rounded[start:start + CHUNK], r, casting="unsafe")
     if _has_nan(xp, x):  # NaN is rare: fix those few instead of a select over every value
         rounded[xp.isnan(x)] = np.uint16(BFLOAT16_NAN)
@@ -73,7 +77,7 @@ def bfloat16_bits_to_float32(bits):
         raise TypeError(f"bfloat16 bits must be a uint16 array, got {bits.dtype}; "
                         "make them with float32_to_bfloat16_bits")
     out = bits.astype(np.uint32)
-    out <<= np.uint32(16)  # in place: one 4-byte array, not two
+    out <<= _SIXTEEN  # in place: one 4-byte array, not two
     return out.view(np.float32)
 
 
@@ -86,16 +90,18 @@ def round_to_bfloat16(x):
     shape = x.shape
     x = x.reshape(-1)  # as above: no 0-d arrays, whose arithmetic gives immutable scalars
     bits = x.view(np.uint32)
-    out = bits >> np.uint32(16)
-    out &= np.uint32(1)
+    out = bits >> _SIXTEEN
+    out &= _ONE
     out += bits
-    out += np.uint32(0x7FFF)
-    out &= np.uint32(0xFFFF0000)
+    out += _BELOW_HALF
+    out &= _LOW_HALF_CLEARED
     if _has_nan(xp, x):
         out[xp.isnan(x)] = np.uint32(BFLOAT16_NAN << 16)
     return out.view(np.float32).reshape(shape)
 
 
 def _has_nan(xp, x):
-    """Whether flat ``x`` holds a NaN: its maximum is NaN exactly then (one reduction, no mask)."""
-    return x.size > 0 and bool(xp.isnan(x.max()))
+    """Whether flat ``x`` holds a NaN: its maximum is NaN exactly then (one reduction, no mask),
+    and NaN is the one value not equal to itself."""
+    largest = x.max() if x.size else 0
+    return bool(largest != largest)

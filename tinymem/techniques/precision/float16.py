@@ -36,6 +36,7 @@ import numpy as np
 
 from ...backend import array_module
 
+# Scalars made once: a NumPy scalar made per call costs a third of a pass over 2^16 values.
 _ABS = np.uint32(0x7FFFFFFF)
 _EXP = np.uint32(0x7F800000)
 _MIN_K = np.uint32(113 << 23)   # float16's smallest normal, 2^-14
@@ -43,6 +44,10 @@ _C_SHIFT = np.uint32(13 << 23)  # c = 2^13 times a's power of two: 10 bits left 
 _INF16 = np.uint32(0x7C00)
 _TO_F16_BIAS = np.float32(2.0 ** -112)  # float32's exponent bias 127 -> float16's 15
 _TO_F32_BIAS = np.float32(2.0 ** 112)
+_TWO_POW_16 = np.float32(65536.0)       # the first magnitude past float16's range, once rounded
+_SHIFT_13, _SHIFT_16 = np.uint32(13), np.uint32(16)
+_SIGN16, _SIGN32 = np.uint32(0x8000), np.uint32(0x80000000)
+_DECODE_SHIFT, _SIGN_AND_MAGNITUDE, _ABS16 = np.int32(13), np.int32(-0x70000001), np.int16(0x7FFF)
 # Values per pass: a chunk's temporaries (a few uint32 arrays, 256 KiB each) stay in the CPU's
 # cache; over a whole large array each pass would go out to memory.
 CHUNK = 1 << 16
@@ -87,18 +92,18 @@ def _encode(xp, bits, out):
     a = bits & _ABS
     c = _round_magnitude(xp, a)
     values = a.view(np.float32)
-    in_range = values.max() < np.float32(65536.0)  # False for overflow, infinity and NaN
+    in_range = values.max() < _TWO_POW_16  # False for overflow, infinity and NaN
     with np.errstate(under="ignore"):  # exact: float16's subnormals are float32 subnormals here
         values *= _TO_F16_BIAS
-    a >>= np.uint32(13)
+    a >>= _SHIFT_13
     if not in_range:
         xp.minimum(a, _INF16, out=a)  # overflow and infinity
         nan = (bits & _ABS) > _EXP
         if nan.any():
             payload = (bits[nan] >> np.uint32(13)) & np.uint32(0x3FF)
             a[nan] = _INF16 | xp.maximum(payload, np.uint32(1))
-    xp.right_shift(bits, np.uint32(16), out=c)  # the sign, moved to float16's place
-    c &= np.uint32(0x8000)
+    xp.right_shift(bits, _SHIFT_16, out=c)  # the sign, moved to float16's place
+    c &= _SIGN16
     a |= c
     xp.copyto(out, a, casting="unsafe")
 
@@ -118,11 +123,11 @@ def float16_to_float32(h):
 def _decode(xp, h, out):
     """float32 patterns (int32, into ``out``) of the float16 patterns ``h`` (int16)."""
     xp.copyto(out, h)                  # sign-extended: the sign lands in bits 31 and 16-30
-    out <<= np.int32(13)               # magnitude in bits 13-27, the sign copied into 28-31
-    out &= np.int32(-0x70000001)       # 0x8FFFFFFF: keep the sign bit, clear 28-30
+    out <<= _DECODE_SHIFT              # magnitude in bits 13-27, the sign copied into 28-31
+    out &= _SIGN_AND_MAGNITUDE         # 0x8FFFFFFF: keep the sign bit, clear 28-30
     values = out.view(np.float32)
     values *= _TO_F32_BIAS
-    magnitude = h & np.int16(0x7FFF)
+    magnitude = h & _ABS16
     if magnitude.max() >= 0x7C00:      # infinity and NaN: exponent 31 + 112 after the multiply
         out[magnitude >= 0x7C00] += np.int32(112 << 23)
 
@@ -147,7 +152,7 @@ def _round(xp, bits, out):
     xp.bitwise_and(bits, _ABS, out=out)
     c = _round_magnitude(xp, out)
     values = out.view(np.float32)
-    if not values.max() < np.float32(65536.0):  # overflow, infinity, NaN, or rounding garbage
+    if not values.max() < _TWO_POW_16:  # overflow, infinity, NaN, or rounding garbage
         values[xp.abs(bits.view(np.float32)) >= np.float32(65520.0)] = np.inf  # float16's inf
-    xp.bitwise_and(bits, np.uint32(0x80000000), out=c)
+    xp.bitwise_and(bits, _SIGN32, out=c)
     out |= c
