@@ -3,8 +3,8 @@
 NumPy converts between float32 and float16 one element at a time in C (3 to 5 ns per value on
 the 2-core CPUs measured, as slow as the matmul whose output it stores). The same conversions
 as whole-array arithmetic, bit for bit equal to ``astype``, measured on 2^17 values: encoding
-takes about 0.45x of astype's time, decoding 0.25x, rounding to float16 and back in one go (what
-a gradient leaving a half module needs) 0.2x of the two conversions. The layout::
+takes 0.4-0.45x of astype's time, decoding 0.15-0.35x, rounding to float16 and back in one go
+(what a gradient leaving a half module needs) about 0.2x of the two conversions. The layout::
 
     float32  s eeeeeeee mmmmmmmmmmmmmmmmmmmmmmm     (bias 127)
     float16  s eeeee mmmmmmmmmm                     (bias 15; subnormal below 2^-14)
