@@ -64,14 +64,14 @@ def _chunks(n):
 def _round_magnitude(xp, a):
     """Round |x| (float32 patterns ``a``, in place) to float16's grid, nearest even: add c, the
     power of two 2^13 above a's leading bit (at least 0.5, float16's subnormal grid), and
-    take it away again. Past float16's range the result is garbage, caught by the callers."""
+    take it away again. Past float16's range the result is garbage (inf - inf gives NaN, hence
+    the callers' ``errstate``), caught by the callers."""
     c = a & _EXP
     xp.maximum(c, _FLOOR[:c.size] if xp is np else _MIN_K, out=c)
     c += _C_SHIFT
     values, cf = a.view(np.float32), c.view(np.float32)
-    with np.errstate(invalid="ignore"):  # inf - inf and NaN: past the range, fixed by the callers
-        values += cf
-        values -= cf
+    values += cf
+    values -= cf
     return c
 
 
@@ -82,8 +82,11 @@ def float32_to_float16(x):
     x = xp.ascontiguousarray(x, dtype=np.float32)
     flat = x.reshape(-1).view(np.uint32)
     out = xp.empty(flat.size, np.uint16)
-    for part in _chunks(flat.size):
-        _encode(xp, flat[part], out[part])
+    # Once for all chunks (entering it costs as much as a pass over a small array): inf - inf
+    # past the range, and float16's subnormals made float32 subnormals, exactly.
+    with np.errstate(invalid="ignore", under="ignore"):
+        for part in _chunks(flat.size):
+            _encode(xp, flat[part], out[part])
     return out.view(np.float16).reshape(shape)
 
 
@@ -93,8 +96,7 @@ def _encode(xp, bits, out):
     c = _round_magnitude(xp, a)
     values = a.view(np.float32)
     in_range = values.max() < _TWO_POW_16  # False for overflow, infinity and NaN
-    with np.errstate(under="ignore"):  # exact: float16's subnormals are float32 subnormals here
-        values *= _TO_F16_BIAS
+    values *= _TO_F16_BIAS  # exact: float16's subnormals become float32 subnormals
     a >>= _SHIFT_13
     if not in_range:
         xp.minimum(a, _INF16, out=a)  # overflow and infinity
@@ -143,8 +145,9 @@ def round_to_float16(x):
     x = xp.ascontiguousarray(x, dtype=np.float32)
     flat = x.reshape(-1).view(np.uint32)
     out = xp.empty(flat.size, np.uint32)
-    for part in _chunks(flat.size):
-        _round(xp, flat[part], out[part])
+    with np.errstate(invalid="ignore"):  # inf - inf past the range, fixed in _round
+        for part in _chunks(flat.size):
+            _round(xp, flat[part], out[part])
     return out.view(np.float32).reshape(shape)
 
 
