@@ -26,7 +26,7 @@ every NaN becomes the canonical quiet NaN 0x7FC0.
 PyTorch agrees bit for bit on every non-NaN float32. For NaN, PyTorch itself is not consistent:
 its scalar conversion gives 0x7FC0, its vectorized CPU kernel gives 0xFFFF; both are NaN.
 
-Memory: the conversion makes one uint32 temporary of the input's size (4 bytes per value) and
+Memory: the encoder makes one uint32 temporary of at most ``CHUNK`` values (256 KiB) and
 returns 2 bytes per value. Works on NumPy and CuPy arrays alike (only shared functions).
 """
 import numpy as np
@@ -34,6 +34,11 @@ import numpy as np
 from ...backend import array_module
 
 BFLOAT16_NAN = 0x7FC0
+CHUNK = 1 << 16  # values per pass of the encoder
+# Scalars made once: on small arrays (a 32 x 32 weight) making them per call costs as much as
+# the arithmetic.
+_ONE, _SIXTEEN, _BELOW_HALF = np.uint32(1), np.uint32(16), np.uint32(0x7FFF)
+_LOW_HALF_CLEARED = np.uint32(0xFFFF0000)
 
 
 def float32_to_bfloat16_bits(x):
@@ -50,15 +55,17 @@ def float32_to_bfloat16_bits(x):
     shape = x.shape
     x = x.reshape(-1)  # a 0-d array would turn into NumPy scalars below, which are immutable
     bits = x.view(np.uint32)
-    r = bits >> np.uint32(16)
-    r &= np.uint32(1)  # lsb: the last bit kept, for ties to even
-    r += bits
-    r += np.uint32(0x7FFF)
-    r >>= np.uint32(16)
-    rounded = r.astype(np.uint16)
-    nan = xp.isnan(x)
-    if nan.any():  # NaN is rare: fix those few instead of a select over every value
-        rounded[nan] = np.uint16(BFLOAT16_NAN)
+    rounded = xp.empty(x.size, np.uint16)
+    for start in range(0, x.size, CHUNK):  # a chunk's temporary stays in the CPU's cache
+        part = bits[start:start + CHUNK]
+        r = part >> _SIXTEEN
+        r &= _ONE  # lsb: the last bit kept, for ties to even
+        r += part
+        r += _BELOW_HALF
+        r >>= _SIXTEEN
+        xp.copyto(rounded[start:start + CHUNK], r, casting="unsafe")
+    if _has_nan(xp, x):  # NaN is rare: fix those few instead of a select over every value
+        rounded[xp.isnan(x)] = np.uint16(BFLOAT16_NAN)
     return rounded.reshape(shape)
 
 
@@ -69,7 +76,9 @@ def bfloat16_bits_to_float32(bits):
     if bits.dtype != np.uint16:
         raise TypeError(f"bfloat16 bits must be a uint16 array, got {bits.dtype}; "
                         "make them with float32_to_bfloat16_bits")
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    out = bits.astype(np.uint32)
+    out <<= _SIXTEEN  # in place: one 4-byte array, not two
+    return out.view(np.float32)
 
 
 def round_to_bfloat16(x):
@@ -81,13 +90,18 @@ def round_to_bfloat16(x):
     shape = x.shape
     x = x.reshape(-1)  # as above: no 0-d arrays, whose arithmetic gives immutable scalars
     bits = x.view(np.uint32)
-    out = bits >> np.uint32(16)
-    out &= np.uint32(1)
+    out = bits >> _SIXTEEN
+    out &= _ONE
     out += bits
-    out += np.uint32(0x7FFF)
-    out &= np.uint32(0xFFFF0000)
-    values = out.view(np.float32)
-    nan = xp.isnan(x)
-    if nan.any():
-        out[nan] = np.uint32(BFLOAT16_NAN << 16)
-    return values.reshape(shape)
+    out += _BELOW_HALF
+    out &= _LOW_HALF_CLEARED
+    if _has_nan(xp, x):
+        out[xp.isnan(x)] = np.uint32(BFLOAT16_NAN << 16)
+    return out.view(np.float32).reshape(shape)
+
+
+def _has_nan(xp, x):
+    """Whether flat ``x`` holds a NaN: its maximum is NaN exactly then (one reduction, no mask),
+    and NaN is the one value not equal to itself."""
+    largest = x.max() if x.size else 0
+    return bool(largest != largest)

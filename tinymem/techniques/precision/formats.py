@@ -7,11 +7,12 @@ CPU (NumPy has no fast half matmul), float16 on CuPy for float16.
 import numpy as np
 
 from .bfloat16 import bfloat16_bits_to_float32, float32_to_bfloat16_bits, round_to_bfloat16
-from .float16 import float16_to_float32, round_to_float16
+from .float16 import float16_to_float32, float32_to_float16, round_to_float16
 
 
-# Below this many values the codecs' dozen array passes cost more in fixed per-call overhead
-# than NumPy's per-element conversion (about 3-5 ns a value): small arrays go through astype.
+# Below this many values the float16 codec's dozen array passes cost more in fixed per-call
+# overhead than NumPy's per-element conversion (about 3-5 ns a value): small float16 arrays go
+# through astype. bfloat16 has no astype; its bit codec serves every size.
 BIT_CODEC_MIN_SIZE = 16384
 
 
@@ -22,12 +23,11 @@ class HalfFormat:
         self.name, self.storage_dtype = name, np.dtype(storage_dtype)
 
     def encode(self, x):
-        """Round to the format, nearest even; overflow gives inf, as a GPU's conversion does.
-        float16 keeps NumPy's ``astype``: the bit-arithmetic encoder of ``float16.py`` gives
-        the same bits in about the same time on the CPUs measured (0.8x to 1.1x), while its
-        decoder and its one-pass rounding are clearly faster and are used below."""
+        """Round to the format, nearest even; overflow gives inf, as a GPU's conversion does."""
         if self.name == "bfloat16":
             return float32_to_bfloat16_bits(x)
+        if x.dtype == np.float32 and x.size >= BIT_CODEC_MIN_SIZE:
+            return float32_to_float16(x)
         with np.errstate(over="ignore", under="ignore"):  # overflow to inf is the point here
             return x.astype(np.float16)
 
@@ -45,9 +45,12 @@ class HalfFormat:
     def round(self, x):
         """float32 ``x`` rounded to the format and kept float32: ``decode(encode(x))`` in fewer
         passes (what a gradient leaving a half module goes through)."""
-        if x.dtype != np.float32 or x.size < BIT_CODEC_MIN_SIZE:
-            return self.decode(self.encode(x), x.dtype)
-        return round_to_bfloat16(x) if self.name == "bfloat16" else round_to_float16(x)
+        if x.dtype == np.float32:
+            if self.name == "bfloat16":
+                return round_to_bfloat16(x)
+            if x.size >= BIT_CODEC_MIN_SIZE:
+                return round_to_float16(x)
+        return self.decode(self.encode(x), x.dtype)
 
     def compute_dtype(self, device):
         """float16 compute on a GPU for float16; float32 everywhere else (see the module doc)."""
