@@ -100,7 +100,8 @@ def test_adam8bit_tracks_32_bit_adam(device):
 def test_adam8bit_tracks_32_bit_adam_on_a_1024_square_parameter(device):
     result = _track("dynamic", device, n=1024)
     _check_tracks(result)
-    assert result["ratio"] <= 0.2508, f"state is {result['ratio']:.4f} of Adam's"
+    maps = optim.Adam8bit.MAP_BYTES / (8 * 1024 * 1024)  # the codebooks, once per optimizer
+    assert result["ratio"] <= 0.2508 + maps, f"state is {result['ratio']:.4f} of Adam's"
 
 
 def test_linear_map_does_not_track_adam():

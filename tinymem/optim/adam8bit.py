@@ -11,14 +11,14 @@ one, so its 256 codes all cover [0, 1].
 State: 2n + 8·ceil(n / block_size) bytes instead of 8n: 2.004 bytes per parameter at block
 2048 (0.2505x Adam). Tensors under ``min_8bit_size`` = 4096 elements (biases, norms) stay
 float32 (8 bytes per parameter), as in the paper: their state is small and they are sensitive.
-The two codebooks (each map, its midpoints and a 64 KiB lookup table that replaces a search,
-132 KiB in all) are counted once per optimizer.
+The two codebooks (each map and a 128 KiB lookup table that replaces a search, 258 KiB in all)
+are counted once per optimizer.
 
 ``qmap="linear"`` swaps in evenly spaced maps, the paper's ablation: small second-moment entries
 round to zero, and the step m / (sqrt(v) + eps) blows up for them. Pitfall: bitsandbytes fuses
 dequantize-update-quantize in one kernel; here the float32 moments of one parameter exist for
 the duration of its step (8n bytes of workspace at the largest parameter, and requantizing
-adds about 10n bytes of temporaries: normalised values, table entries, midpoints, comparisons).
+adds 20n bytes of temporaries: normalised values, keys, bucket indices, table entries).
 """
 import math
 
@@ -41,9 +41,9 @@ class Adam8bit(Adam):
             group.update(block_size=block_size, min_8bit_size=min_8bit_size, qmap=qmap)
         self._maps = {}
 
-    # Two codebooks (m's signed map, v's unsigned one), each 256 float32 values, 256 float32
-    # midpoints and a 2**16-byte lookup table that replaces a search (see blockwise.Codebook).
-    MAP_BYTES = 2 * (256 * 4 + 256 * 4 + 2 ** 16)
+    # Two codebooks (m's signed map, v's unsigned one), each 256 float32 values and a table of
+    # 2**15 uint32 entries that finds a value's code in one lookup (see blockwise.Codebook).
+    MAP_BYTES = 2 * (256 * 4 + 4 * 2 ** 15)
 
     @staticmethod
     def bytes_for(shape, itemsize, group):
@@ -63,7 +63,7 @@ class Adam8bit(Adam):
             make = blockwise.MAPS[kind]
             books = tuple(blockwise.Codebook(backend.to_device(make(signed), key[1])) for signed in (True, False))
             for book in books:
-                for array in (book.values, book.table, book.midpoints):
+                for array in (book.values, book.entries):
                     memory.register(array, "optimizer", place=self.update_place)
             self._maps[key] = books
         return self._maps[key]
