@@ -196,8 +196,8 @@ formula = table.bytes_per_param("Adam8bit", (n, n)) * n * n
 print(f"one {n} x {n} parameter: Adam8bit keeps {opts['Adam8bit dynamic'].state_bytes():,d} B; the per-tensor "
       f"formula (codes + one scale per block) gives {formula:,.0f} B ({formula / opts['Adam'].state_bytes():.4f}x "
       f"Adam); the difference, {opts['Adam8bit dynamic'].state_bytes() - formula:,.0f} B, is the maps "
-      f"({optim.Adam8bit.MAP_BYTES:,d} B: for m and for v a 256-value codebook, its 256 midpoints and "
-      f"a 64 KiB lookup table that replaces the search), kept once per optimizer")
+      f"({optim.Adam8bit.MAP_BYTES:,d} B: for m and for v a 256-value codebook and a 128 KiB table "
+      f"that finds a value's code in one lookup instead of a search), kept once per optimizer")
 if opts["Adam8bit dynamic"].state_bytes() > opts["Adam"].state_bytes() / 4:
     print(f"at {n} x {n} those fixed maps are a large share of the state: they are why 8-bit Adam keeps "
           f"more than a quarter of Adam's bytes here; on large tensors they vanish in the codes")
@@ -248,8 +248,9 @@ for label in ("SGD", "Lion", "Adam"):
 # - **Small tensors stay 32-bit** (under 4096 elements): tiny in bytes, sensitive in training.
 #   On a small model they push 8-bit Adam's bytes per parameter up (the table of section 1);
 #   on one large parameter what is left above the formula is the maps (section 4).
-# - **8-bit Adam here dequantizes a whole parameter**: 8 bytes per element of workspace for the
-#   largest parameter during its update; bitsandbytes fuses this into one kernel.
+# - **8-bit Adam here works chunk by chunk**: 65,536 elements at a time are dequantized, updated
+#   and quantized again, so its workspace is 36 bytes per element of one chunk (2.3 MiB) however
+#   large the parameter; bitsandbytes gets the same by fusing the three in one GPU kernel.
 # - **State is per parameter, not per model**: the 7B arithmetic above is what decides whether
 #   a model trains at all, which is why ZeRO partitions the state (lesson 7).
 #

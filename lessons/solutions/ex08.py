@@ -2,8 +2,8 @@
 import math
 
 STATE_PER_ELEMENT = {"SGD": 0, "SGD momentum": 4, "Adam": 8}
-# Adam8bit's defaults; its two codebooks: 256 values, 256 midpoints (float32) and a 2**16-byte lookup table each
-BLOCK, MIN_8BIT, MAP_BYTES = 2048, 4096, 2 * (256 * 4 + 256 * 4 + 2 ** 16)
+# Adam8bit's defaults; its two codebooks: 256 float32 values and a lookup table of 2**15 uint32 entries each
+BLOCK, MIN_8BIT, MAP_BYTES = 2048, 4096, 2 * (256 * 4 + 4 * 2 ** 15)
 
 
 def _state_bytes(optimizer, shape):

@@ -73,4 +73,4 @@ def test_table_rows_follow_the_formulas():
     assert rows["Adam"]["state_bytes"] == 8 * total
     assert rows["Adafactor"]["state_bytes"] == 4 * (512 + 64 + 10 + 512 + 512 + 10)
     assert rows["Adam8bit"]["state_bytes"] == (2 * 32768 + 8 * 16 + 2 * 5120 + 8 * 3
-                                               + 8 * (512 + 10) + 2 * (256 * 4 + 256 * 4 + 2 ** 16))
+                                               + 8 * (512 + 10) + 2 * (256 * 4 + 4 * 2 ** 15))

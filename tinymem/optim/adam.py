@@ -41,24 +41,26 @@ class Adam(Optimizer):
             return grad
         return self.scratch(grad + wd * p.data)
 
-    def _direction(self, m, v, g, step, group, v_max=None):
+    def _direction(self, m, v, g, step, group, v_max=None, work=None):
         """Update ``m``, ``v`` (and ``v_max``) in place with ``g``; return the step ``p -= result``.
 
-        In-place updates with one temporary at a time: the extra peak is two arrays the size of
-        ``g`` (denom and the update), both counted in workspace.
+        In-place updates into two temporaries the size of ``g`` (one for ``(1 - beta1) * g``,
+        ``g * g`` and the denominator in turn, one for the update), counted in workspace, or
+        into ``work``, a pair of arrays like ``g`` that a caller reuses (Adam8bit, chunk after chunk).
         """
         beta1, beta2 = group["betas"]
-        m *= beta1
-        m += self.scratch((1 - beta1) * g)
-        self._average_square(v, g, beta2)
         xp = backend.array_module(v)
+        tmp, update = work if work is not None else (self.scratch(xp.empty_like(g)), self.scratch(xp.empty_like(g)))
+        m *= beta1
+        m += xp.multiply(g, 1 - beta1, out=tmp)
+        self._average_square(v, g, beta2, out=tmp)
         if v_max is not None:
             xp.maximum(v_max, v, out=v_max)
             v = v_max
-        denom = self.scratch(xp.sqrt(v))
+        denom = xp.sqrt(v, out=tmp)
         denom /= math.sqrt(1 - beta2 ** step)
         denom += group["eps"]
-        update = self.scratch(m / denom)
+        xp.divide(m, denom, out=update)
         update *= group["lr"] / (1 - beta1 ** step)
         return update
 

@@ -1,24 +1,27 @@
 """8-bit Adam (Dettmers et al., 2022): both moments stored block-wise quantized.
 
-Each step, for a parameter of n >= ``min_8bit_size`` elements:
-    m, v = dequantize(state)              (float32 temporaries, 8n bytes, freed after the step)
-    Adam's update with m, v in float32    (the same arithmetic as ``Adam._direction``)
-    state = quantize(m), quantize(v)      (block-wise: 1 byte per element + 4 bytes per block)
+Each step, for a parameter of n >= ``min_8bit_size`` elements, chunk after chunk of
+``CHUNK`` = 65,536 elements (whole blocks):
+    m, v = dequantize(state chunk)        (float32, into buffers reused by every chunk)
+    Adam's update with m, v in float32    (``Adam._direction``, into two reused buffers)
+    state chunk = quantize(m), quantize(v)   (1 byte per element + 4 bytes per block)
 The update itself uses the float32 moments of this step; only what is carried to the next step
 is rounded, as in bitsandbytes. ``m`` uses the signed map, ``v`` (never negative) the unsigned
-one, so its 256 codes all cover [0, 1].
+one, so its 256 codes all cover [0, 1]. Chunks give what bitsandbytes gets from fusing the three
+in one kernel: the temporaries stay small and in cache, 36 bytes per element of one chunk
+(m, v, Adam's two, and quantizing's 20: normalised values, keys, bucket indices, table entries),
+2.3 MiB at most, where a whole parameter at once needs its float32 moments (8n bytes) and
+temporaries as large. Weights, codes and scales are those of the whole-array step bit for bit
+(a test holds them).
 
 State: 2n + 8·ceil(n / block_size) bytes instead of 8n: 2.004 bytes per parameter at block
 2048 (0.2505x Adam). Tensors under ``min_8bit_size`` = 4096 elements (biases, norms) stay
 float32 (8 bytes per parameter), as in the paper: their state is small and they are sensitive.
-The two codebooks (each map, its midpoints and a 64 KiB lookup table that replaces a search,
-132 KiB in all) are counted once per optimizer.
+The two codebooks (each map and a 128 KiB lookup table that replaces a search, 258 KiB in all)
+are counted once per optimizer.
 
 ``qmap="linear"`` swaps in evenly spaced maps, the paper's ablation: small second-moment entries
-round to zero, and the step m / (sqrt(v) + eps) blows up for them. Pitfall: bitsandbytes fuses
-dequantize-update-quantize in one kernel; here the float32 moments of one parameter exist for
-the duration of its step (8n bytes of workspace at the largest parameter, and requantizing
-adds about 10n bytes of temporaries: normalised values, table entries, midpoints, comparisons).
+round to zero, and the step m / (sqrt(v) + eps) blows up for them.
 """
 import math
 
@@ -26,6 +29,7 @@ import numpy as np
 
 from .. import backend, memory
 from . import blockwise
+from .blockwise import num_blocks
 from .adam import Adam
 
 
@@ -41,9 +45,11 @@ class Adam8bit(Adam):
             group.update(block_size=block_size, min_8bit_size=min_8bit_size, qmap=qmap)
         self._maps = {}
 
-    # Two codebooks (m's signed map, v's unsigned one), each 256 float32 values, 256 float32
-    # midpoints and a 2**16-byte lookup table that replaces a search (see blockwise.Codebook).
-    MAP_BYTES = 2 * (256 * 4 + 256 * 4 + 2 ** 16)
+    # Two codebooks (m's signed map, v's unsigned one), each 256 float32 values and a table of
+    # 2**15 uint32 entries that finds a value's code in one lookup (see blockwise.Codebook).
+    MAP_BYTES = 2 * (256 * 4 + 4 * 2 ** 15)
+    # Elements per pass of the update: its float32 temporaries (256 KiB each) stay in cache.
+    CHUNK = 2 ** 16
 
     @staticmethod
     def bytes_for(shape, itemsize, group):
@@ -54,7 +60,11 @@ class Adam8bit(Adam):
         return 2 * (n + 4 * blockwise.num_blocks(n, group["block_size"]))
 
     def state_bytes(self):
-        return super().state_bytes() + sum(a.nbytes for pair in self._maps.values() for a in pair)
+        return super().state_bytes() + self.map_bytes()
+
+    def map_bytes(self):
+        """The maps' share of :meth:`state_bytes`: fixed, once per optimizer (and device)."""
+        return sum(a.nbytes for pair in self._maps.values() for a in pair)
 
     def _qmaps(self, kind, like):
         """(signed codebook for m, unsigned one for v) on ``like``'s device, made once and counted."""
@@ -63,7 +73,7 @@ class Adam8bit(Adam):
             make = blockwise.MAPS[kind]
             books = tuple(blockwise.Codebook(backend.to_device(make(signed), key[1])) for signed in (True, False))
             for book in books:
-                for array in (book.values, book.table, book.midpoints):
+                for array in (book.values, book.entries):
                     memory.register(array, "optimizer", place=self.update_place)
             self._maps[key] = books
         return self._maps[key]
@@ -81,9 +91,23 @@ class Adam8bit(Adam):
                 # an all-zero code block must dequantize to 0: the scale starts at 0
                 state[name + "_absmax"] = self.state_array(grad, dtype=np.float32, shape=(blocks,))
         state["step"] += 1
-        g = self._decay(p, grad, group)
-        m = blockwise.dequantize(state["exp_avg_codes"], state["exp_avg_absmax"], qm, block, self.scratch)
-        v = blockwise.dequantize(state["exp_avg_sq_codes"], state["exp_avg_sq_absmax"], qv, block, self.scratch)
-        p.data -= self._direction(m, v, g.astype(np.float32, copy=False), state["step"], group).astype(p.dtype, copy=False)
-        blockwise.quantize(m, qm, block, state["exp_avg_codes"], state["exp_avg_absmax"], self.scratch)
-        blockwise.quantize(v, qv, block, state["exp_avg_sq_codes"], state["exp_avg_sq_absmax"], self.scratch)
+        g = self._decay(p, grad, group).astype(np.float32, copy=False).reshape(-1)
+        weights = p.data.reshape(-1)  # a view of p when p is contiguous, else a copy put back below
+        chunk = min(n, block * max(1, self.CHUNK // block))  # whole blocks, so each keeps one scale
+        xp = backend.array_module(g)
+        m, v, tmp, update = (self.scratch(xp.empty(chunk, np.float32)) for _ in range(4))
+        work = blockwise.workspace(chunk, xp, self.scratch)
+        moments = [(state[name + "_codes"].reshape(-1), state[name + "_absmax"], book, buffer)
+                   for name, book, buffer in (("exp_avg", qm, m), ("exp_avg_sq", qv, v))]
+        for start in range(0, n, chunk):
+            part = slice(start, min(start + chunk, n))
+            size, blocks = part.stop - start, slice(start // block, num_blocks(part.stop, block))
+            for codes, absmax, book, buffer in moments:
+                blockwise.dequantize(codes[part], absmax[blocks], book, block, out=buffer[:size])
+            step = self._direction(m[:size], v[:size], g[part], state["step"], group, work=(tmp[:size], update[:size]))
+            weights[part] -= step.astype(p.dtype, copy=False)
+            for codes, absmax, book, buffer in moments:
+                blockwise.quantize(buffer[:size], book, block, codes[part], absmax[blocks], work=work,
+                                   check=False)  # m is signed; v >= 0 by construction
+        if not p.data.flags.c_contiguous:
+            p.data[...] = weights.reshape(p.shape)

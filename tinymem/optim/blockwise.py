@@ -19,7 +19,6 @@ largest distance between neighbouring map values (0.0141 for the signed dynamic 
 signed linear map); block-wise scaling confines an outlier's damage to its own block.
 """
 import math
-import sys
 
 import numpy as np
 
@@ -59,72 +58,120 @@ def num_blocks(n, block_size):
     return math.ceil(n / block_size)
 
 
-def _blocks(flat, block_size, xp):
-    """``flat`` padded with zeros to whole blocks, as a (blocks, block_size) array."""
-    pad = (-flat.size) % block_size
-    if pad:
-        flat = xp.concatenate([flat, xp.zeros(pad, flat.dtype)])
-    return flat.reshape(-1, block_size)
+def _by_block(x, block_size, op, per_block, out):
+    """``out = op(x, scale of x's block)`` for a flat ``x`` cut into blocks (a short last block
+    keeps its own scale), without copying ``x`` into whole padded blocks."""
+    whole = x.size - x.size % block_size
+    rows = whole // block_size
+    op(x[:whole].reshape(rows, block_size), per_block[:rows, None], out=out[:whole].reshape(rows, block_size))
+    if whole < x.size:
+        op(x[whole:], per_block[rows], out=out[whole:])
+    return out
+
+
+def _absmax(x, block_size, out, signed=True):
+    """max |x| of each block of a flat ``x``, from the two extremes (no |x| temporary); the
+    maximum alone when ``x`` is known to have no negative value (``signed=False``)."""
+    xp = backend.array_module(x)
+    whole = x.size - x.size % block_size
+    rows, tail = x[:whole].reshape(-1, block_size), x[whole:]
+    if signed:
+        xp.maximum(rows.max(axis=1), -rows.min(axis=1), out=out[:rows.shape[0]])
+    else:
+        rows.max(axis=1, out=out[:rows.shape[0]])
+    if tail.size:
+        out[rows.shape[0]:] = xp.maximum(tail.max(), -tail.min()) if signed else tail.max()
+    return out
+
+
+def _take(table, indices, out):
+    """``out[...] = table[indices]`` for indices in range. NumPy copies ``out`` first unless
+    told what to do out of range: ``mode="wrap"``, what CuPy's ``take`` (no ``mode``) always does."""
+    if isinstance(table, np.ndarray):
+        return table.take(indices, out=out, mode="wrap")
+    return table.take(indices, out=out)
 
 
 def _uncounted(array):
     return array
 
 
-_HIGH = 1 if sys.byteorder == "little" else 0  # which uint16 of a float32 holds its top bits
+def _key(x):
+    """The float32 bit pattern of ``x`` as int32 with its 31 low bits flipped where x < 0:
+    keys of one sign rise with x, and for |x| < 2 they are >= 0 with their top 16 bits < 2**15."""
+    bits = np.asarray(x, np.float32).view(np.int32)
+    return bits ^ (bits >> 31)
 
 
 class Codebook:
-    """A quantization map and the table that finds each value's nearest code without a search.
+    """A quantization map and the table that finds each value's nearest code in one lookup.
 
     The nearest code of x is the number of midpoints (between neighbouring map values) below x:
     what a binary search over the midpoints finds, 8 data-dependent steps per value. Instead,
-    the top 16 bits of x's float32 pattern (sign, exponent, 7 mantissa bits) pick a bucket of
-    floats narrow enough (2^-7 of its values) to hold at most one midpoint; ``table[bucket]`` is
-    the number of midpoints below the bucket, and one comparison with the next midpoint
-    finishes::
+    take x's *key*, its float32 pattern with the low 31 bits flipped when x < 0 (keys of one
+    sign then rise with x; a map without negative values, ``signed`` False, takes x in [0, 1]
+    and skips the flip). The key's top 16 bits pick a bucket of floats narrow enough (2^-7 of
+    their size) to hold at most one midpoint, and for |x| < 2 the bucket is below 2**15. Its
+    entry holds the number of midpoints below the bucket in its top 16 bits and
+    ``0xFFFF - low16(key(midpoint inside))`` in its low 16 (0 when none is inside), so adding
+    x's low 16 key bits carries one into the top bits exactly when x is above that midpoint::
 
-        below = table[top16(x)]                 # a 64 KiB uint8 table, read in place
-        code  = below + (x > midpoints[below])  # midpoints[255] = inf
+        code = (entries[key >> 16] + low16(key)) >> 16      # uint32 arithmetic
 
-    Two gathers from small tables and two elementwise passes, against a search 15x slower.
-    Building checks every bucket (the dynamic map's closest midpoints are 1.4% apart), and
-    the codes equal the search's bit for bit: a test holds them on every midpoint, its float32
+    Each entry is stored minus its own bucket's bits (``bucket << 16``, modulo 2**32), so the
+    whole key is added instead of its low 16 bits: one pass fewer. One gather from a 128 KiB
+    table and five elementwise passes (three unsigned), against a search 15x slower. Building
+    checks every bucket (the dynamic map's closest midpoints are 1.4% apart), and the codes
+    equal the search's bit for bit: a test holds them on every midpoint, its float32
     neighbours, the map's values, signed zeros and a million random values.
-    Memory: the table (2**16 bytes) and the padded midpoints (256 float32), once per map.
+    Memory: the map (256 float32) and the table (2**15 uint32, 128 KiB), once per map.
     """
 
     def __init__(self, values):
         xp = backend.array_module(values)
         self.values = values
+        self.signed = bool(backend.to_numpy(values).min() < 0)
         mid = backend.to_numpy((values[1:] + values[:-1]) / 2).astype(np.float32)  # as a search sees them
-        self.table = xp.asarray(_bucket_table(mid))
-        self.midpoints = xp.asarray(np.append(mid, np.float32(np.inf)))
+        self.entries = xp.asarray(_entry_table(mid + np.float32(0)))  # + 0: a midpoint -0.0 becomes +0.0
 
     @property
     def nbytes(self):
-        return self.values.nbytes + self.table.nbytes + self.midpoints.nbytes
+        return self.values.nbytes + self.entries.nbytes
 
-    def codes(self, x, scratch=_uncounted):
-        """Nearest-code indices (uint8) of a contiguous float32 array ``x`` of values in [-1, 1];
-        temporaries of 1 + 4 + 1 bytes per value (table entry, midpoint, comparison)."""
-        below = scratch(self.table.take(x.view(np.uint16)[_HIGH::2]))
-        above = scratch(x > scratch(self.midpoints.take(below)))
-        below += above
-        return below
+    def codes(self, x, out=None, work=None):
+        """Nearest-code indices (uint8) of a contiguous float32 array ``x`` of values in [-1, 1]
+        ([0, 1] for an unsigned map), into ``out`` when given. ``work``: the key (int32), bucket
+        (intp) and entry (uint32) arrays of x's size, 16 bytes per value, from :func:`workspace`
+        (allocated when absent)."""
+        xp = backend.array_module(x)
+        key, bucket, entry = workspace(x.size, xp)[1:] if work is None else work
+        out = xp.empty(x.shape, np.uint8) if out is None else out
+        bits = x.view(np.int32)
+        if self.signed:  # flip negative patterns: x >> 31 is all ones where x < 0
+            xp.right_shift(bits, 31, out=key)
+            key ^= bits
+        else:
+            key = bits
+        xp.right_shift(key, 16, out=bucket)
+        _take(self.entries, bucket, entry)
+        entry += key.view(np.uint32)
+        return xp.right_shift(entry, 16, out=out, casting="unsafe")
 
 
-def _bucket_table(mid):
-    """Midpoints below each bucket of float32 patterns that share their top 16 bits (uint8)."""
-    top = np.arange(2 ** 16, dtype=np.uint32) << np.uint32(16)
-    first, last = top.view(np.float32), (top | np.uint32(0xFFFF)).view(np.float32)
-    low, high = np.fmin(first, last), np.fmax(first, last)  # negative patterns run backwards
-    below = np.searchsorted(mid, low, side="left")
-    inside = np.searchsorted(mid, high, side="right") - below  # midpoints in [low, high]
-    if np.any((inside > 1) & ~np.isnan(low)):  # (NaN buckets never see a normalised value)
+def _entry_table(mid):
+    """The 2**15 uint32 entries of :class:`Codebook` for the sorted float32 midpoints ``mid``."""
+    bucket = np.arange(2 ** 15, dtype=np.uint32)
+    lowest = bucket << np.uint32(16)  # the smallest key of a bucket is its lowest float, either sign
+    lowest = np.where(lowest & np.uint32(0x40000000), ~lowest, lowest).astype(np.uint32).view(np.float32)
+    below = np.searchsorted(mid, lowest, side="left").astype(np.uint32)
+    key = _key(mid).view(np.uint32)
+    home = key >> np.uint32(16)
+    if np.unique(home).size < home.size:
         raise ValueError("two midpoints of this map fall in one 16-bit bucket of float32 values: "
                          "neighbouring map values must be more than 1.6% of their size apart")
-    return below.astype(np.uint8)
+    room = np.zeros(2 ** 15, np.uint32)
+    room[home] = np.uint32(0xFFFF) - (key & np.uint32(0xFFFF))
+    return (below << np.uint32(16)) + room - (bucket << np.uint32(16))  # wraps modulo 2**32
 
 
 def codebook(qmap):
@@ -132,37 +179,46 @@ def codebook(qmap):
     return qmap if isinstance(qmap, Codebook) else Codebook(qmap)
 
 
-def quantize(x, qmap, block_size, codes=None, absmax=None, scratch=_uncounted):
-    """Codes (uint8, x's size) and per-block absmax (float32) of ``x``; fills ``codes``/``absmax``
-    in place when given, so state arrays keep their identity (and their ledger entry).
+def workspace(size, xp, scratch=_uncounted):
+    """The temporaries of quantizing ``size`` values, 20 bytes per value: normalised values
+    (float32), then :meth:`Codebook.codes`' keys (int32), buckets (intp) and entries (uint32).
+    A caller that quantizes chunk after chunk makes them once; ``scratch`` counts them."""
+    return tuple(scratch(xp.empty(size, dtype)) for dtype in (np.float32, np.int32, np.intp, np.uint32))
 
-    ``qmap`` is a map array or a :class:`Codebook` (pass one to reuse its table across calls).
-    Temporaries: the normalised values (4 bytes per element) and those of
-    :meth:`Codebook.codes` (6 bytes per element); ``scratch`` counts them (an optimizer's
-    ``scratch`` puts them in the ledger's workspace bucket).
+
+def quantize(x, qmap, block_size, codes=None, absmax=None, scratch=_uncounted, work=None, check=True):
+    """Codes (uint8, x's size) and per-block absmax (float32) of a float32 ``x``; fills
+    ``codes``/``absmax`` (contiguous) in place when given, so state arrays keep their identity
+    (and their ledger entry).
+
+    ``qmap`` is a map array or a :class:`Codebook` (pass one to reuse its table across calls);
+    an unsigned map (no negative value, for Adam's second moment) takes an ``x`` >= 0 only.
+    Temporaries: 20 bytes per element (see :func:`workspace`), in ``work`` when given (arrays
+    of at least x's size), else allocated and counted by ``scratch`` (an optimizer's ``scratch``
+    puts them in the ledger's workspace bucket). ``check=False`` skips the pass that refuses
+    negative values for an unsigned map (Adam8bit's v, a mean of squares, cannot have any).
     """
     xp = backend.array_module(x)
     book = codebook(qmap)
-    blocks = _blocks(x.reshape(-1), block_size, xp)
-    # max |x| from the two extremes: no |x| temporary the size of x
-    scale = xp.maximum(blocks.max(axis=1), -blocks.min(axis=1)).astype(np.float32)
-    normalised = scratch(blocks / xp.where(scale == 0, 1, scale)[:, None])
-    found = book.codes(normalised.reshape(-1), scratch)
-    del normalised
-    found = found[:x.size]
-    if codes is None:
-        return found.reshape(x.shape), scale
-    codes[...] = found.reshape(codes.shape)
-    absmax[...] = scale
-    return codes, absmax
+    flat = x.reshape(-1)
+    if check and not book.signed and flat.size and float(flat.min()) < 0:
+        # The unsigned path skips the sign handling: a negative value would get a wrong code.
+        raise ValueError("quantize: this map has no negative values (an unsigned map) but x has some; "
+                         "use a signed map, e.g. dynamic_map(signed=True)")
+    normalised, *keys = (part[:flat.size] for part in (work or workspace(flat.size, xp, scratch)))
+    scale = xp.empty(num_blocks(flat.size, block_size), np.float32) if absmax is None else absmax
+    _absmax(flat, block_size, scale, book.signed)
+    _by_block(flat, block_size, xp.divide, xp.where(scale == 0, 1, scale), normalised)
+    found = book.codes(normalised, None if codes is None else codes.reshape(-1), keys)
+    return (found.reshape(x.shape) if codes is None else codes), scale
 
 
-def dequantize(codes, absmax, qmap, block_size, scratch=_uncounted):
-    """float32 values of shape ``codes.shape`` from codes and per-block scales: the result,
-    4 bytes per element, counted by ``scratch`` (a padded copy of it too when the size is not
-    a whole number of blocks)."""
+def dequantize(codes, absmax, qmap, block_size, scratch=_uncounted, out=None):
+    """float32 values of shape ``codes.shape`` from codes and per-block scales, into the flat
+    float32 ``out`` when given: the result, 4 bytes per element, counted by ``scratch``."""
     xp = backend.array_module(codes)
     qmap = qmap.values if isinstance(qmap, Codebook) else qmap
-    values = scratch(_blocks(qmap.take(codes.reshape(-1)), block_size, xp))
-    values *= absmax[:, None]
-    return values.reshape(-1)[:codes.size].reshape(codes.shape)
+    flat = codes.reshape(-1)
+    out = scratch(xp.empty(flat.shape, np.float32)) if out is None else out
+    _take(qmap, flat, out)
+    return _by_block(out, block_size, xp.multiply, absmax, out).reshape(codes.shape)

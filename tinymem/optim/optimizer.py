@@ -133,11 +133,11 @@ class Optimizer:
         """
         return memory.register(array, "workspace", place=self.update_place)
 
-    def _average_square(self, v, g, decay):
+    def _average_square(self, v, g, decay, out=None):
         """``v = decay * v + (1 - decay) * g * g`` in place, one ``g``-sized temporary at a time
-        (Adam's second moment, RMSprop's square average)."""
+        (Adam's second moment, RMSprop's square average), or in ``out`` when given."""
         v *= decay
-        sq = self.scratch(g * g)
+        sq = self.scratch(g * g) if out is None else backend.array_module(g).multiply(g, g, out=out)
         sq *= 1 - decay
         v += sq
 

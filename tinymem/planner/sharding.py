@@ -23,18 +23,25 @@ from .states import optimizer_state_bytes
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 # Temporaries the size of one parameter that an update holds at once (each optimizer's file
-# counts them with ``scratch``); Adam8bit: dequantized m and v, their block view, int64 codes.
-SCRATCH = {"SGD": 1, "SGD momentum": 1, "Adam8bit": 5, "Adam8bit linear": 5}
+# counts them with ``scratch``); Adam8bit: 36 bytes per element of one chunk of at most
+# ``Adam8bit.CHUNK`` elements (m, v, Adam's two, quantizing's normalised values, keys, int64
+# bucket indices and table entries).
+SCRATCH = {"SGD": 1, "SGD momentum": 1, "Adam8bit": 9, "Adam8bit linear": 9}
 
 
 def scratch_bytes(optimizer, shape):
     """Temporaries of one update of a float32 parameter of ``shape`` (see :data:`SCRATCH`;
-    Adam8bit keeps tensors under ``min_8bit_size`` in float32 Adam, with Adam's 2)."""
+    Adam8bit keeps tensors under ``min_8bit_size`` in float32 Adam, with Adam's 2, and updates
+    larger ones chunk by chunk)."""
     label = optimizer_label(optimizer)
     cls, options = CONFIGS[label]
+    group = dict(group_for(cls, options))
     size = math.prod(shape)
-    small = size < dict(group_for(cls, options)).get("min_8bit_size", 0)
-    return (2 if small else SCRATCH.get(label, 2)) * 4 * size
+    if size < group.get("min_8bit_size", 0):
+        return 2 * 4 * size
+    if hasattr(cls, "CHUNK"):
+        size = min(size, group["block_size"] * max(1, cls.CHUNK // group["block_size"]))
+    return SCRATCH.get(label, 2) * 4 * size
 
 
 def optimizer_label(name):

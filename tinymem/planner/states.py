@@ -7,7 +7,7 @@ needs`` compute, for one device, with every technique of the planner:
                 statistics, fp32 in every precision: 8 bytes per channel)
     gradient    4·N fp32, 2·N fp16/bf16 (the half gradients, between backward and the step)
     optimizer   Σ bytes_for(shape) from ``optim.table`` (SGD 0, momentum 4, Adam 8, Adafactor
-                4(m+n)/(mn) per matrix, Adam8bit ~2 per parameter + 2 KiB of maps)
+                4(m+n)/(mn) per matrix, Adam8bit ~2 per parameter + 258 KiB of maps)
                 + 4·N of fp32 masters with fp16/bf16 (``MasterOptimizer``)
                 0 on the device with optimizer offload (the state and a 4·N master live on the host)
 
