@@ -92,7 +92,7 @@ class Ledger:
         entry = self.entries.get(key)
         if entry is not None:
             if _PRIORITY[bucket] > _PRIORITY[entry.base]:
-                self._set_bucket(entry, bucket, base=bucket)
+                self._set_bucket(entry, bucket, bucket)
             return array
         self._add(key, root if owner is None else owner, root.nbytes, bucket, place, label)
         return array
@@ -149,7 +149,7 @@ class Ledger:
                 return
         entry.holds += 1
         if entry.holds == 1 and entry.base == "workspace":
-            self._set_bucket(entry, "activation")
+            self._move(entry, "activation")
 
     def unhold(self, array):
         """Undo one :meth:`hold`; the array returns to ``workspace`` when no hold is left."""
@@ -159,18 +159,22 @@ class Ledger:
             return
         entry.holds -= 1
         if entry.holds == 0 and entry.bucket == "activation":
-            self._set_bucket(entry, entry.base)
+            self._move(entry, entry.base)
 
-    def _set_bucket(self, entry, bucket, base=None):
-        if base is not None:
-            entry.base = base
-            if entry.holds and base == "workspace":
-                bucket = "activation"
-        old = entry.bucket
-        if bucket == old:
-            return
-        # Runs twice per saved array (hold, then unhold): attributes are read once into locals.
-        live, nbytes = self.live[entry.place], entry.nbytes
+    def _set_bucket(self, entry, bucket, base):
+        """Give ``entry`` the owner ``base`` and count it in ``bucket`` (``activation`` instead
+        while a workspace array is held)."""
+        entry.base = base
+        if entry.holds and base == "workspace":
+            bucket = "activation"
+        if bucket != entry.bucket:
+            self._move(entry, bucket)
+
+    def _move(self, entry, bucket):
+        """Count ``entry`` in ``bucket`` from now on; trackers see a free, then an alloc.
+
+        Runs twice per saved array (hold, then unhold), so attributes are read once into locals."""
+        old, live, nbytes = entry.bucket, self.live[entry.place], entry.nbytes
         live[old] -= nbytes
         if self.trackers:
             self._event("free", old, entry.place, nbytes, entry.label, entry)
