@@ -136,6 +136,7 @@ def stacked_timeline(ax, timeline, title=None, ylabel="device memory (MiB)", leg
     transform = matplotlib.transforms.blended_transform_factory(ax.transData, ax.transAxes)
     span = (max(xs) - min(xs)) if len(xs) > 1 else 1.0
     last = None  # marks closer than 6% of the axis share one label ("optimizer / step 2: forward")
+    labels = []
     for e in marks:
         x = e["t"] * 1e3
         ax.axvline(x, color="k", lw=0.8, ls="--").set_gid(BACKGROUND)
@@ -145,12 +146,15 @@ def stacked_timeline(ax, timeline, title=None, ylabel="device memory (MiB)", leg
         text = ax.text(x, 1.01, e["label"], transform=transform, fontsize=MIN_FONT, rotation=35,
                        rotation_mode="anchor", ha="left", va="bottom", clip_on=False)
         last = (x, text)
+        labels.append(text)
     ax.set_xlabel("time (ms)")
     ax.set_ylabel(ylabel)
     if legend:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), reverse=True)
     if title:
-        longest = max((len(e["label"]) for e in marks), default=0)
+        # The labels as drawn: which marks share one depends on their timing, so a run whose
+        # marks fall closer gets a longer label, and the title must clear it.
+        longest = max((len(t.get_text()) for t in labels), default=0)
         ax.set_title(title, pad=8 + 0.6 * longest * MIN_FONT * 0.6)
 
 
