@@ -27,39 +27,36 @@ def _as_tensor(x):
     return Tensor(x)
 
 
-def _binary(fn, name, a, b):
-    try:
-        return fn.apply(_as_tensor(a), _as_tensor(b))
-    except ValueError as exc:
-        if "broadcast" not in str(exc):
-            raise
-        shape = lambda v: tuple(getattr(v, "shape", ()))  # noqa: E731
-        raise ValueError(f"{name}: shapes {shape(a)} and {shape(b)} do not broadcast together") from None
+def _binary(fn, name):
+    """The function ``name(a, b)`` that applies ``fn`` to Tensors, numbers or arrays, and names
+    both shapes when they do not broadcast.
+
+    Every Tensor operator (``a * b``) is one of these functions, so the common case, a Tensor
+    operand, is tested here rather than in a call to ``_as_tensor``: the Python overhead of an
+    op on tiny arrays is a handful of calls, and each one counts."""
+    def op(a, b):
+        try:
+            return fn.apply(a if isinstance(a, Tensor) else _as_tensor(a),
+                            b if isinstance(b, Tensor) else _as_tensor(b))
+        except ValueError as exc:
+            if "broadcast" not in str(exc):
+                raise
+            shape = lambda v: tuple(getattr(v, "shape", ()))  # noqa: E731
+            raise ValueError(f"{name}: shapes {shape(a)} and {shape(b)} do not broadcast together") from None
+    op.__name__ = op.__qualname__ = name
+    return op
 
 
 # -- arithmetic ------------------------------------------------------------------------------
-def add(a, b):
-    return _binary(E.Add, "add", a, b)
-
-
-def sub(a, b):
-    return _binary(E.Sub, "sub", a, b)
-
-
-def mul(a, b):
-    return _binary(E.Mul, "mul", a, b)
-
-
-def div(a, b):
-    return _binary(E.Div, "div", a, b)
+add = _binary(E.Add, "add")
+sub = _binary(E.Sub, "sub")
+mul = _binary(E.Mul, "mul")
+div = _binary(E.Div, "div")
+pow = _binary(E.Pow, "pow")
 
 
 def neg(a):
     return E.Neg.apply(a)
-
-
-def pow(a, b):
-    return _binary(E.Pow, "pow", a, b)
 
 
 def matmul(a, b):

@@ -98,18 +98,21 @@ def _backward(roots, grads, retain_graph):
                 raise RuntimeError(f"{type(node).__name__}.backward returned {len(in_grads)} "
                                    f"gradients for {len(node.parents)} inputs")
             in_grads = in_grads + (None,) * (len(node.parents) - len(in_grads))
-        parents, meta = node.parents, node.input_meta
+        parents = node.parents
         if not retain_graph:
             node.release_saved()
             node.parents = ()
-        for parent, g, m in zip(parents, in_grads, meta):
+        for parent, g in zip(parents, in_grads):
             if parent is None or g is None:
                 continue
-            g = sum_to(g, m[0])
+            if type(parent) is tuple:
+                pnode, index = parent
+                g = sum_to(g, pnode.output_meta[index][0])  # the shape this input had
+            else:
+                g = sum_to(g, parent.shape)
             if isinstance(g, np.generic):
                 g = np.asarray(g)
             if type(parent) is tuple:
-                pnode, index = parent
                 memory.register(g)
                 if pnode not in pending:
                     pending[pnode] = [None] * len(pnode.output_meta)

@@ -12,11 +12,15 @@ saved arrays in the ``activation`` bucket until backward has used them.
 """
 import numpy as np
 
-from .. import backend, memory
+from .. import backend
 from ..backend import device_of
 from ..memory import attribution
+from ..memory.attribution import SCOPE
+from ..memory import hold, unhold
 from .modes import _state
 from .tensor import Tensor
+
+_ndarray = np.ndarray
 
 def _storage(obj):
     """The array inside a packed object that should count as an activation, if any."""
@@ -64,13 +68,13 @@ class Function:
                 packed = pack(Tensor.wrap(a))
                 storage = _storage(packed)
                 if storage is not None:
-                    memory.hold(storage)
+                    hold(storage)
                 saved.append((unpack, packed, storage))
             self._saved = (True, saved)
         else:
             for a in arrays:
                 if a is not None:
-                    memory.hold(a)
+                    hold(a)
             self._saved = (False, arrays)
 
     @property
@@ -97,29 +101,33 @@ class Function:
 
     def release_saved(self):
         """Drop the saved arrays (called by backward as soon as this node is done)."""
-        if self._saved is not None:
-            hooked, items = self._saved
+        saved = self._saved
+        if saved is not None:
+            hooked, items = saved
             for item in items:
-                if item is None:
-                    continue
-                storage = item[2] if hooked else item
-                if storage is not None:
-                    memory.unhold(storage)
+                if item is not None:
+                    storage = item[2] if hooked else item
+                    if storage is not None:
+                        unhold(storage)
             self._saved = None
         self._released = True
 
-    def __del__(self):
-        # A graph dropped without backward (evaluation with grad on) still gives its bytes back.
-        if self._saved is not None:
-            self.release_saved()
+    # A graph dropped without backward (evaluation with grad on) still gives its bytes back.
+    # The method itself, not a wrapper calling it: __del__ runs once per op.
+    __del__ = release_saved
 
     # -- running --------------------------------------------------------------------------
     @classmethod
     def apply(cls, *inputs, **kwargs):
-        """Run the op on Tensors (and constants), recording the graph when a gradient is needed."""
+        """Run the op on Tensors (and constants), recording the graph when a gradient is needed.
+
+        Cost: a few microseconds of Python per call whatever the size of the arrays, which is all
+        a tiny op costs. Hence one pass over the inputs gathers everything the node needs, and
+        the per-thread state is read once into locals (each read is a thread-local lookup).
+        """
         first = None  # the first tensor's array type: arrays of one type share a device
-        arrays = []
-        needs = []
+        arrays, needs, parents = [], [], []
+        record = False
         for x in inputs:
             if isinstance(x, Tensor):
                 data = x._data
@@ -130,41 +138,49 @@ class Function:
                         f"{cls.__name__}: tensors on different devices ({device_of(first)} and "
                         f"{device_of(data)}); move them with .to('{device_of(first)}') first")
                 arrays.append(data)
-                needs.append(x.requires_grad)
+                node = x._ctx
+                if x.requires_grad:
+                    record = True
+                    needs.append(True)
+                    parents.append(x if node is None else (node, x._index))
+                else:
+                    needs.append(False)
+                    parents.append(None if node is None else (node, x._index))
             else:
                 arrays.append(x)
                 needs.append(False)
+                parents.append(None)
+        state = _state
+        record = record and state.grad_enabled
         ctx = cls()
-        record = _state.grad_enabled and any(needs)
         ctx.recording = record
         ctx.needs_input_grad = tuple(needs)
-        outer_op = attribution.enter_op(cls.__name__)  # the ledger stamps new arrays with the op
-        ctx.module_path = attribution.SCOPE.path  # and backward stamps its arrays with the module
+        scope = SCOPE
+        outer_op = scope.op  # the ledger stamps new arrays with the op (attribution.enter_op)
+        if attribution.ENABLED:
+            scope.op = cls.__name__
         try:
-            hook = _state.op_hook
+            hook = state.op_hook
             if hook is not None and hook.wants(cls):
                 out = hook.run(cls, ctx, arrays, kwargs)
             else:
                 out = cls.forward(ctx, *arrays, **kwargs)
-            multi = isinstance(out, tuple)
-            tensors = []
+            multi = type(out) is tuple
+            tensors, output_meta = [], []
+            node = ctx if record else None
             for i, o in enumerate(out if multi else (out,)):
-                if isinstance(o, np.generic):
+                if type(o) is not _ndarray and isinstance(o, np.generic):
                     o = np.asarray(o)  # NumPy turns 0-d results into scalars; a Tensor holds an array
-                tensors.append(Tensor.wrap(o, requires_grad=record, ctx=ctx if record else None, index=i))
+                tensors.append(Tensor.wrap(o, record, node, i))
+                output_meta.append((o.shape, o.dtype))  # for zeros when an output gets no gradient
         finally:
-            attribution.leave_op(outer_op)
+            scope.op = outer_op
         if record:
-            parents, input_meta = [], []
-            for x in inputs:
-                if isinstance(x, Tensor):
-                    parents.append((x._ctx, x._index) if x._ctx is not None else (x if x.requires_grad else None))
-                    input_meta.append((x._data.shape, x._data.dtype))
-                else:
-                    parents.append(None)
-                    input_meta.append(None)
-            ctx.parents, ctx.input_meta = tuple(parents), tuple(input_meta)
-            ctx.output_meta = tuple([(t._data.shape, t._data.dtype) for t in tensors])
+            # Lists, not tuples: the engine only reads them, and a tuple(...) call per list per op
+            # is time a tiny op notices. An input's shape, which backward needs to sum a broadcast
+            # gradient back, is its parent's: a node's output_meta, or a leaf's own.
+            ctx.parents, ctx.output_meta = parents, output_meta
+            ctx.module_path = scope.path  # backward stamps its arrays with the module
         return tuple(tensors) if multi else tensors[0]
 
     def forward(ctx, *args, **kwargs):
@@ -172,3 +188,4 @@ class Function:
 
     def backward(ctx, *grads):
         raise NotImplementedError(f"{type(ctx).__name__} has no backward")
+

@@ -7,6 +7,7 @@ array. ``tensor()`` makes a leaf; Python floats give float32 and ints int64, as 
 import numpy as np
 
 from .. import backend, memory
+from ..memory import register
 from .engine import run_backward
 
 
@@ -62,11 +63,12 @@ class Tensor:
         and techniques). It is registered in the ledger in ``bucket`` (the class's default,
         ``workspace`` for a plain Tensor). Memory: none beyond the array itself."""
         t = cls.__new__(cls)
-        if bucket is not None:
+        if bucket is None:
+            bucket = cls._bucket
+        else:
             t._bucket = bucket
-        t._data = array
-        memory.register(array, t._bucket)
-        t._ctx, t._index, t._grad, t.requires_grad = ctx, index, None, requires_grad
+        t._data, t._ctx, t._index, t._grad, t.requires_grad = array, ctx, index, None, requires_grad
+        register(array, bucket)
         return t
 
     # -- data and grad ---------------------------------------------------------------------

@@ -60,11 +60,16 @@ class _Entry(weakref.ref):
 
 
 class Ledger:
-    """Live bytes per (place, bucket), kept exact by weak references to owning buffers."""
+    """Live bytes per place and bucket, kept exact by weak references to owning buffers.
+
+    ``live[place][bucket]`` is the count. It is a dict of dicts rather than one dict keyed by
+    ``(place, bucket)``: every op updates it several times, and a string key is found by
+    identity with its hash cached, where a tuple key is built, hashed and compared each time.
+    """
 
     def __init__(self):
         self.entries = {}
-        self.live = {(p, b): 0 for p in PLACES for b in BUCKETS}
+        self.live = {p: {b: 0 for b in BUCKETS} for p in PLACES}
         self.trackers = []
         self._death_callback = self._on_death  # one bound method, not a new one per array
 
@@ -75,15 +80,19 @@ class Ledger:
         ``owner`` is an object whose death releases the bytes, for buffers that cannot be
         weakly referenced. Registering an already known buffer only raises its bucket.
         """
-        root = owner_of(array)
-        # The common case first: asking a NumPy array for __array_interface__ builds a dict.
-        if type(root) is not _ndarray and not _countable(root):
-            return array
+        # The common case first (a fresh NumPy array owns its memory): this runs for every op's
+        # output, and asking a NumPy array for __array_interface__ builds a dict.
+        if type(array) is _ndarray and array.base is None:
+            root = array
+        else:
+            root = owner_of(array)
+            if type(root) is not _ndarray and not _countable(root):
+                return array
         key = id(root)
         entry = self.entries.get(key)
         if entry is not None:
             if _PRIORITY[bucket] > _PRIORITY[entry.base]:
-                self._set_bucket(entry, bucket, base=bucket)
+                self._set_bucket(entry, bucket, bucket)
             return array
         self._add(key, root if owner is None else owner, root.nbytes, bucket, place, label)
         return array
@@ -93,27 +102,31 @@ class Ledger:
         self._add(id(owner), owner, int(nbytes), bucket, place, label)
 
     def _add(self, key, target, nbytes, bucket, place, label):
+        # Runs once per array the framework makes: attributes are read once into locals.
         if bucket not in _PRIORITY:
             raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}")
         if place not in PLACES:
             raise ValueError(f"unknown place {place!r}; choose one of {', '.join(PLACES)}")
-        if self.trackers and place == "device":
-            for tracker in self.trackers:
+        trackers = self.trackers
+        if trackers and place == "device":
+            for tracker in trackers:
                 tracker._check_budget(nbytes, bucket, label)
         entry = _Entry(target, self._death_callback)
-        entry.key, entry.nbytes, entry.place, entry.base, entry.holds = key, nbytes, place, bucket, 0
         # Attribution: the op and module running now (both None when it is switched off).
-        entry.bucket, entry.label, entry.module = bucket, label or SCOPE.op, SCOPE.path
+        scope = SCOPE
+        (entry.key, entry.nbytes, entry.place, entry.base, entry.holds, entry.bucket, entry.label,
+         entry.module) = key, nbytes, place, bucket, 0, bucket, label or scope.op, scope.path
         self.entries[key] = entry
-        self.live[(place, bucket)] += nbytes
-        if self.trackers:
+        self.live[place][bucket] += nbytes
+        if trackers:
             self._event("alloc", bucket, place, nbytes, entry.label, entry)
 
     def _on_death(self, entry):
         # A newer buffer may have taken the dead one's id already: only its own entry goes.
-        if self.entries.get(entry.key) is entry:
-            del self.entries[entry.key]
-            self.live[(entry.place, entry.bucket)] -= entry.nbytes
+        entries, key = self.entries, entry.key
+        if entries.get(key) is entry:
+            del entries[key]
+            self.live[entry.place][entry.bucket] -= entry.nbytes
             if self.trackers:
                 self._event("free", entry.bucket, entry.place, entry.nbytes, entry.label, entry)
 
@@ -127,7 +140,7 @@ class Ledger:
     # -- saved-for-backward holds ---------------------------------------------------------
     def hold(self, array):
         """Mark ``array`` as saved for backward (counted as ``activation`` while held)."""
-        root = owner_of(array)
+        root = array if type(array) is _ndarray and array.base is None else owner_of(array)
         entry = self.entries.get(id(root))
         if entry is None:
             self.register(array, "workspace", "device")
@@ -136,41 +149,49 @@ class Ledger:
                 return
         entry.holds += 1
         if entry.holds == 1 and entry.base == "workspace":
-            self._set_bucket(entry, "activation")
+            self._move(entry, "activation")
 
     def unhold(self, array):
         """Undo one :meth:`hold`; the array returns to ``workspace`` when no hold is left."""
-        entry = self.entries.get(id(owner_of(array)))
+        root = array if type(array) is _ndarray and array.base is None else owner_of(array)
+        entry = self.entries.get(id(root))
         if entry is None or entry.holds == 0:
             return
         entry.holds -= 1
         if entry.holds == 0 and entry.bucket == "activation":
-            self._set_bucket(entry, entry.base)
+            self._move(entry, entry.base)
 
-    def _set_bucket(self, entry, bucket, base=None):
-        if base is not None:
-            entry.base = base
-            if entry.holds and base == "workspace":
-                bucket = "activation"
-        if bucket == entry.bucket:
-            return
-        self.live[(entry.place, entry.bucket)] -= entry.nbytes
+    def _set_bucket(self, entry, bucket, base):
+        """Give ``entry`` the owner ``base`` and count it in ``bucket`` (``activation`` instead
+        while a workspace array is held)."""
+        entry.base = base
+        if entry.holds and base == "workspace":
+            bucket = "activation"
+        if bucket != entry.bucket:
+            self._move(entry, bucket)
+
+    def _move(self, entry, bucket):
+        """Count ``entry`` in ``bucket`` from now on; trackers see a free, then an alloc.
+
+        Runs twice per saved array (hold, then unhold), so attributes are read once into locals."""
+        old, live, nbytes = entry.bucket, self.live[entry.place], entry.nbytes
+        live[old] -= nbytes
         if self.trackers:
-            self._event("free", entry.bucket, entry.place, entry.nbytes, entry.label, entry)
+            self._event("free", old, entry.place, nbytes, entry.label, entry)
         entry.bucket = bucket
-        self.live[(entry.place, bucket)] += entry.nbytes
+        live[bucket] += nbytes
         if self.trackers:
-            self._event("alloc", bucket, entry.place, entry.nbytes, entry.label, entry)
+            self._event("alloc", bucket, entry.place, nbytes, entry.label, entry)
 
     # -- queries --------------------------------------------------------------------------
     def bytes(self, bucket=None, place="device"):
         """Live bytes of one bucket (or all buckets) at one place (or ``None``: every place)."""
         places = PLACES if place is None else (place,)
         buckets = BUCKETS if bucket is None else (bucket,)
-        return sum(self.live[(p, b)] for p in places for b in buckets)
+        return sum(self.live[p][b] for p in places for b in buckets)
 
     def by_bucket(self, place="device"):
-        return {b: self.live[(place, b)] for b in BUCKETS}
+        return dict(self.live[place])
 
     def _event(self, kind, bucket, place, nbytes, label, entry=None):
         for tracker in self.trackers:

@@ -120,14 +120,14 @@ class Tracker:
                 if len(self._since_peak) > 2 * len(self._live) + 1000:
                     self._peak_state, self._since_peak = self.peak_entries(), []
             if kind == "alloc":
-                current = LEDGER.live[("device", bucket)]
+                current = LEDGER.live["device"][bucket]
                 if current > self._bucket_max[bucket]:
                     self._bucket_max[bucket] = current
             if self._shared is not None:
                 self._shared.update(total)
         if self.keep_timeline and (place == "device" or kind == "mark"):
             self.events.append((time.perf_counter() - self.t0, kind, bucket, nbytes, label,
-                                tuple(LEDGER.live[("device", b)] for b in BUCKETS)))
+                                tuple(LEDGER.live["device"][b] for b in BUCKETS)))
 
     # -- results --------------------------------------------------------------------------
     def peak(self):
