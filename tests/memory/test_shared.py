@@ -76,7 +76,8 @@ def test_a_killed_process_is_reclaimed(name):
         del block
 
 
-def _queued(name, hold, out):
+def _queued(name, hold, out, barrier):
+    barrier.wait(60)  # both ask at once: a slow start under load must not make the queue look unused
     with memory.device_queue(name) as ticket:
         start = time.time()
         time.sleep(hold)
@@ -84,8 +85,8 @@ def _queued(name, hold, out):
 
 
 def test_the_device_queue_runs_jobs_one_after_the_other(name):
-    out = SPAWN.Queue()
-    procs = [SPAWN.Process(target=_queued, args=(name, 0.4, out)) for _ in range(2)]
+    out, barrier = SPAWN.Queue(), SPAWN.Barrier(2)
+    procs = [SPAWN.Process(target=_queued, args=(name, 0.4, out, barrier)) for _ in range(2)]
     for p in procs:
         p.start()
     runs = sorted(out.get(timeout=60) for _ in procs)
