@@ -248,7 +248,7 @@ def plot(records, outdir):
             ax.plot(r["median"], y + dy, "o", color=color, ms=5,
                     label=contender if i == 0 or (contender == "torch" and "torch" not in
                                                   [t.get_label() for t in ax.lines]) else None)
-            ax.text(r["max"] * 1.04, y + dy, f"{r['median']:.2f}x", va="center", fontsize=7, color=color)
+            ax.text(r["max"] * 1.04, y + dy, f"{r['median']:.2f}x", va="center", fontsize=8, color=color)
         if row["target"] is not None:
             ax.plot([row["target"]] * 2, [y - 0.38, y + 0.38], color="#c44e52", lw=1.5,
                     label="target" if i == 0 else None)
@@ -259,5 +259,5 @@ def plot(records, outdir):
     ax.set_xlabel("time ratio to the row's baseline (log scale); a dot left of its red target line meets it")
     ax.set_title(f"speed targets: median of {records['rounds']} rounds in turns,\nbox = quartiles, "
                  f"line = min to max; {records['clock']}", fontsize=8)
-    ax.legend(loc="lower right", fontsize=7)
+    ax.legend(loc="lower right", fontsize=8)
     return [plots.save(fig, records, outdir, "bench.png")]
