@@ -64,7 +64,8 @@ CLAIMS = [
     Claim("stacked_reduction", "all five stages together need at most a quarter of fp32 + Adam's peak",
           lambda r: (r["reduction"], r["reduction"] >= 4)),
     Claim("each_stage_lowers", "each stage lowers the peak (largest ratio of a stage to the one before < 1)",
-          _each_stage_lowers),
+          _each_stage_lowers, modes=("full",)),  # the quick model's Adam state (255 KB) is under 8-bit
+    # Adam's fixed maps (258 KiB): there the Adam8bit stage raises the peak, as lesson 05 explains
     Claim("plain_fails_under_budget", "under a budget of 1/4 of its need the plain run raises OutOfMemoryError",
           lambda r: (r["plain_under_budget"] is not None, r["plain_under_budget"] is not None)),
     Claim("stacked_trains", "under that budget the stacked run runs, and its loss falls at every one of 5 steps",
