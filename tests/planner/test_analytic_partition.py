@@ -13,6 +13,7 @@ import os
 import pathlib
 
 import pytest
+from conftest import missing_reference
 
 from tinymem import memory
 from tinymem.distributed import launch
@@ -31,7 +32,7 @@ STAGE = {"dp": 0, "zero1": 1, "zero2": 2, "zero3": 3}
 @pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
 def run(request):
     if not launch.mpi_available():
-        pytest.skip("needs mpi4py and mpiexec (pip install .[dist])")
+        missing_reference("mpi4py or mpiexec", "pip install .[dist]")  # fails under CI=true
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = launch.run(["-m", "tinymem.distributed.worker", "measure", "--sizes", ",".join(map(str, SIZES)),
                       "--batch", str(BATCH), "--micro-batches", str(MICRO)], request.param, timeout=180,
