@@ -4,12 +4,12 @@ A check that passes a wrong answer teaches the wrong thing. Each file there hold
 function with a mistake a student could make; put in place of the reference answer's, the check
 of that exercise must catch it.
 """
-import importlib.util
 import pathlib
 
 import pytest
 
 import test_ex09
+from exercise_checks import load_path
 
 WRONG = pathlib.Path(__file__).resolve().parent / "wrong"
 SOLUTION = pathlib.Path(__file__).resolve().parents[2] / "lessons" / "solutions" / "ex09.py"
@@ -24,17 +24,10 @@ CAUGHT_BY = {
 }
 
 
-def _import(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _load(name):
     """The reference answers with the one mistaken function of ``wrong/<name>.py`` in place."""
-    answers = _import(SOLUTION, f"solution_for_{name}")
-    wrong = _import(WRONG / f"{name}.py", f"wrong_{name}")
+    answers = load_path(SOLUTION, f"solution_for_{name}")
+    wrong = load_path(WRONG / f"{name}.py", "wrong")
     mistaken = {k: v for k, v in vars(wrong).items() if callable(v) and hasattr(answers, k)
                 and getattr(v, "__module__", None) == wrong.__name__}
     assert len(mistaken) == 1, f"{name} should hold exactly one exercise function, has {sorted(mistaken)}"

@@ -1,10 +1,10 @@
 """Checks for lesson 12's exercises, and proof that they reject plausible wrong answers
 (``tests/exercises/wrong/ex12_*.py``)."""
-import importlib.util
 import pathlib
 import random
 
 import pytest
+from exercise_checks import load_path
 
 from tinymem.planner import activations, exactness, fits
 from tinymem.planner.analytic import Stack
@@ -62,18 +62,11 @@ def test_exercise(exercise, check):
     check(exercise("ex12"))
 
 
-def _load(path):
-    spec = importlib.util.spec_from_file_location(f"wrong_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("path", WRONG, ids=lambda p: p.stem)
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
 def test_the_checks_reject_a_plausible_wrong_answer(path, check):
     with pytest.raises((AssertionError, TypeError, ValueError)):
-        check(_load(path))
+        check(load_path(path, "wrong"))
 
 
 def test_there_are_wrong_answers_to_reject():
