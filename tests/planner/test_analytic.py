@@ -139,6 +139,14 @@ def test_recomputation_costs_a_third_more_and_selective_far_less():
     selective = fits.relative_time(arch, 1, Stack("bf16", recompute="selective"))
     plain_half = fits.relative_time(arch, 1, Stack("bf16"))
     assert plain_half == pytest.approx(0.5)  # tensor cores: bf16 at twice the TF32 rate
+    # Narayanan et al.'s count, written out here: a layer's forward is 24 b s h^2 + 4 b s^2 h flops,
+    # the head's 2 b s h V, a step three forwards. Full recomputation redoes every layer but the
+    # last (its forward has just run); selective only the attention core, 4 b s^2 h per layer.
+    L, s, h, V = 96, 2048, 12288, 50257
+    layer = 24 * s * h * h + 4 * s * s * h
+    step = 3 * (L * layer + 2 * s * h * V)
+    assert full / plain_half == pytest.approx(1 + (L - 1) * layer / step, rel=1e-12)
+    assert selective / plain_half == pytest.approx(1 + L * 4 * s * s * h / step, rel=1e-12)
     assert 1.3 < full / plain_half < 1.34 and 1.0 < selective / plain_half < 1.05
 
 
