@@ -33,6 +33,10 @@ def table(records):
         else:
             mine_text = _ratio(mine)
             theirs_text = "-" if theirs is None else _ratio(theirs)
+            if theirs is not None and "extra_s" in mine and "extra_s" in theirs:
+                # Each framework against its own plain step: the added milliseconds compare too.
+                mine_text += f"; {mine['extra_s'] * 1e3:+.1f} ms"
+                theirs_text += f"; {theirs['extra_s'] * 1e3:+.1f} ms"
         met = "-" if row["met"] is None else ("yes" if row["met"] else "no")
         lines.append(f"| {row['what']} | {mine_text} | {theirs_text} | {target} | {met} |")
     return lines

@@ -33,12 +33,15 @@ def _batch(batch, device):
 
 
 def train_steps(mode, width, depth, batch, steps, device, xy=None):
-    """Build the model in ``mode`` and run ``steps`` steps; returns (model, optimizer, step, losses)."""
+    """Build the model in ``mode`` and run ``steps`` steps; returns (model, optimizer, step, losses).
+
+    ``mode`` is one of :data:`MODES` or a :class:`~tinymem.techniques.precision.formats.HalfFormat`
+    (the benchmark passes one whose codecs do nothing, to time the rest of the machinery)."""
     x, y = xy if xy is not None else _batch(batch, device)
     random.manual_seed(0)
     model = _model(width, depth, device)
     opt = optim.Adam(model.parameters(), lr=1e-3)
-    scaler = precision.GradScaler(enabled=mode == "float16")
+    scaler = precision.GradScaler(enabled=getattr(mode, "name", mode) == "float16")
     run = model
     if mode != "float32":
         run, opt = precision.half(model, opt, dtype=mode)

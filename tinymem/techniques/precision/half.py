@@ -130,17 +130,21 @@ def _half_forward(module, fmt, dtype, saved_as):
     def round_grad(t):
         return RoundGrad.apply(t, fmt=fmt) if t.requires_grad and t.dtype == np.float32 else t
 
+    # Looked up once per patch, not per call: a module's parameters do not change while the
+    # half context is entered (on a deep model the lookup cost as much as the upcasts).
+    originals = [(name, p) for name, p in module.named_parameters(recurse=False) if p is not None]
+
     def forward(*args, **kwargs):
-        originals = dict(module.named_parameters(recurse=False))
-        for name, p in originals.items():
-            if p is not None:
-                object.__setattr__(module, name,
-                                   Upcast.apply(p, fmt=fmt, dtype=dtype, param=p, saved_as=saved_as))
+        for name, p in originals:
+            object.__setattr__(module, name,
+                               Upcast.apply(p, fmt=fmt, dtype=dtype, param=p, saved_as=saved_as))
         try:
             out = class_forward(module, *args, **kwargs)
         finally:
-            for name, p in originals.items():
+            for name, p in originals:
                 object.__setattr__(module, name, p)
+        if isinstance(out, Tensor):  # the usual case, without _map_tensors' walk
+            return round_grad(out)
         return _map_tensors(out, round_grad)
 
     return forward
