@@ -99,15 +99,16 @@ class Adam8bit(Adam):
         work = blockwise.workspace(chunk, xp, self.scratch)
         moments = [(state[name + "_codes"].reshape(-1), state[name + "_absmax"], book, buffer)
                    for name, book, buffer in (("exp_avg", qm, m), ("exp_avg_sq", qv, v))]
-        for start in range(0, n, chunk):
-            part = slice(start, min(start + chunk, n))
-            size, blocks = part.stop - start, slice(start // block, num_blocks(part.stop, block))
-            for codes, absmax, book, buffer in moments:
-                blockwise.dequantize(codes[part], absmax[blocks], book, block, out=buffer[:size])
-            step = self._direction(m[:size], v[:size], g[part], state["step"], group, work=(tmp[:size], update[:size]))
-            weights[part] -= step.astype(p.dtype, copy=False)
-            for codes, absmax, book, buffer in moments:
-                blockwise.quantize(buffer[:size], book, block, codes[part], absmax[blocks], work=work,
-                                   check=False)  # m is signed; v >= 0 by construction
+        with blockwise.block_buffers(xp, block):
+            for start in range(0, n, chunk):
+                part = slice(start, min(start + chunk, n))
+                size, blocks = part.stop - start, slice(start // block, num_blocks(part.stop, block))
+                for codes, absmax, book, buffer in moments:
+                    blockwise.dequantize(codes[part], absmax[blocks], book, block, out=buffer[:size])
+                step = self._direction(m[:size], v[:size], g[part], state["step"], group, work=(tmp[:size], update[:size]))
+                weights[part] -= step.astype(p.dtype, copy=False)
+                for codes, absmax, book, buffer in moments:
+                    blockwise.quantize(buffer[:size], book, block, codes[part], absmax[blocks], work=work,
+                                       check=False)  # m is signed; v >= 0 by construction
         if not p.data.flags.c_contiguous:
             p.data[...] = weights.reshape(p.shape)
