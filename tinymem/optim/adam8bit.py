@@ -8,11 +8,11 @@ Each step, for a parameter of n >= ``min_8bit_size`` elements, chunk after chunk
 The update itself uses the float32 moments of this step; only what is carried to the next step
 is rounded, as in bitsandbytes. ``m`` uses the signed map, ``v`` (never negative) the unsigned
 one, so its 256 codes all cover [0, 1]. Chunks give what bitsandbytes gets from fusing the three
-in one kernel: the temporaries stay small and in cache, 36 bytes per element of one chunk
-(m, v, Adam's two, and quantizing's 20: normalised values, keys, bucket indices, table entries),
-2.3 MiB at most, where a whole parameter at once needs its float32 moments (8n bytes) and
-temporaries as large. Weights, codes and scales are those of the whole-array step bit for bit
-(a test holds them).
+in one kernel: the temporaries stay small and in cache, 24 bytes per element of one chunk
+(m, v, Adam's two, and an int64 index; quantizing normalises each moment in place and keeps its
+keys and table entries in Adam's two, free once the weights moved), 1.5 MiB at most, where a
+whole parameter at once needs its float32 moments (8n bytes) and temporaries as large.
+Weights, codes and scales are those of the whole-array step bit for bit (a test holds them).
 
 State: 2n + 8·ceil(n / block_size) bytes instead of 8n: 2.004 bytes per parameter at block
 2048 (0.2505x Adam). Tensors under ``min_8bit_size`` = 4096 elements (biases, norms) stay
@@ -96,7 +96,7 @@ class Adam8bit(Adam):
         chunk = min(n, block * max(1, self.CHUNK // block))  # whole blocks, so each keeps one scale
         xp = backend.array_module(g)
         m, v, tmp, update = (self.scratch(xp.empty(chunk, np.float32)) for _ in range(4))
-        work = blockwise.workspace(chunk, xp, self.scratch)
+        index = self.scratch(xp.empty(chunk, np.intp))  # codes for take, then table buckets
         moments = [(state[name + "_codes"].reshape(-1), state[name + "_absmax"], book, buffer)
                    for name, book, buffer in (("exp_avg", qm, m), ("exp_avg_sq", qv, v))]
         with blockwise.block_buffers(xp, block):
@@ -104,11 +104,15 @@ class Adam8bit(Adam):
                 part = slice(start, min(start + chunk, n))
                 size, blocks = part.stop - start, slice(start // block, num_blocks(part.stop, block))
                 for codes, absmax, book, buffer in moments:
-                    blockwise.dequantize(codes[part], absmax[blocks], book, block, out=buffer[:size])
+                    blockwise.dequantize(codes[part], absmax[blocks], book, block, out=buffer[:size], index=index[:size])
                 step = self._direction(m[:size], v[:size], g[part], state["step"], group, work=(tmp[:size], update[:size]))
                 weights[part] -= step.astype(p.dtype, copy=False)
+                # Once the weights moved, Adam's two temporaries are free: they hold the keys and
+                # table entries, and each moment is normalised in place (its float32 values are done).
+                keys, entries = update[:size].view(np.int32), tmp[:size].view(np.uint32)
                 for codes, absmax, book, buffer in moments:
-                    blockwise.quantize(buffer[:size], book, block, codes[part], absmax[blocks], work=work,
+                    blockwise.quantize(buffer[:size], book, block, codes[part], absmax[blocks],
+                                       work=(buffer[:size], keys, index[:size], entries),
                                        check=False)  # m is signed; v >= 0 by construction
         if not p.data.flags.c_contiguous:
             p.data[...] = weights.reshape(p.shape)

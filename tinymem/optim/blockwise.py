@@ -201,8 +201,12 @@ def codebook(qmap):
 def workspace(size, xp, scratch=_uncounted):
     """The temporaries of quantizing ``size`` values, 20 bytes per value: normalised values
     (float32), then :meth:`Codebook.codes`' keys (int32), buckets (intp) and entries (uint32).
-    A caller that quantizes chunk after chunk makes them once; ``scratch`` counts them."""
+    A caller that quantizes chunk after chunk makes them once; ``scratch`` counts them. The
+    buckets also serve :func:`dequantize` as ``index``."""
     return tuple(scratch(xp.empty(size, dtype)) for dtype in (np.float32, np.int32, np.intp, np.uint32))
+
+
+_TINY = np.float32(np.finfo(np.float32).smallest_subnormal)
 
 
 def quantize(x, qmap, block_size, codes=None, absmax=None, scratch=_uncounted, work=None, check=True):
@@ -213,9 +217,10 @@ def quantize(x, qmap, block_size, codes=None, absmax=None, scratch=_uncounted, w
     ``qmap`` is a map array or a :class:`Codebook` (pass one to reuse its table across calls);
     an unsigned map (no negative value, for Adam's second moment) takes an ``x`` >= 0 only.
     Temporaries: 20 bytes per element (see :func:`workspace`), in ``work`` when given (arrays
-    of at least x's size), else allocated and counted by ``scratch`` (an optimizer's ``scratch``
-    puts them in the ledger's workspace bucket). ``check=False`` skips the pass that refuses
-    negative values for an unsigned map (Adam8bit's v, a mean of squares, cannot have any).
+    of at least x's size; the normalised values may be ``x`` itself, divided in place), else
+    allocated and counted by ``scratch`` (an optimizer's ``scratch`` puts them in the ledger's
+    workspace bucket). ``check=False`` skips the pass that refuses negative values for an
+    unsigned map (Adam8bit's v, a mean of squares, cannot have any).
     """
     xp = backend.array_module(x)
     book = codebook(qmap)
@@ -227,17 +232,25 @@ def quantize(x, qmap, block_size, codes=None, absmax=None, scratch=_uncounted, w
     normalised, *keys = (part[:flat.size] for part in (work or workspace(flat.size, xp, scratch)))
     scale = xp.empty(num_blocks(flat.size, block_size), np.float32) if absmax is None else absmax
     _absmax(flat, block_size, scale, book.signed)
-    _by_block(flat, block_size, xp.divide, xp.where(scale == 0, 1, scale), normalised)
+    # A block of zeros divides by the smallest float32 instead of by 0 (0 / tiny = 0), and any
+    # other absmax is at least that: one small ufunc where ``where(scale == 0, 1, scale)`` is two.
+    _by_block(flat, block_size, xp.divide, xp.maximum(scale, _TINY), normalised)
     found = book.codes(normalised, None if codes is None else codes.reshape(-1), keys)
     return (found.reshape(x.shape) if codes is None else codes), scale
 
 
-def dequantize(codes, absmax, qmap, block_size, scratch=_uncounted, out=None):
+def dequantize(codes, absmax, qmap, block_size, scratch=_uncounted, out=None, index=None):
     """float32 values of shape ``codes.shape`` from codes and per-block scales, into the flat
-    float32 ``out`` when given: the result, 4 bytes per element, counted by ``scratch``."""
+    float32 ``out`` when given: the result, 4 bytes per element, counted by ``scratch``.
+    ``index``: an intp array of the codes' size to convert them into first. ``take`` gathers
+    with intp indices only; given uint8 codes NumPy converts them into an array of its own,
+    8 bytes per element that no ledger sees."""
     xp = backend.array_module(codes)
     qmap = qmap.values if isinstance(qmap, Codebook) else qmap
     flat = codes.reshape(-1)
     out = scratch(xp.empty(flat.shape, np.float32)) if out is None else out
+    if index is not None:
+        xp.copyto(index, flat)
+        flat = index
     _take(qmap, flat, out)
     return _by_block(out, block_size, xp.multiply, absmax, out).reshape(codes.shape)
