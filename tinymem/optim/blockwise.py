@@ -116,10 +116,11 @@ def _uncounted(array):
 
 
 def _key(x):
-    """The float32 bit pattern of ``x`` as int32 with its 31 low bits flipped where x < 0:
-    keys of one sign rise with x, and for |x| < 2 they are >= 0 with their top 16 bits < 2**15."""
-    bits = np.asarray(x, np.float32).view(np.int32)
-    return bits ^ (bits >> 31)
+    """The float32 bit pattern of ``x`` as int32, made absolute: x's own pattern for x >= 0, and
+    for x < 0 (pattern -2**31 + p, p that of |x|) 2**31 - p, which falls as |x| grows. Keys of
+    one sign rise with x, and for |x| < 2 they are >= 0 with their top 16 bits < 2**15, except
+    -0.0's: -2**31 is its own absolute value (see :meth:`Codebook.codes`)."""
+    return np.abs(np.asarray(x, np.float32).view(np.int32))
 
 
 class Codebook:
@@ -127,22 +128,24 @@ class Codebook:
 
     The nearest code of x is the number of midpoints (between neighbouring map values) below x:
     what a binary search over the midpoints finds, 8 data-dependent steps per value. Instead,
-    take x's *key*, its float32 pattern with the low 31 bits flipped when x < 0 (keys of one
-    sign then rise with x; a map without negative values, ``signed`` False, takes x in [0, 1]
-    and skips the flip). The key's top 16 bits pick a bucket of floats narrow enough (2^-7 of
-    their size) to hold at most one midpoint, and for |x| < 2 the bucket is below 2**15. Its
-    entry holds the number of midpoints below the bucket in its top 16 bits and
+    take x's *key* (:func:`_key`), the absolute value of its float32 pattern read as an int32
+    (keys of one sign then rise with x, in one pass; a map without negative values, ``signed``
+    False, takes x in [0, 1] and skips it). The key's top 16 bits pick a bucket of floats narrow
+    enough (2^-7 of their size) to hold at most one midpoint, and for |x| < 2 the bucket is below
+    2**15. Its entry holds the number of midpoints below the bucket in its top 16 bits and
     ``0xFFFF - low16(key(midpoint inside))`` in its low 16 (0 when none is inside), so adding
     x's low 16 key bits carries one into the top bits exactly when x is above that midpoint::
 
         code = (entries[key >> 16] + low16(key)) >> 16      # uint32 arithmetic
 
     Each entry is stored minus its own bucket's bits (``bucket << 16``, modulo 2**32), so the
-    whole key is added instead of its low 16 bits: one pass fewer. One gather from a 128 KiB
-    table and five elementwise passes (three unsigned), against a search 15x slower. Building
-    checks every bucket (the dynamic map's closest midpoints are 1.4% apart), and the codes
-    equal the search's bit for bit: a test holds them on every midpoint, its float32
-    neighbours, the map's values, signed zeros and a million random values.
+    whole key is added instead of its low 16 bits: one pass fewer. -0.0 has key -2**31 and
+    bucket -2**15, which ``take`` wraps to bucket 0, that of +0.0; the key's extra 2**31 only
+    adds 2**15 above the 8 bits of the code. One gather from a 128 KiB table and four
+    elementwise passes (two unsigned), against a search 15x slower. Building checks every
+    bucket (the dynamic map's closest midpoints are 1.4% apart), and the codes equal the
+    search's bit for bit: a test holds them on every midpoint, its float32 neighbours, the map's
+    values, signed zeros and a million random values.
     Memory: the map (256 float32) and the table (2**15 uint32, 128 KiB), once per map.
     """
 
@@ -166,9 +169,8 @@ class Codebook:
         key, bucket, entry = workspace(x.size, xp)[1:] if work is None else work
         out = xp.empty(x.shape, np.uint8) if out is None else out
         bits = x.view(np.int32)
-        if self.signed:  # flip negative patterns: x >> 31 is all ones where x < 0
-            xp.right_shift(bits, 31, out=key)
-            key ^= bits
+        if self.signed:
+            xp.abs(bits, out=key)  # see _key
         else:
             key = bits
         xp.right_shift(key, 16, out=bucket)
@@ -181,7 +183,8 @@ def _entry_table(mid):
     """The 2**15 uint32 entries of :class:`Codebook` for the sorted float32 midpoints ``mid``."""
     bucket = np.arange(2 ** 15, dtype=np.uint32)
     lowest = bucket << np.uint32(16)  # the smallest key of a bucket is its lowest float, either sign
-    lowest = np.where(lowest & np.uint32(0x40000000), ~lowest, lowest).astype(np.uint32).view(np.float32)
+    # keys of 2**30 and above are negative floats, whose pattern is -key (modulo 2**32)
+    lowest = np.where(lowest & np.uint32(0x40000000), -lowest, lowest).astype(np.uint32).view(np.float32)
     below = np.searchsorted(mid, lowest, side="left").astype(np.uint32)
     key = _key(mid).view(np.uint32)
     home = key >> np.uint32(16)
