@@ -9,9 +9,9 @@ The update itself uses the float32 moments of this step; only what is carried to
 is rounded, as in bitsandbytes. ``m`` uses the signed map, ``v`` (never negative) the unsigned
 one, so its 256 codes all cover [0, 1]. Chunks give what bitsandbytes gets from fusing the three
 in one kernel: the temporaries stay small and in cache, 24 bytes per element of one chunk
-(m, v, Adam's two, and an int64 index; quantizing normalises each moment in place and keeps its
-keys and table entries in Adam's two, free once the weights moved), 1.5 MiB at most, where a
-whole parameter at once needs its float32 moments (8n bytes) and temporaries as large.
+(m, v, Adam's two, and an int64 index; quantizing normalises each moment in place and puts its
+table entries in Adam's update, free once the weights moved), 1.5 MiB at most, where a whole
+parameter at once needs its float32 moments (8n bytes) and temporaries as large.
 Weights, codes and scales are those of the whole-array step bit for bit (a test holds them).
 
 State: 2n + 8·ceil(n / block_size) bytes instead of 8n: 2.004 bytes per parameter at block
@@ -107,12 +107,11 @@ class Adam8bit(Adam):
                     blockwise.dequantize(codes[part], absmax[blocks], book, block, out=buffer[:size], index=index[:size])
                 step = self._direction(m[:size], v[:size], g[part], state["step"], group, work=(tmp[:size], update[:size]))
                 weights[part] -= step.astype(p.dtype, copy=False)
-                # Once the weights moved, Adam's two temporaries are free: they hold the keys and
-                # table entries, and each moment is normalised in place (its float32 values are done).
-                keys, entries = update[:size].view(np.int32), tmp[:size].view(np.uint32)
+                # Each moment is normalised in place (its float32 values are done with), and the
+                # table entries go to Adam's temporary, free once the weights moved.
                 for codes, absmax, book, buffer in moments:
                     blockwise.quantize(buffer[:size], book, block, codes[part], absmax[blocks],
-                                       work=(buffer[:size], keys, index[:size], entries),
+                                       work=(buffer[:size], index[:size], update[:size].view(np.uint32)),
                                        check=False)  # m is signed; v >= 0 by construction
         if not p.data.flags.c_contiguous:
             p.data[...] = weights.reshape(p.shape)

@@ -163,10 +163,12 @@ class Codebook:
     def codes(self, x, out=None, work=None):
         """Nearest-code indices (uint8) of a contiguous float32 array ``x`` of values in [-1, 1]
         ([0, 1] for an unsigned map), into ``out`` when given. ``work``: the key (int32), bucket
-        (intp) and entry (uint32) arrays of x's size, 16 bytes per value, from :func:`workspace`
-        (allocated when absent)."""
+        (intp) and entry (uint32) arrays of x's size, 16 bytes per value (allocated when absent);
+        the key may be ``x.view(np.int32)``, x's own memory."""
         xp = backend.array_module(x)
-        key, bucket, entry = workspace(x.size, xp)[1:] if work is None else work
+        if work is None:
+            work = (xp.empty(x.size, np.int32),) + workspace(x.size, xp)[1:]
+        key, bucket, entry = work
         out = xp.empty(x.shape, np.uint8) if out is None else out
         bits = x.view(np.int32)
         if self.signed:
@@ -202,11 +204,11 @@ def codebook(qmap):
 
 
 def workspace(size, xp, scratch=_uncounted):
-    """The temporaries of quantizing ``size`` values, 20 bytes per value: normalised values
-    (float32), then :meth:`Codebook.codes`' keys (int32), buckets (intp) and entries (uint32).
-    A caller that quantizes chunk after chunk makes them once; ``scratch`` counts them. The
-    buckets also serve :func:`dequantize` as ``index``."""
-    return tuple(scratch(xp.empty(size, dtype)) for dtype in (np.float32, np.int32, np.intp, np.uint32))
+    """The temporaries of quantizing ``size`` values, 16 bytes per value: normalised values
+    (float32, then their keys in place), buckets (intp) and table entries (uint32). A caller
+    that quantizes chunk after chunk makes them once; ``scratch`` counts them. The buckets
+    also serve :func:`dequantize` as ``index``."""
+    return tuple(scratch(xp.empty(size, dtype)) for dtype in (np.float32, np.intp, np.uint32))
 
 
 _TINY = np.float32(np.finfo(np.float32).smallest_subnormal)
@@ -219,7 +221,7 @@ def quantize(x, qmap, block_size, codes=None, absmax=None, scratch=_uncounted, w
 
     ``qmap`` is a map array or a :class:`Codebook` (pass one to reuse its table across calls);
     an unsigned map (no negative value, for Adam's second moment) takes an ``x`` >= 0 only.
-    Temporaries: 20 bytes per element (see :func:`workspace`), in ``work`` when given (arrays
+    Temporaries: 16 bytes per element (see :func:`workspace`), in ``work`` when given (arrays
     of at least x's size; the normalised values may be ``x`` itself, divided in place), else
     allocated and counted by ``scratch`` (an optimizer's ``scratch`` puts them in the ledger's
     workspace bucket). ``check=False`` skips the pass that refuses negative values for an
@@ -232,12 +234,13 @@ def quantize(x, qmap, block_size, codes=None, absmax=None, scratch=_uncounted, w
         # The unsigned path skips the sign handling: a negative value would get a wrong code.
         raise ValueError("quantize: this map has no negative values (an unsigned map) but x has some; "
                          "use a signed map, e.g. dynamic_map(signed=True)")
-    normalised, *keys = (part[:flat.size] for part in (work or workspace(flat.size, xp, scratch)))
+    normalised, bucket, entry = (part[:flat.size] for part in (work or workspace(flat.size, xp, scratch)))
     scale = xp.empty(num_blocks(flat.size, block_size), np.float32) if absmax is None else absmax
     _absmax(flat, block_size, scale, book.signed)
     # A block of zeros divides by the smallest float32 instead of by 0 (0 / tiny = 0), and any
     # other absmax is at least that: one small ufunc where ``where(scale == 0, 1, scale)`` is two.
     _by_block(flat, block_size, xp.divide, xp.maximum(scale, _TINY), normalised)
+    keys = (normalised.view(np.int32), bucket, entry)  # keys replace the normalised values
     found = book.codes(normalised, None if codes is None else codes.reshape(-1), keys)
     return (found.reshape(x.shape) if codes is None else codes), scale
 
