@@ -48,8 +48,8 @@ class Adam8bit(Adam):
     # Two codebooks (m's signed map, v's unsigned one), each 256 float32 values and a table of
     # 2**15 uint32 entries that finds a value's code in one lookup (see blockwise.Codebook).
     MAP_BYTES = 2 * (256 * 4 + 4 * 2 ** 15)
-    # Elements per pass of the update (512 KiB per float32 temporary): each chunk costs about
-    # 45 us of Python and ufunc calls whatever its size, so halving it (16 chunks of a 1024 x 1024
+    # Elements per pass of the update (512 KiB per float32 temporary): each chunk costs 40-90 us
+    # of Python and ufunc calls whatever its size, so halving it (16 chunks of a 1024 x 1024
     # parameter) made the step 10% slower, and doubling it 2% faster for twice the memory.
     CHUNK = 2 ** 17
 
