@@ -248,8 +248,8 @@ for label in ("SGD", "Lion", "Adam"):
 # - **Small tensors stay 32-bit** (under 4096 elements): tiny in bytes, sensitive in training.
 #   On a small model they push 8-bit Adam's bytes per parameter up (the table of section 1);
 #   on one large parameter what is left above the formula is the maps (section 4).
-# - **8-bit Adam here works chunk by chunk**: 65,536 elements at a time are dequantized, updated
-#   and quantized again, so its workspace is 36 bytes per element of one chunk (2.3 MiB) however
+# - **8-bit Adam here works chunk by chunk**: 131,072 elements at a time are dequantized, updated
+#   and quantized again, so its workspace is 24 bytes per element of one chunk (3 MiB) however
 #   large the parameter; bitsandbytes gets the same by fusing the three in one GPU kernel.
 # - **State is per parameter, not per model**: the 7B arithmetic above is what decides whether
 #   a model trains at all, which is why ZeRO partitions the state (lesson 7).

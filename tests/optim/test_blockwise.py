@@ -60,6 +60,38 @@ def test_quantize_in_place_keeps_the_state_arrays():
     assert out[0] is codes and out[1] is absmax and codes.any()
 
 
+def test_quantize_in_place_work_and_a_given_index_change_no_value(device):
+    """Adam8bit's layout: x normalised (then keyed) in its own memory, entries in a float32
+    buffer of its own, codes converted into a given intp index: the same codes, scales and
+    values as with fresh temporaries, on a zero block, signed zeros and a short last block."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal(5000) * 10.0 ** rng.uniform(-8, 0, 5000)).astype(np.float32)
+    x[:256], x[300:310] = 0.0, -0.0
+    book = blockwise.Codebook(backend.to_device(blockwise.dynamic_map(), device))
+    xd = backend.to_device(x, device)
+    xp = backend.array_module(xd)
+    codes, absmax = blockwise.quantize(xd, book, 256)
+    own, index, entries = xd.copy(), xp.empty(5000, np.intp), xp.empty(5000, np.float32)
+    codes2, absmax2 = blockwise.quantize(own, book, 256, work=(own, index, entries.view(np.uint32)))
+    assert np.array_equal(backend.to_numpy(codes2), backend.to_numpy(codes))
+    assert np.array_equal(backend.to_numpy(absmax2), backend.to_numpy(absmax))
+    back = blockwise.dequantize(codes, absmax, book, 256)
+    back2 = blockwise.dequantize(codes, absmax, book, 256, index=index)
+    assert np.array_equal(backend.to_numpy(back2), backend.to_numpy(back))
+    qmap = blockwise.dynamic_map()
+    zero_code = np.searchsorted((qmap[1:] + qmap[:-1]) / 2, 0.0)
+    assert np.all(backend.to_numpy(codes)[:256] == zero_code) and np.all(backend.to_numpy(back)[:256] == 0)
+
+
+def test_block_buffers_are_set_inside_and_restored_after():
+    before = np.getbufsize()
+    with blockwise.block_buffers(np, 2048):
+        assert np.getbufsize() == 2048
+    with blockwise.block_buffers(np, 100):
+        assert np.getbufsize() == 96  # NumPy takes multiples of 16
+    assert np.getbufsize() == before
+
+
 # 8-bit Adam against 32-bit Adam on the same gradients (lr 1e-3, 100 steps). Measured on this
 # code: relative to the parameters 2.9e-4 (bitsandbytes' tests allow about 1e-3), relative to
 # the distance 32-bit Adam moved 0.020, largest element 1.8e-3 (under two steps of size lr).

@@ -23,10 +23,9 @@ from .states import optimizer_state_bytes
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 # Temporaries the size of one parameter that an update holds at once (each optimizer's file
-# counts them with ``scratch``); Adam8bit: 36 bytes per element of one chunk of at most
-# ``Adam8bit.CHUNK`` elements (m, v, Adam's two, quantizing's normalised values, keys, int64
-# bucket indices and table entries).
-SCRATCH = {"SGD": 1, "SGD momentum": 1, "Adam8bit": 9, "Adam8bit linear": 9}
+# counts them with ``scratch``); Adam8bit: 24 bytes per element of one chunk of at most
+# ``Adam8bit.CHUNK`` elements (m, v, Adam's two, which quantizing reuses, and an int64 index).
+SCRATCH = {"SGD": 1, "SGD momentum": 1, "Adam8bit": 6, "Adam8bit linear": 6}
 
 
 def scratch_bytes(optimizer, shape):
