@@ -96,7 +96,8 @@ class _SaveOffloaded(saved_tensors_hooks):
 
     def stats(self):
         """Bytes moved each way, prefetch hits and misses, and the seconds the main thread was
-        blocked waiting for loads (``wait_s``) and for writes (``write_wait_s``)."""
+        blocked waiting for loads (``wait_s``) and for writes (``write_wait_s``). ``bytes_in``
+        is 0 for :class:`save_on_host` on NumPy: backward reads the host copies in place."""
         return {"bytes_out": self.store.moved_out, "bytes_in": self.store.moved_in,
                 "prefetch_hits": self.prefetcher.hits, "prefetch_misses": self.prefetcher.misses,
                 "wait_s": self.prefetcher.wait_s, "write_wait_s": getattr(self.store, "write_wait_s", 0.0),
