@@ -137,7 +137,8 @@ for name, ctx in [("no offload", None), ("save_on_host", offload.save_on_host(pr
 # Why does the device peak drop by much less than the activations that left? Because the peak
 # *moves*. Without offload it falls at the start of backward, on top of every saved activation.
 # With offload the end of forward is light, and the peak falls inside backward instead, where
-# the device holds backward's own working set: the saved input of one layer brought back, the
+# the device holds backward's own working set: the saved input of one layer brought back (from
+# disk; `save_on_host` on NumPy reads its host copy where it is, hence its lower peak), the
 # gradient flowing in, the gradient flowing out (each a batch x width array, workspace) and the
 # weight gradients made so far. In this shallow network that working set is nearly as large as
 # all the activations; the deeper the network, the larger the share that offload removes.

@@ -84,7 +84,9 @@ def test_bytes_moved_and_ledger_places_follow_the_schedule(device, place, tmp_pa
         loss.backward()
         del loss
     stats = ctx.stats()
-    assert stats["bytes_out"] == sum(sizes) and stats["bytes_in"] == sum(sizes)
+    # On NumPy, backward reads a host copy where it is: nothing moves back.
+    moved_back = 0 if (place, device) == ("host", "cpu") else sum(sizes)
+    assert stats["bytes_out"] == sum(sizes) and stats["bytes_in"] == moved_back
     assert stats["prefetch_hits"] + stats["prefetch_misses"] == len(sizes)  # one load per array
     assert stats["prefetch_hits"] > 0
     assert memory.live_bytes("activation", place) == 0

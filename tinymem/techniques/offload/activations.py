@@ -9,12 +9,16 @@ Memory: the device keeps no saved activation between forward and backward:
 of the node running plus ``prefetch`` brought back ahead of time, and in forward (disk) up to
 ``prefetch`` arrays waiting for their write. Parameters saved by an op (a Linear's weight) stay
 where they are: they are resident anyway, and copying them would move bytes for nothing.
-Time: each saved byte crosses twice (out in forward, back in backward); prefetch hides the way
+Time: each saved byte crosses twice (out in forward, back in backward; once on NumPy, see
+below); prefetch hides the way
 back behind the backward compute, and on disk the same background thread writes behind
 forward, when a second core or a DMA engine is free. ``stats()`` measures what was hidden.
 
 On NumPy the "device" is the ledger's budgeted place and the host is the same RAM:
-:class:`save_on_host` there is honest accounting plus a real copy, *not* a physical saving.
+:class:`save_on_host` there is honest accounting plus one real copy, *not* a physical saving;
+backward reads that copy where it is (nothing comes back to the device, as with PyTorch's
+``save_on_cpu`` on a CPU tensor). Host copies go into buffers of a pool (``pool.py``) reused
+from step to step: no allocation per tensor, and ``empty_host_pool()`` frees what it keeps.
 Disk offload is real on every machine (the OS page cache may serve the reads from RAM; the
 measured bandwidths say which). On CuPy the host copies go to pinned memory on a copy stream.
 
@@ -36,6 +40,7 @@ from collections import OrderedDict
 
 from ... import memory
 from ...autograd import Tensor, saved_tensors_hooks
+from .pool import HOST_POOL
 from .prefetch import Prefetcher
 from .store import DiskStore, HostStore
 
@@ -91,7 +96,8 @@ class _SaveOffloaded(saved_tensors_hooks):
 
     def stats(self):
         """Bytes moved each way, prefetch hits and misses, and the seconds the main thread was
-        blocked waiting for loads (``wait_s``) and for writes (``write_wait_s``)."""
+        blocked waiting for loads (``wait_s``) and for writes (``write_wait_s``). ``bytes_in``
+        is 0 for :class:`save_on_host` on NumPy: backward reads the host copies in place."""
         return {"bytes_out": self.store.moved_out, "bytes_in": self.store.moved_in,
                 "prefetch_hits": self.prefetcher.hits, "prefetch_misses": self.prefetcher.misses,
                 "wait_s": self.prefetcher.wait_s, "write_wait_s": getattr(self.store, "write_wait_s", 0.0),
@@ -104,15 +110,26 @@ class save_on_host(_SaveOffloaded):
     ``pin_memory`` (CuPy): copy into page-locked memory on a separate stream, so copies run
     asynchronously; ``prefetch``: how many saved tensors to bring back ahead of use (0: none).
     Backward may run inside or after the block, as with ``save_on_cpu``.
+
+    Memory at place ``host``: the saved bytes, in ``activation``, until backward has used them;
+    then their buffers wait in the pool for the next step, in ``workspace`` (label ``"host
+    pool"``). An exception leaving the block empties the pool: the failed step's buffers are
+    freed with its graph, not kept.
     """
 
     def __init__(self, pin_memory=True, prefetch=1):
         self.pin_memory = pin_memory
         super().__init__(prefetch)
 
+    def __exit__(self, kind, value, tb):
+        if kind is not None:
+            HOST_POOL.empty()
+        return super().__exit__(kind, value, tb)
+
     def _new_store(self):
         # The host copies outlive the block; after it, loads are synchronous (no thread).
-        return HostStore("activation", "workspace", self.pin_memory)
+        HOST_POOL.new_step()
+        return HostStore("activation", "workspace", self.pin_memory, pool=HOST_POOL, copy_back=False)
 
 
 class save_on_disk(_SaveOffloaded):

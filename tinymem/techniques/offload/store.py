@@ -7,7 +7,9 @@ prefetcher of :mod:`.offload_prefetch` that drives them:
   place ``host``, none on the device. On CuPy the copy goes into *pinned* (page-locked) host
   memory on a separate CUDA stream, so it runs beside the compute kernels; on NumPy the device
   and the host are the same RAM and the copy is honest accounting plus a real ``memcpy``, not a
-  physical saving.
+  physical saving. With a ``pool`` (:mod:`.pool`) the copies go into buffers reused from step to
+  step; with ``copy_back=False`` a load on NumPy hands back the host copy itself (the same RAM:
+  a second copy would only cost time), so each array is copied once in all.
 * :class:`DiskStore` writes each array to its own file in a private temporary directory.
   Memory: ``nbytes`` per array at place ``disk``. With ``page_cache=False`` each file is flushed
   (``fsync``) and evicted from the OS page cache, so it is read back from the disk itself, as
@@ -95,8 +97,10 @@ class HostStore:
 
     place = "host"
 
-    def __init__(self, bucket="activation", load_bucket="workspace", pin_memory=True):
+    def __init__(self, bucket="activation", load_bucket="workspace", pin_memory=True, pool=None,
+                 copy_back=True):
         self.bucket, self.load_bucket, self.pin_memory = bucket, load_bucket, pin_memory
+        self.pool, self.copy_back = pool, copy_back
         self.moved_out = self.moved_in = 0
         self._copy = None
         self._inflight = deque()  # (event, source) pairs: a source must outlive its async copy
@@ -108,25 +112,34 @@ class HostStore:
 
     def put(self, array, worker=None, behind=1):
         """Copy ``array`` to the host (a memcpy; on CuPy an asynchronous copy: no worker needed)."""
-        if backend.device_of(array) == "cpu":
-            host = np.array(array, copy=True, order="C")
+        device = backend.device_of(array)
+        if device == "cpu":
+            host = self._host_empty(array, pinned=False)
+            np.copyto(host, array)
             event = None
         else:
             host, event = self._to_pinned(array)
         memory.register(host, self.bucket, "host")
         self.moved_out += host.nbytes
-        return _HostCopy(host, event, backend.device_of(array))
+        return _HostCopy(host, event, device)
+
+    def _host_empty(self, like, pinned):
+        if self.pool is not None:
+            return self.pool.take(like, pinned)
+        return _pinned_empty(like.shape, like.dtype) if pinned else np.empty(like.shape, like.dtype)
 
     def _to_pinned(self, array):
-        cupy = backend.get_cupy()
         source = _contiguous(array)
+        host = self._host_empty(source, pinned=self.pin_memory)
         if not self.pin_memory:
-            return cupy.asnumpy(source), None
+            source.get(out=host)
+            return host, None
         copy = self._stream()
-        host = _pinned_empty(source.shape, source.dtype)
         copy.after_compute()
         source.get(stream=copy.stream, out=host, blocking=False)
         event = copy.record()
+        if self.pool is not None:
+            self.pool.record(host, event)
         self._inflight.append((event, source))
         while self._inflight and self._inflight[0][0].done:
             self._inflight.popleft()  # finished copies release their device source
@@ -134,6 +147,8 @@ class HostStore:
 
     def begin_load(self, handle, worker=None):
         host = handle.host
+        if handle.device == "cpu" and not self.copy_back:
+            return _Pending(host, handle)  # read where it is: no byte moves
         if handle.device == "cpu":
             dest = memory.register(np.empty(host.shape, host.dtype), self.load_bucket, "device")
             self.moved_in += dest.nbytes
@@ -152,7 +167,10 @@ class HostStore:
             copy.stream.wait_event(handle.event)
         dest.set(host, stream=copy.stream)
         self.moved_in += dest.nbytes
-        return _Pending(dest, handle, event=copy.record())
+        event = copy.record()
+        if self.pool is not None:
+            self.pool.record(host, event)
+        return _Pending(dest, handle, event=event)
 
     def finish_load(self, pending):
         if pending.job is not None:
