@@ -17,7 +17,7 @@ from ..backend import device_of
 from ..memory import attribution
 from ..memory.attribution import SCOPE
 from ..memory import hold, unhold
-from .modes import _state
+from .modes import _local
 from .tensor import Tensor
 
 _ndarray = np.ndarray
@@ -57,7 +57,7 @@ class Function:
         """Keep arrays for backward. Memory: their bytes stay in ``activation`` until used."""
         if not self.recording:
             return
-        hooks = _state.hooks
+        hooks = _local.state.hooks
         if hooks and hooks[-1] is not None:
             pack, unpack = hooks[-1]
             saved = []
@@ -101,20 +101,27 @@ class Function:
 
     def release_saved(self):
         """Drop the saved arrays (called by backward as soon as this node is done)."""
-        saved = self._saved
-        if saved is not None:
-            hooked, items = saved
-            for item in items:
-                if item is not None:
-                    storage = item[2] if hooked else item
-                    if storage is not None:
-                        unhold(storage)
-            self._saved = None
+        self._drop_saved()
         self._released = True
 
+    def _drop_saved(self):
+        saved = self._saved
+        if saved is not None:
+            self._saved = None
+            hooked, items = saved
+            if hooked:
+                for item in items:
+                    if item is not None and item[2] is not None:
+                        unhold(item[2])
+            else:
+                for a in items:
+                    if a is not None:
+                        unhold(a)
+
     # A graph dropped without backward (evaluation with grad on) still gives its bytes back.
-    # The method itself, not a wrapper calling it: __del__ runs once per op.
-    __del__ = release_saved
+    # The method itself, not a wrapper calling it: __del__ runs once per op, and a dying node
+    # need not be marked released.
+    __del__ = _drop_saved
 
     # -- running --------------------------------------------------------------------------
     @classmethod
@@ -122,12 +129,12 @@ class Function:
         """Run the op on Tensors (and constants), recording the graph when a gradient is needed.
 
         Cost: a few microseconds of Python per call whatever the size of the arrays, which is all
-        a tiny op costs. Hence one pass over the inputs gathers everything the node needs, and
-        the per-thread state is read once into locals (each read is a thread-local lookup).
+        a tiny op costs. Hence one pass over the inputs gathers everything the node needs, the
+        per-thread state is read once into locals (each read is a thread-local lookup), and the
+        output's Tensor is made here rather than by ``Tensor.wrap`` (one call fewer per op).
         """
         first = None  # the first tensor's array type: arrays of one type share a device
         arrays, needs, parents = [], [], []
-        record = False
         for x in inputs:
             if isinstance(x, Tensor):
                 data = x._data
@@ -138,24 +145,21 @@ class Function:
                         f"{cls.__name__}: tensors on different devices ({device_of(first)} and "
                         f"{device_of(data)}); move them with .to('{device_of(first)}') first")
                 arrays.append(data)
-                node = x._ctx
-                if x.requires_grad:
-                    record = True
-                    needs.append(True)
-                    parents.append(x if node is None else (node, x._index))
-                else:
-                    needs.append(False)
-                    parents.append(None if node is None else (node, x._index))
+                requires, node = x.requires_grad, x._ctx
+                needs.append(requires)
+                # A gradient for x goes to the node that made it, or to x itself if it is a leaf
+                # that requires one.
+                parents.append((node, x._index) if node is not None else (x if requires else None))
             else:
                 arrays.append(x)
                 needs.append(False)
                 parents.append(None)
-        state = _state
-        record = record and state.grad_enabled
+        state = _local.state
+        record = state.grad_enabled and True in needs
         ctx = cls()
         ctx.recording = record
         ctx.needs_input_grad = tuple(needs)
-        scope = SCOPE
+        scope = SCOPE.current
         outer_op = scope.op  # the ledger stamps new arrays with the op (attribution.enter_op)
         if attribution.ENABLED:
             scope.op = cls.__name__
@@ -163,8 +167,10 @@ class Function:
             hook = state.op_hook
             if hook is not None and hook.wants(cls):
                 out = hook.run(cls, ctx, arrays, kwargs)
-            else:
+            elif kwargs:
                 out = cls.forward(ctx, *arrays, **kwargs)
+            else:  # no keyword dict to build and unpack: the common case
+                out = cls.forward(ctx, *arrays)
             multi = type(out) is tuple
             tensors, output_meta = [], []
             node = ctx if record else None

@@ -74,16 +74,20 @@ class Ledger:
         self._death_callback = self._on_death  # one bound method, not a new one per array
 
     # -- registration -------------------------------------------------------------------
-    def register(self, array, bucket="workspace", place="device", owner=None, label=None):
+    def register(self, array, bucket="workspace", place="device", owner=None, label=None, nbytes=None):
         """Count ``array``'s owning buffer in ``bucket`` at ``place``; returns ``array``.
 
         ``owner`` is an object whose death releases the bytes, for buffers that cannot be
-        weakly referenced. Registering an already known buffer only raises its bucket.
+        weakly referenced. Registering an already known buffer only raises its bucket. With
+        ``nbytes``, ``owner`` alone is counted, for that many bytes (see :meth:`register_bytes`).
         """
-        # The common case first (a fresh NumPy array owns its memory): this runs for every op's
-        # output, and asking a NumPy array for __array_interface__ builds a dict.
+        # This runs for every op's output, so it is one function (no helper call) and the common
+        # case comes first: a fresh NumPy array owns its memory (and asking one for
+        # __array_interface__, as _countable does, builds a dict).
         if type(array) is _ndarray and array.base is None:
             root = array
+        elif nbytes is not None:
+            root = owner
         else:
             root = owner_of(array)
             if type(root) is not _ndarray and not _countable(root):
@@ -94,32 +98,30 @@ class Ledger:
             if _PRIORITY[bucket] > _PRIORITY[entry.base]:
                 self._set_bucket(entry, bucket, bucket)
             return array
-        self._add(key, root if owner is None else owner, root.nbytes, bucket, place, label)
-        return array
-
-    def register_bytes(self, owner, nbytes, bucket, place, label=None):
-        """Count ``nbytes`` that are not an array (a file on disk, say) until ``owner`` dies."""
-        self._add(id(owner), owner, int(nbytes), bucket, place, label)
-
-    def _add(self, key, target, nbytes, bucket, place, label):
-        # Runs once per array the framework makes: attributes are read once into locals.
         if bucket not in _PRIORITY:
             raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}")
         if place not in PLACES:
             raise ValueError(f"unknown place {place!r}; choose one of {', '.join(PLACES)}")
+        if nbytes is None:
+            nbytes = root.nbytes
         trackers = self.trackers
         if trackers and place == "device":
             for tracker in trackers:
                 tracker._check_budget(nbytes, bucket, label)
-        entry = _Entry(target, self._death_callback)
+        entry = _Entry(root if owner is None else owner, self._death_callback)
         # Attribution: the op and module running now (both None when it is switched off).
-        scope = SCOPE
+        scope = SCOPE.current
         (entry.key, entry.nbytes, entry.place, entry.base, entry.holds, entry.bucket, entry.label,
          entry.module) = key, nbytes, place, bucket, 0, bucket, label or scope.op, scope.path
         self.entries[key] = entry
         self.live[place][bucket] += nbytes
         if trackers:
             self._event("alloc", bucket, place, nbytes, entry.label, entry)
+        return array
+
+    def register_bytes(self, owner, nbytes, bucket, place, label=None):
+        """Count ``nbytes`` that are not an array (a file on disk, say) until ``owner`` dies."""
+        self.register(None, bucket, place, owner, label, int(nbytes))
 
     def _on_death(self, entry):
         # A newer buffer may have taken the dead one's id already: only its own entry goes.
@@ -149,7 +151,13 @@ class Ledger:
                 return
         entry.holds += 1
         if entry.holds == 1 and entry.base == "workspace":
-            self._move(entry, "activation")
+            if self.trackers:
+                self._move(entry, "activation")
+            else:  # _move without trackers, written out: hold and unhold run for every saved array
+                live, nbytes = self.live[entry.place], entry.nbytes
+                live["workspace"] -= nbytes
+                live["activation"] += nbytes
+                entry.bucket = "activation"
 
     def unhold(self, array):
         """Undo one :meth:`hold`; the array returns to ``workspace`` when no hold is left."""
@@ -159,7 +167,13 @@ class Ledger:
             return
         entry.holds -= 1
         if entry.holds == 0 and entry.bucket == "activation":
-            self._move(entry, entry.base)
+            if self.trackers:
+                self._move(entry, entry.base)
+            else:  # as in hold
+                live, nbytes, base = self.live[entry.place], entry.nbytes, entry.base
+                live["activation"] -= nbytes
+                live[base] += nbytes
+                entry.bucket = base
 
     def _set_bucket(self, entry, bucket, base):
         """Give ``entry`` the owner ``base`` and count it in ``bucket`` (``activation`` instead
@@ -171,9 +185,7 @@ class Ledger:
             self._move(entry, bucket)
 
     def _move(self, entry, bucket):
-        """Count ``entry`` in ``bucket`` from now on; trackers see a free, then an alloc.
-
-        Runs twice per saved array (hold, then unhold), so attributes are read once into locals."""
+        """Count ``entry`` in ``bucket`` from now on; trackers see a free, then an alloc."""
         old, live, nbytes = entry.bucket, self.live[entry.place], entry.nbytes
         live[old] -= nbytes
         if self.trackers:
