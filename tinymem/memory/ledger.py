@@ -142,11 +142,13 @@ class Ledger:
     # -- saved-for-backward holds ---------------------------------------------------------
     def hold(self, array):
         """Mark ``array`` as saved for backward (counted as ``activation`` while held)."""
-        root = array if type(array) is _ndarray and array.base is None else owner_of(array)
-        entry = self.entries.get(id(root))
+        # By the array's own id first: a saved array usually owns its memory, and a view, being
+        # alive, cannot share its id with a live buffer, so only a miss walks to the owner.
+        entries = self.entries
+        entry = entries.get(id(array)) or entries.get(id(owner_of(array)))
         if entry is None:
             self.register(array, "workspace", "device")
-            entry = self.entries.get(id(root))
+            entry = entries.get(id(owner_of(array)))
             if entry is None:  # a Python or NumPy scalar: nothing to count
                 return
         entry.holds += 1
@@ -161,8 +163,8 @@ class Ledger:
 
     def unhold(self, array):
         """Undo one :meth:`hold`; the array returns to ``workspace`` when no hold is left."""
-        root = array if type(array) is _ndarray and array.base is None else owner_of(array)
-        entry = self.entries.get(id(root))
+        entries = self.entries
+        entry = entries.get(id(array)) or entries.get(id(owner_of(array)))  # as in hold
         if entry is None or entry.holds == 0:
             return
         entry.holds -= 1
