@@ -21,6 +21,9 @@ from .modes import _local
 from .tensor import Tensor
 
 _ndarray = np.ndarray
+# Bound once: Python 3.11 does not cache a classmethod looked up on its class, and apply runs
+# once per op.
+_wrap = Tensor.wrap
 
 def _storage(obj):
     """The array inside a packed object that should count as an activation, if any."""
@@ -177,7 +180,7 @@ class Function:
             for i, o in enumerate(out if multi else (out,)):
                 if type(o) is not _ndarray and isinstance(o, np.generic):
                     o = np.asarray(o)  # NumPy turns 0-d results into scalars; a Tensor holds an array
-                tensors.append(Tensor.wrap(o, record, node, i))
+                tensors.append(_wrap(o, record, node, i))
                 output_meta.append((o.shape, o.dtype))  # for zeros when an output gets no gradient
         finally:
             scope.op = outer_op
