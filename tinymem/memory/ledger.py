@@ -43,9 +43,10 @@ class _Entry(weakref.ref):
     One object per live array is the ledger's whole cost per op, so the record *is* the weak
     reference (a subclass with slots) instead of a record holding a reference and a closure.
     ``label`` and ``module`` say which op and module made the array (attribution; ``None`` when
-    it is switched off).
+    it is switched off). ``counts`` is ``ledger.live[place]``, kept here so that counting the
+    entry's bytes in or out, several times per op, needs no dictionary lookup for its place.
     """
-    __slots__ = ("key", "nbytes", "place", "base", "holds", "bucket", "label", "module")
+    __slots__ = ("key", "nbytes", "place", "counts", "base", "holds", "bucket", "label", "module")
     # A weak reference hashes and compares its referent (an array: unhashable, elementwise ==);
     # an entry is a record, so it is hashed and compared by identity.
     __hash__ = object.__hash__
@@ -111,10 +112,12 @@ class Ledger:
         entry = _Entry(root if owner is None else owner, self._death_callback)
         # Attribution: the op and module running now (both None when it is switched off).
         scope = SCOPE.current
-        (entry.key, entry.nbytes, entry.place, entry.base, entry.holds, entry.bucket, entry.label,
-         entry.module) = key, nbytes, place, bucket, 0, bucket, label or scope.op, scope.path
+        counts = self.live[place]
+        (entry.key, entry.nbytes, entry.place, entry.counts, entry.base, entry.holds, entry.bucket,
+         entry.label, entry.module) = (key, nbytes, place, counts, bucket, 0, bucket, label or scope.op,
+                                       scope.path)
         self.entries[key] = entry
-        self.live[place][bucket] += nbytes
+        counts[bucket] += nbytes
         if trackers:
             self._event("alloc", bucket, place, nbytes, entry.label, entry)
         return array
@@ -128,7 +131,7 @@ class Ledger:
         entries, key = self.entries, entry.key
         if entries.get(key) is entry:
             del entries[key]
-            self.live[entry.place][entry.bucket] -= entry.nbytes
+            entry.counts[entry.bucket] -= entry.nbytes
             if self.trackers:
                 self._event("free", entry.bucket, entry.place, entry.nbytes, entry.label, entry)
 
@@ -156,9 +159,9 @@ class Ledger:
             if self.trackers:
                 self._move(entry, "activation")
             else:  # _move without trackers, written out: hold and unhold run for every saved array
-                live, nbytes = self.live[entry.place], entry.nbytes
-                live["workspace"] -= nbytes
-                live["activation"] += nbytes
+                counts, nbytes = entry.counts, entry.nbytes
+                counts["workspace"] -= nbytes
+                counts["activation"] += nbytes
                 entry.bucket = "activation"
 
     def unhold(self, array):
@@ -172,9 +175,9 @@ class Ledger:
             if self.trackers:
                 self._move(entry, entry.base)
             else:  # as in hold
-                live, nbytes, base = self.live[entry.place], entry.nbytes, entry.base
-                live["activation"] -= nbytes
-                live[base] += nbytes
+                counts, nbytes, base = entry.counts, entry.nbytes, entry.base
+                counts["activation"] -= nbytes
+                counts[base] += nbytes
                 entry.bucket = base
 
     def _set_bucket(self, entry, bucket, base):
@@ -188,12 +191,12 @@ class Ledger:
 
     def _move(self, entry, bucket):
         """Count ``entry`` in ``bucket`` from now on; trackers see a free, then an alloc."""
-        old, live, nbytes = entry.bucket, self.live[entry.place], entry.nbytes
-        live[old] -= nbytes
+        old, counts, nbytes = entry.bucket, entry.counts, entry.nbytes
+        counts[old] -= nbytes
         if self.trackers:
             self._event("free", old, entry.place, nbytes, entry.label, entry)
         entry.bucket = bucket
-        live[bucket] += nbytes
+        counts[bucket] += nbytes
         if self.trackers:
             self._event("alloc", bucket, entry.place, nbytes, entry.label, entry)
 
