@@ -54,13 +54,14 @@ class Function:
     recording = False
     _saved = None
     _released = False
+    _hooks = ()
 
     # -- saving ---------------------------------------------------------------------------
     def save_for_backward(self, *arrays):
         """Keep arrays for backward. Memory: their bytes stay in ``activation`` until used."""
         if not self.recording:
             return
-        hooks = _local.state.hooks
+        hooks = self._hooks
         if hooks and hooks[-1] is not None:
             pack, unpack = hooks[-1]
             saved = []
@@ -162,6 +163,8 @@ class Function:
         ctx = cls()
         ctx.recording = record
         ctx.needs_input_grad = tuple(needs)
+        if record:  # this thread's saved-tensor hooks (a live list), read by save_for_backward
+            ctx._hooks = state.hooks
         scope = SCOPE.current
         outer_op = scope.op  # the ledger stamps new arrays with the op (attribution.enter_op)
         if attribution.ENABLED:
