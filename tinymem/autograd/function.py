@@ -177,14 +177,20 @@ class Function:
                 out = cls.forward(ctx, *arrays, **kwargs)
             else:  # no keyword dict to build and unpack: the common case
                 out = cls.forward(ctx, *arrays)
-            multi = type(out) is tuple
-            tensors, output_meta = [], []
             node = ctx if record else None
-            for i, o in enumerate(out if multi else (out,)):
-                if type(o) is not _ndarray and isinstance(o, np.generic):
-                    o = np.asarray(o)  # NumPy turns 0-d results into scalars; a Tensor holds an array
-                tensors.append(_wrap(o, record, node, i))
-                output_meta.append((o.shape, o.dtype))  # for zeros when an output gets no gradient
+            if type(out) is not tuple:  # one output, the common case: no loop and no lists
+                if type(out) is not _ndarray and isinstance(out, np.generic):
+                    out = np.asarray(out)  # NumPy turns 0-d results into scalars; a Tensor holds an array
+                result = _wrap(out, record, node, 0)
+                output_meta = [(out.shape, out.dtype)]  # for zeros when an output gets no gradient
+            else:
+                result, output_meta = [], []
+                for i, o in enumerate(out):
+                    if type(o) is not _ndarray and isinstance(o, np.generic):
+                        o = np.asarray(o)
+                    result.append(_wrap(o, record, node, i))
+                    output_meta.append((o.shape, o.dtype))
+                result = tuple(result)
         finally:
             scope.op = outer_op
         if record:
@@ -193,7 +199,7 @@ class Function:
             # gradient back, is its parent's: a node's output_meta, or a leaf's own.
             ctx.parents, ctx.output_meta = parents, output_meta
             ctx.module_path = scope.path  # backward stamps its arrays with the module
-        return tuple(tensors) if multi else tensors[0]
+        return result
 
     def forward(ctx, *args, **kwargs):
         raise NotImplementedError(f"{type(ctx).__name__} must define forward")
