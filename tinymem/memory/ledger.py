@@ -99,10 +99,11 @@ class Ledger:
             if _PRIORITY[bucket] > _PRIORITY[entry.base]:
                 self._set_bucket(entry, bucket, bucket)
             return array
-        if bucket not in _PRIORITY:
-            raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}")
-        if place not in PLACES:
+        counts = self.live.get(place)  # the counts of the place, and a check of both names
+        if counts is None:
             raise ValueError(f"unknown place {place!r}; choose one of {', '.join(PLACES)}")
+        if bucket not in counts:
+            raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}")
         if nbytes is None:
             nbytes = root.nbytes
         trackers = self.trackers
@@ -112,7 +113,6 @@ class Ledger:
         entry = _Entry(root if owner is None else owner, self._death_callback)
         # Attribution: the op and module running now (both None when it is switched off).
         scope = SCOPE.current
-        counts = self.live[place]
         (entry.key, entry.nbytes, entry.place, entry.counts, entry.base, entry.holds, entry.bucket,
          entry.label, entry.module) = (key, nbytes, place, counts, bucket, 0, bucket, label or scope.op,
                                        scope.path)
