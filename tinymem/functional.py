@@ -34,9 +34,11 @@ def _binary(fn, name):
     Every Tensor operator (``a * b``) is one of these functions, so the common case, a Tensor
     operand, is tested here rather than in a call to ``_as_tensor``: the Python overhead of an
     op on tiny arrays is a handful of calls, and each one counts."""
+    apply = fn.apply  # bound once: a classmethod looked up on its class is rebound per call
+
     def op(a, b):
         try:
-            return fn.apply(a if isinstance(a, Tensor) else _as_tensor(a),
+            return apply(a if isinstance(a, Tensor) else _as_tensor(a),
                             b if isinstance(b, Tensor) else _as_tensor(b))
         except ValueError as exc:
             if "broadcast" not in str(exc):

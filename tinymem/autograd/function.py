@@ -16,11 +16,15 @@ from .. import backend
 from ..backend import device_of
 from ..memory import attribution
 from ..memory.attribution import SCOPE
-from ..memory import hold, unhold
-from .modes import _state
+from ..memory import hold, register, unhold
+from .modes import _local
 from .tensor import Tensor
 
 _ndarray = np.ndarray
+_new_object = object.__new__
+# Bound once: Python 3.11 does not cache a classmethod looked up on its class, and apply runs
+# once per op.
+_wrap = Tensor.wrap
 
 def _storage(obj):
     """The array inside a packed object that should count as an activation, if any."""
@@ -51,13 +55,14 @@ class Function:
     recording = False
     _saved = None
     _released = False
+    _hooks = ()
 
     # -- saving ---------------------------------------------------------------------------
     def save_for_backward(self, *arrays):
         """Keep arrays for backward. Memory: their bytes stay in ``activation`` until used."""
         if not self.recording:
             return
-        hooks = _state.hooks
+        hooks = self._hooks
         if hooks and hooks[-1] is not None:
             pack, unpack = hooks[-1]
             saved = []
@@ -101,20 +106,27 @@ class Function:
 
     def release_saved(self):
         """Drop the saved arrays (called by backward as soon as this node is done)."""
-        saved = self._saved
-        if saved is not None:
-            hooked, items = saved
-            for item in items:
-                if item is not None:
-                    storage = item[2] if hooked else item
-                    if storage is not None:
-                        unhold(storage)
-            self._saved = None
+        self._drop_saved()
         self._released = True
 
+    def _drop_saved(self):
+        saved = self._saved
+        if saved is not None:
+            self._saved = None
+            hooked, items = saved
+            if hooked:
+                for item in items:
+                    if item is not None and item[2] is not None:
+                        unhold(item[2])
+            else:
+                for a in items:
+                    if a is not None:
+                        unhold(a)
+
     # A graph dropped without backward (evaluation with grad on) still gives its bytes back.
-    # The method itself, not a wrapper calling it: __del__ runs once per op.
-    __del__ = release_saved
+    # The method itself, not a wrapper calling it: __del__ runs once per op, and a dying node
+    # need not be marked released.
+    __del__ = _drop_saved
 
     # -- running --------------------------------------------------------------------------
     @classmethod
@@ -122,12 +134,13 @@ class Function:
         """Run the op on Tensors (and constants), recording the graph when a gradient is needed.
 
         Cost: a few microseconds of Python per call whatever the size of the arrays, which is all
-        a tiny op costs. Hence one pass over the inputs gathers everything the node needs, and
-        the per-thread state is read once into locals (each read is a thread-local lookup).
+        a tiny op costs (measured against PyTorch by ``tinymem bench targets``). Hence one pass
+        over the inputs gathers everything the node needs, each per-thread state is read once
+        (a thread-local read costs as much as a call), and one output, the common case, is
+        wrapped without a loop and without a call to ``Tensor.wrap``.
         """
         first = None  # the first tensor's array type: arrays of one type share a device
         arrays, needs, parents = [], [], []
-        record = False
         for x in inputs:
             if isinstance(x, Tensor):
                 data = x._data
@@ -138,24 +151,23 @@ class Function:
                         f"{cls.__name__}: tensors on different devices ({device_of(first)} and "
                         f"{device_of(data)}); move them with .to('{device_of(first)}') first")
                 arrays.append(data)
-                node = x._ctx
-                if x.requires_grad:
-                    record = True
-                    needs.append(True)
-                    parents.append(x if node is None else (node, x._index))
-                else:
-                    needs.append(False)
-                    parents.append(None if node is None else (node, x._index))
+                requires, node = x.requires_grad, x._ctx
+                needs.append(requires)
+                # A gradient for x goes to the node that made it, or to x itself if it is a leaf
+                # that requires one.
+                parents.append((node, x._index) if node is not None else (x if requires else None))
             else:
                 arrays.append(x)
                 needs.append(False)
                 parents.append(None)
-        state = _state
-        record = record and state.grad_enabled
+        state = _local.state
+        record = state.grad_enabled and True in needs
         ctx = cls()
         ctx.recording = record
         ctx.needs_input_grad = tuple(needs)
-        scope = SCOPE
+        if record:  # this thread's saved-tensor hooks (a live list), read by save_for_backward
+            ctx._hooks = state.hooks
+        scope = SCOPE.current
         outer_op = scope.op  # the ledger stamps new arrays with the op (attribution.enter_op)
         if attribution.ENABLED:
             scope.op = cls.__name__
@@ -163,16 +175,28 @@ class Function:
             hook = state.op_hook
             if hook is not None and hook.wants(cls):
                 out = hook.run(cls, ctx, arrays, kwargs)
-            else:
+            elif kwargs:
                 out = cls.forward(ctx, *arrays, **kwargs)
-            multi = type(out) is tuple
-            tensors, output_meta = [], []
+            else:  # no keyword dict to build and unpack: the common case
+                out = cls.forward(ctx, *arrays)
             node = ctx if record else None
-            for i, o in enumerate(out if multi else (out,)):
-                if type(o) is not _ndarray and isinstance(o, np.generic):
-                    o = np.asarray(o)  # NumPy turns 0-d results into scalars; a Tensor holds an array
-                tensors.append(Tensor.wrap(o, record, node, i))
-                output_meta.append((o.shape, o.dtype))  # for zeros when an output gets no gradient
+            if type(out) is not tuple:  # one output, the common case: no loop and no lists
+                if type(out) is not _ndarray and isinstance(out, np.generic):
+                    out = np.asarray(out)  # NumPy turns 0-d results into scalars; a Tensor holds an array
+                # Tensor.wrap(out, record, node, 0) written out: the call costs as much as the rest.
+                result = _new_object(Tensor)
+                result._data, result._ctx, result._index, result._grad, result.requires_grad = (
+                    out, node, 0, None, record)
+                register(out)
+                output_meta = [(out.shape, out.dtype)]  # for zeros when an output gets no gradient
+            else:
+                result, output_meta = [], []
+                for i, o in enumerate(out):
+                    if type(o) is not _ndarray and isinstance(o, np.generic):
+                        o = np.asarray(o)
+                    result.append(_wrap(o, record, node, i))
+                    output_meta.append((o.shape, o.dtype))
+                result = tuple(result)
         finally:
             scope.op = outer_op
         if record:
@@ -181,7 +205,7 @@ class Function:
             # gradient back, is its parent's: a node's output_meta, or a leaf's own.
             ctx.parents, ctx.output_meta = parents, output_meta
             ctx.module_path = scope.path  # backward stamps its arrays with the module
-        return tuple(tensors) if multi else tensors[0]
+        return result
 
     def forward(ctx, *args, **kwargs):
         raise NotImplementedError(f"{type(ctx).__name__} must define forward")

@@ -10,6 +10,8 @@ from .. import backend, memory
 from ..memory import register
 from .engine import run_backward
 
+_new_object = object.__new__  # not cls.__new__: an attribute of a class is looked up anew per call
+
 
 def _as_array(data, dtype, device):
     xp = backend.array_module(device)
@@ -61,8 +63,11 @@ class Tensor:
     def wrap(cls, array, requires_grad=False, ctx=None, index=0, bucket=None):
         """Wrap an existing array as a Tensor without copying or checking it (the seam for ops
         and techniques). It is registered in the ledger in ``bucket`` (the class's default,
-        ``workspace`` for a plain Tensor). Memory: none beyond the array itself."""
-        t = cls.__new__(cls)
+        ``workspace`` for a plain Tensor). Memory: none beyond the array itself.
+
+        ``Function.apply`` writes this out for an op's one output (a call per op is time a tiny
+        op notices): a field added here goes there too."""
+        t = _new_object(cls)
         if bucket is None:
             bucket = cls._bucket
         else:

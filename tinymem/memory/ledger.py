@@ -43,9 +43,10 @@ class _Entry(weakref.ref):
     One object per live array is the ledger's whole cost per op, so the record *is* the weak
     reference (a subclass with slots) instead of a record holding a reference and a closure.
     ``label`` and ``module`` say which op and module made the array (attribution; ``None`` when
-    it is switched off).
+    it is switched off). ``counts`` is ``ledger.live[place]``, kept here so that counting the
+    entry's bytes in or out, several times per op, needs no dictionary lookup for its place.
     """
-    __slots__ = ("key", "nbytes", "place", "base", "holds", "bucket", "label", "module")
+    __slots__ = ("key", "nbytes", "place", "counts", "base", "holds", "bucket", "label", "module")
     # A weak reference hashes and compares its referent (an array: unhashable, elementwise ==);
     # an entry is a record, so it is hashed and compared by identity.
     __hash__ = object.__hash__
@@ -74,16 +75,20 @@ class Ledger:
         self._death_callback = self._on_death  # one bound method, not a new one per array
 
     # -- registration -------------------------------------------------------------------
-    def register(self, array, bucket="workspace", place="device", owner=None, label=None):
+    def register(self, array, bucket="workspace", place="device", owner=None, label=None, nbytes=None):
         """Count ``array``'s owning buffer in ``bucket`` at ``place``; returns ``array``.
 
         ``owner`` is an object whose death releases the bytes, for buffers that cannot be
-        weakly referenced. Registering an already known buffer only raises its bucket.
+        weakly referenced. Registering an already known buffer only raises its bucket. With
+        ``nbytes``, ``owner`` alone is counted, for that many bytes (see :meth:`register_bytes`).
         """
-        # The common case first (a fresh NumPy array owns its memory): this runs for every op's
-        # output, and asking a NumPy array for __array_interface__ builds a dict.
+        # This runs for every op's output, so it is one function (no helper call) and the common
+        # case comes first: a fresh NumPy array owns its memory (and asking one for
+        # __array_interface__, as _countable does, builds a dict).
         if type(array) is _ndarray and array.base is None:
             root = array
+        elif nbytes is not None:
+            root = owner
         else:
             root = owner_of(array)
             if type(root) is not _ndarray and not _countable(root):
@@ -94,39 +99,39 @@ class Ledger:
             if _PRIORITY[bucket] > _PRIORITY[entry.base]:
                 self._set_bucket(entry, bucket, bucket)
             return array
-        self._add(key, root if owner is None else owner, root.nbytes, bucket, place, label)
-        return array
-
-    def register_bytes(self, owner, nbytes, bucket, place, label=None):
-        """Count ``nbytes`` that are not an array (a file on disk, say) until ``owner`` dies."""
-        self._add(id(owner), owner, int(nbytes), bucket, place, label)
-
-    def _add(self, key, target, nbytes, bucket, place, label):
-        # Runs once per array the framework makes: attributes are read once into locals.
-        if bucket not in _PRIORITY:
-            raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}")
-        if place not in PLACES:
+        counts = self.live.get(place)  # the counts of the place, and a check of both names
+        if counts is None:
             raise ValueError(f"unknown place {place!r}; choose one of {', '.join(PLACES)}")
+        if bucket not in counts:
+            raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}")
+        if nbytes is None:
+            nbytes = root.nbytes
         trackers = self.trackers
         if trackers and place == "device":
             for tracker in trackers:
                 tracker._check_budget(nbytes, bucket, label)
-        entry = _Entry(target, self._death_callback)
+        entry = _Entry(root if owner is None else owner, self._death_callback)
         # Attribution: the op and module running now (both None when it is switched off).
-        scope = SCOPE
-        (entry.key, entry.nbytes, entry.place, entry.base, entry.holds, entry.bucket, entry.label,
-         entry.module) = key, nbytes, place, bucket, 0, bucket, label or scope.op, scope.path
+        scope = SCOPE.current
+        (entry.key, entry.nbytes, entry.place, entry.counts, entry.base, entry.holds, entry.bucket,
+         entry.label, entry.module) = (key, nbytes, place, counts, bucket, 0, bucket, label or scope.op,
+                                       scope.path)
         self.entries[key] = entry
-        self.live[place][bucket] += nbytes
+        counts[bucket] += nbytes
         if trackers:
             self._event("alloc", bucket, place, nbytes, entry.label, entry)
+        return array
+
+    def register_bytes(self, owner, nbytes, bucket, place, label=None):
+        """Count ``nbytes`` that are not an array (a file on disk, say) until ``owner`` dies."""
+        self.register(None, bucket, place, owner, label, int(nbytes))
 
     def _on_death(self, entry):
         # A newer buffer may have taken the dead one's id already: only its own entry goes.
         entries, key = self.entries, entry.key
         if entries.get(key) is entry:
             del entries[key]
-            self.live[entry.place][entry.bucket] -= entry.nbytes
+            entry.counts[entry.bucket] -= entry.nbytes
             if self.trackers:
                 self._event("free", entry.bucket, entry.place, entry.nbytes, entry.label, entry)
 
@@ -140,26 +145,40 @@ class Ledger:
     # -- saved-for-backward holds ---------------------------------------------------------
     def hold(self, array):
         """Mark ``array`` as saved for backward (counted as ``activation`` while held)."""
-        root = array if type(array) is _ndarray and array.base is None else owner_of(array)
-        entry = self.entries.get(id(root))
+        # By the array's own id first: a saved array usually owns its memory, and a view, being
+        # alive, cannot share its id with a live buffer, so only a miss walks to the owner.
+        entries = self.entries
+        entry = entries.get(id(array)) or entries.get(id(owner_of(array)))
         if entry is None:
             self.register(array, "workspace", "device")
-            entry = self.entries.get(id(root))
+            entry = entries.get(id(owner_of(array)))
             if entry is None:  # a Python or NumPy scalar: nothing to count
                 return
         entry.holds += 1
         if entry.holds == 1 and entry.base == "workspace":
-            self._move(entry, "activation")
+            if self.trackers:
+                self._move(entry, "activation")
+            else:  # _move without trackers, written out: hold and unhold run for every saved array
+                counts, nbytes = entry.counts, entry.nbytes
+                counts["workspace"] -= nbytes
+                counts["activation"] += nbytes
+                entry.bucket = "activation"
 
     def unhold(self, array):
         """Undo one :meth:`hold`; the array returns to ``workspace`` when no hold is left."""
-        root = array if type(array) is _ndarray and array.base is None else owner_of(array)
-        entry = self.entries.get(id(root))
+        entries = self.entries
+        entry = entries.get(id(array)) or entries.get(id(owner_of(array)))  # as in hold
         if entry is None or entry.holds == 0:
             return
         entry.holds -= 1
         if entry.holds == 0 and entry.bucket == "activation":
-            self._move(entry, entry.base)
+            if self.trackers:
+                self._move(entry, entry.base)
+            else:  # as in hold
+                counts, nbytes, base = entry.counts, entry.nbytes, entry.base
+                counts["activation"] -= nbytes
+                counts[base] += nbytes
+                entry.bucket = base
 
     def _set_bucket(self, entry, bucket, base):
         """Give ``entry`` the owner ``base`` and count it in ``bucket`` (``activation`` instead
@@ -171,15 +190,13 @@ class Ledger:
             self._move(entry, bucket)
 
     def _move(self, entry, bucket):
-        """Count ``entry`` in ``bucket`` from now on; trackers see a free, then an alloc.
-
-        Runs twice per saved array (hold, then unhold), so attributes are read once into locals."""
-        old, live, nbytes = entry.bucket, self.live[entry.place], entry.nbytes
-        live[old] -= nbytes
+        """Count ``entry`` in ``bucket`` from now on; trackers see a free, then an alloc."""
+        old, counts, nbytes = entry.bucket, entry.counts, entry.nbytes
+        counts[old] -= nbytes
         if self.trackers:
             self._event("free", old, entry.place, nbytes, entry.label, entry)
         entry.bucket = bucket
-        live[bucket] += nbytes
+        counts[bucket] += nbytes
         if self.trackers:
             self._event("alloc", bucket, entry.place, nbytes, entry.label, entry)
 
