@@ -143,8 +143,6 @@ def _half_forward(module, fmt, dtype, saved_as):
         finally:
             for name, p in originals:
                 object.__setattr__(module, name, p)
-        if isinstance(out, Tensor):  # the usual case, without _map_tensors' walk
-            return round_grad(out)
         return _map_tensors(out, round_grad)
 
     return forward
