@@ -1,9 +1,11 @@
 """tinymem bench: the README's speed table is the one generated from figures/data/bench.json, and
 the records carry what they were measured on (no timing is asserted here)."""
 import pathlib
+import warnings
 
 import pytest
 
+from tinymem import plots
 from tinymem.benchmarks import readme, targets
 from tinymem.measure.records import read_records
 
@@ -32,7 +34,11 @@ def test_render_refuses_a_readme_without_markers():
         readme.render("# no table here\n", {"rows": [], "rounds": 1, "clock": "", "meta": {}})
 
 
-def test_plot_draws_every_row(tmp_path):
+def test_plot_draws_every_row_without_layout_problems(tmp_path):
     records = read_records(ROOT / "figures", "bench")
-    paths = targets.plot(records, tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", plots.LayoutWarning)
+        paths = targets.plot(records, tmp_path)
     assert paths and (tmp_path / "bench.png").stat().st_size > 10_000
+    problems = [str(w.message) for w in caught if issubclass(w.category, plots.LayoutWarning)]
+    assert problems == []

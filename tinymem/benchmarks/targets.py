@@ -267,6 +267,10 @@ def plot(records, outdir):
 
     rows = records["rows"]
     fig, ax = plots.new_figure(width=8.0, height=0.55 * len(rows) + 1.6)
+    # The medians as a column of labels right of every whisker and target line (a label next
+    # to its own whisker can land on a target line).
+    right = max([r["max"] for row in rows for r in row["contenders"].values()]
+                + [row["target"] for row in rows if row["target"] is not None]) * 1.12
     for i, row in enumerate(rows):
         y = len(rows) - 1 - i
         for contender, dy, color in (("tinymem", 0.12, "#4c72b0"), ("torch", -0.18, "#dd8452")):
@@ -278,16 +282,17 @@ def plot(records, outdir):
             ax.plot(r["median"], y + dy, "o", color=color, ms=5,
                     label=contender if i == 0 or (contender == "torch" and "torch" not in
                                                   [t.get_label() for t in ax.lines]) else None)
-            ax.text(r["max"] * 1.04, y + dy, f"{r['median']:.2f}x", va="center", fontsize=8, color=color)
+            ax.text(right, y + dy, f"{r['median']:.2f}x", va="center", fontsize=8, color=color)
         if row["target"] is not None:
             ax.plot([row["target"]] * 2, [y - 0.38, y + 0.38], color="#c44e52", lw=1.5,
                     label="target" if i == 0 else None)
     ax.axvline(1.0, color="#999999", lw=0.8, ls=":")
     ax.set_xscale("log")
+    ax.set_xlim(right=right * 1.3)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([row["label"] for row in reversed(rows)], fontsize=8)
     ax.set_xlabel("time ratio to the row's baseline (log scale); a dot left of its red target line meets it")
     ax.set_title(f"speed targets: median of {records['rounds']} rounds in turns,\nbox = quartiles, "
                  f"line = min to max; {records['clock']}", fontsize=8)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)
     return [plots.save(fig, records, outdir, "bench.png")]
