@@ -67,11 +67,29 @@ def device(request):
     return request.param
 
 
+def pytest_collection_finish(session):
+    """Freeze what is alive once the tests are collected (NumPy, PyTorch, matplotlib,
+    Hypothesis and every test module): the ``gc.collect()`` after each test then walks only
+    the objects tests made since. Walking the whole heap after each test took about a quarter
+    of a second, half of the suite's time. Frozen objects are never collected; a test's own
+    garbage is made after this point and is."""
+    import matplotlib.pyplot  # noqa: F401  (imported by many tests: frozen with the rest)
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True)
-def _seed():
+def _seed(request):
+    # gc.get_referrers does not look at frozen objects: the leak finder, which walks up to a
+    # module's globals, runs with the heap thawed (and frozen again after, survivors included).
+    whole_heap = request.node.get_closest_marker("whole_heap") is not None
+    if whole_heap:
+        gc.unfreeze()
     tm.manual_seed(0)
     yield
     gc.collect()
+    if whole_heap:
+        gc.freeze()
 
 
 def to_np(x):

@@ -8,7 +8,7 @@ import tinymem.functional as F
 from tinymem import memory, planner
 from tinymem.experiments import sharing_jobs
 
-pytestmark = pytest.mark.exercise_09
+pytestmark = [pytest.mark.exercise_09, pytest.mark.whole_heap]  # find_leaks: see conftest
 
 
 def _mlp(sizes=(16, 32, 4), batch=16, seed=0):

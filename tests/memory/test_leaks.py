@@ -8,6 +8,9 @@ import tinymem as tm
 import tinymem.functional as F
 from tinymem import memory
 
+# The referrer search must see module globals, which the suite's gc.freeze() hides (conftest).
+pytestmark = pytest.mark.whole_heap
+
 _SEEN = []  # a module global that a step appends to: the leak's holder is a global
 
 
@@ -133,3 +136,22 @@ def test_live_tensors_lists_what_is_alive_with_its_bytes():
 def test_find_leaks_needs_three_steps():
     with pytest.raises(ValueError, match="steps >= 3"):
         memory.find_leaks(lambda: None, steps=2)
+
+
+def test_a_holder_frozen_by_gc_freeze_is_not_named_and_the_finder_warns():
+    """gc.get_referrers skips frozen objects: the global of the test above, frozen with its
+    module, cannot be found; the finder says why instead of naming a wrong holder."""
+    model, _, x, _ = _setup()
+
+    def step():
+        with tm.no_grad():
+            _SEEN.append(model(x))
+
+    gc.freeze()  # this module's dict is frozen now; the step's arrays, made later, are not
+    try:
+        with pytest.warns(RuntimeWarning, match="gc.unfreeze"):
+            leaks = memory.find_leaks(step, steps=4)
+    finally:
+        gc.unfreeze()
+        _SEEN.clear()
+    assert len(leaks) == 1 and leaks[0].bytes_per_step == 640 and "_SEEN" not in leaks[0].holder, leaks

@@ -16,10 +16,14 @@ running function, a global of a module. That path is the reference chain it repo
 Cost: ``warmup + steps`` steps, a ``gc.collect()`` after each, and per leak one scan of the
 heap per level of the chain (``gc.get_referrers`` looks at every tracked object): a second or
 so in a big process. A debugging tool, not something to leave in a training loop.
+
+Pitfall: objects frozen by ``gc.freeze()`` are invisible to ``gc.get_referrers``; with any
+frozen, :func:`find_leaks` warns, and a holder among them is reported as not found.
 """
 import gc
 import sys
 import types
+import warnings
 import weakref
 from collections import namedtuple
 from dataclasses import dataclass, field
@@ -82,6 +86,10 @@ def find_leaks(step_fn, steps=5, warmup=1):
     """
     if steps < 3:
         raise ValueError(f"find_leaks needs steps >= 3 to tell growth from the last step's arrays, got {steps}")
+    if gc.get_freeze_count():
+        warnings.warn(f"find_leaks: gc.freeze() has put {gc.get_freeze_count()} objects where "
+                      "gc.get_referrers does not look, so a holder among them (a module's globals, "
+                      "say) cannot be named; call gc.unfreeze() first", RuntimeWarning, stacklevel=2)
     for _ in range(warmup):
         step_fn()
     gc.collect()
