@@ -70,3 +70,32 @@ def test_slanted_tick_labels_side_by_side_do_not_count_as_overlapping():
     # their upright boxes do overlap: only the slant keeps them apart
     boxes = [t.get_window_extent() for t in ax.get_xticklabels()]
     assert boxes[0].overlaps(boxes[1])
+
+
+def test_label_points_moves_a_label_off_the_data_and_off_other_labels(tmp_path):
+    """Two points at one place and a line through the first offset's spot: the labels end up
+    apart and off the line, placed after the layout (save), so the check finds nothing."""
+    records = {"meta": {"machine": "box", "device": "cpu", "date": "2030-01-01"}}
+    fig, ax = plots.new_figure()
+    ax.plot([0, 1], [0, 1], "o")
+    ax.plot([0.12, 0.3], [0.47, 0.47], "-")  # passes just below and right of (0.1, 0.5)
+    ax.plot([0.1], [0.5], "s")
+    plots.label_points(ax, [("first", (0.1, 0.5), "k"), ("second", (0.1, 0.5), "k")])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", plots.LayoutWarning)
+        plots.save(fig, records, tmp_path, "labels.png")
+    assert [str(w.message) for w in caught if issubclass(w.category, plots.LayoutWarning)] == []
+    placed = {t.get_text(): t.xyann for t in ax.texts}
+    assert set(placed) == {"first", "second"} and placed["first"] != placed["second"]
+    assert placed["first"] != plots.LABEL_OFFSETS[0]  # the line took the first spot
+
+
+def test_label_points_with_no_free_place_keeps_the_first_and_the_check_says_so():
+    fig, ax = plots.new_figure(width=1.2, height=1.0)
+    ax.plot(range(50), [i % 7 for i in range(50)], "o-")  # data everywhere
+    plots.label_points(ax, [("a long label that fits nowhere", (25, 3), "k")])
+    fig.tight_layout()
+    ax_labels = ax._tinymem_labels
+    plots._place_labels(ax, *ax_labels[0])
+    assert ax.texts[0].xyann == plots.LABEL_OFFSETS[0]
+    assert any("sits on the data" in p or "clipped" in p for p in plots.layout_problems(fig))

@@ -81,6 +81,9 @@ def save(fig, records, outdir, name, note=None):
     extra = stamp(fig, records, note)
     height = fig.get_size_inches()[1]
     fig.tight_layout(rect=(0, extra / height, 1, 1))
+    for ax in fig.axes:
+        for labels, offsets in getattr(ax, "_tinymem_labels", []):
+            _place_labels(ax, labels, offsets)
     for problem in layout_problems(fig):
         warnings.warn(f"{name}: {problem}", LayoutWarning, stacklevel=2)
     os.makedirs(outdir, exist_ok=True)
@@ -250,6 +253,53 @@ def layout_problems(fig):
             if _inset(box_a, 1.5).overlaps(_inset(box_b, 1.5)) and not _parallel_apart(text_a, text_b, renderer):
                 problems.append(f"{a} overlaps {b}")
     return problems
+
+
+# Where a point's label may go, in points from the point, tried in this order.
+LABEL_OFFSETS = ((4, -10), (4, 4), (-4, 4), (-4, -10), (7, -3), (-7, -3), (0, 9), (0, -15))
+
+
+def label_points(ax, labels, offsets=LABEL_OFFSETS):
+    """Ask :func:`save` to label points of ``ax``: each ``(text, (x, y), color)`` goes at the
+    first offset of ``offsets`` where it stays inside the axes and covers neither data nor a
+    text already there (the first offset when none is free: :func:`layout_problems` then says
+    so). Placed by :func:`save` once the figure is laid out, when the data sit where they will
+    be drawn (a label placed before ``tight_layout`` can land on a line that moved)."""
+    ax._tinymem_labels = getattr(ax, "_tinymem_labels", []) + [(labels, offsets)]
+
+
+def _place_labels(ax, labels, offsets, **text_kwargs):
+    """Annotate now (see :func:`label_points`); returns the annotations."""
+    fig = ax.figure
+    fig.canvas.draw()  # settles autoscaled limits, so data positions are final
+    renderer = fig.canvas.get_renderer()
+    paths, frame = _data_paths(ax, renderer), _inset(ax.get_window_extent(renderer), 3)
+    taken = [matplotlib.text.Text.get_window_extent(t, renderer) for t in ax.texts]
+    legend = ax.get_legend()
+    if legend is not None:
+        taken.append(legend.get_window_extent(renderer))
+    kwargs = {"fontsize": 8, "textcoords": "offset points", **text_kwargs}
+    placed = []
+
+    def put(text, xy, color, offset):
+        # a label left of its point ends there, one above or below is centred on it
+        align = "right" if offset[0] < 0 else "center" if offset[0] == 0 else "left"
+        label = ax.annotate(text, xy, xytext=offset, color=color, ha=align, **kwargs)
+        label.update_positions(renderer)  # an annotation finds its place when drawn, else now
+        return label, matplotlib.text.Text.get_window_extent(label, renderer)
+
+    for text, xy, color in labels:
+        for offset in offsets:
+            label, box = put(text, xy, color, offset)
+            if (frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1) and not _hits(box, paths)
+                    and not any(_inset(box, 1.5).overlaps(_inset(t, 1.5)) for t in taken)):
+                break
+            label.remove()
+        else:  # nowhere free: the first place (layout_problems will say so)
+            label, box = put(text, xy, color, offsets[0])
+        taken.append(box)
+        placed.append(label)
+    return placed
 
 
 def _parallel_apart(a, b, renderer):

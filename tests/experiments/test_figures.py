@@ -18,7 +18,7 @@ from tinymem.measure.claims import evaluate
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "figures")
 # Families whose figures pass plots.layout_problems (no small, clipped or overprinted text, no
 # legend on the data); a family joins once its figures do.
-LAYOUT_CHECKED = ["memory_timeline", "precision", "quantization", "offload", "optimizers", "stack",
+LAYOUT_CHECKED = ["memory_timeline", "checkpoint", "precision", "quantization", "offload", "optimizers", "stack",
                   "workload_resolution", "workload_seq_len", "workload_embeddings",
                   "edge", "what_fits", "rl", "watching", "partition"]
 

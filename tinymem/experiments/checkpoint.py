@@ -225,6 +225,7 @@ def _plot_depth(records, outdir):
 def _plot_frontier(records, outdir):
     data = records["frontier"]
     fig, (ax, ax_models) = plots.new_figure(ncols=2, width=6.4, height=4.8)
+    labels = []
     for kind, color, marker in (("segments", "#4c72b0", "o"), ("revolve", "#55a868", "^")):
         pts = sorted((p for p in data["points"] if p["kind"] == kind), key=lambda p: p["predicted_memory_ratio"])
         name = "segments k" if kind == "segments" else "revolve, s slots"
@@ -232,14 +233,10 @@ def _plot_frontier(records, outdir):
                 color=color, lw=1, alpha=0.7, label=f"{name}: predicted")
         ax.scatter([p["memory_ratio"] for p in pts], [p["time_ratio"] for p in pts], color=color,
                    marker=marker, s=18, label=f"{name}: measured", zorder=3)
-        # A few labels only, below the segment points and above the revolve ones: the segment
-        # counts crowd into one corner of the plot.
+        # A few labels only (the segment counts crowd into one corner), placed once all is drawn.
         labelled = (2, 8, 64) if kind == "segments" else (2, 4, 8, 16)  # s=64 sits under PyTorch k=64
-        for p in pts:
-            if p["count"] in labelled:
-                ax.annotate(f"{'k' if kind == 'segments' else 's'}={p['count']}",
-                            (p["memory_ratio"], p["time_ratio"]), fontsize=8, color=color,
-                            xytext=(4, -9) if kind == "segments" else (3, 4), textcoords="offset points")
+        labels += [(f"{'k' if kind == 'segments' else 's'}={p['count']}", (p["memory_ratio"], p["time_ratio"]), color)
+                   for p in pts if p["count"] in labelled]
     if data["torch_points"]:
         tp = data["torch_points"]
         ax.scatter([p["memory_ratio"] for p in tp], [p["time_ratio"] for p in tp], facecolors="none",
@@ -257,6 +254,7 @@ def _plot_frontier(records, outdir):
     ax.grid(alpha=0.3, which="both")
     # Below the axes: the points fill every corner at one size or another.
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+    plots.label_points(ax, labels)
     _plot_models(ax_models, records.get("models", {}))
     return plots.save(fig, records, outdir, FIGURES[1])
 
@@ -267,6 +265,7 @@ _STRATEGY_COLORS = {"none": "#8c8c8c", "full recompute": "#c44e52", "sqrt(n) seg
 
 def _plot_models(ax, models):
     """Whole models: each strategy's activation peak and step time relative to none."""
+    labels = []
     for (key, data), marker in zip(models.items(), ("o", "s")):
         none = data["rows"][0]["step_seconds"]
         for r in data["rows"]:
@@ -276,15 +275,17 @@ def _plot_models(ax, models):
                 low, high = r["step"]["q1"] / none, r["step"]["q3"] / none
                 ax.errorbar(r["memory_ratio"], r["time_ratio"], color=_STRATEGY_COLORS[r["strategy"]],
                             yerr=[[r["time_ratio"] - low], [high - r["time_ratio"]]], lw=1, capsize=2)
-            ax.annotate(r["strategy"], (r["memory_ratio"], r["time_ratio"]), fontsize=8,
-                        xytext=(4, 3 if marker == "o" else -9), textcoords="offset points")
+            label = (r["strategy"], (r["memory_ratio"], r["time_ratio"]), "#222222")
+            if label not in labels:  # "none" is (1, 1) for every model: one label
+                labels.append(label)
         ax.scatter([], [], color="#444444", marker=marker, label=data["model"])
     ax.set_xscale("log")
     ax.set_xlabel("activation peak / no checkpointing")
     ax.set_ylabel("step time / no checkpointing (median, IQR)")
     ax.set_title("Whole models: full, sqrt(n) and selective recomputation", fontsize=9)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="lower left")  # low memory and low time: where no strategy lands
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16))  # any corner may hold a point
+    plots.label_points(ax, labels)
 
 
 def plot(records, outdir):
