@@ -9,6 +9,7 @@ Rows (subject / baseline, target):
     fp16_machinery   the same with identity codecs / fp32 (no target: what is not conversion)
     bf16         bf16 storage step / fp32 step, same MLP                                  <= 1.2
     checkpoint   sqrt(n) segments / plain, 64 x Linear(512), batch 128   <= PyTorch's ratio, same run
+    checkpoint_forward   that model's forward, tinymem / PyTorch (no target: what a recomputation costs)
     offload      save_on_host / plain, 8 x Linear(384), batch 2048                        <= 1.02
 
 How: every function runs on one thread (NumPy's BLAS and PyTorch) and is timed in CPU seconds of
@@ -127,8 +128,15 @@ def _checkpoint_row(quick, torch):
         pairs["torch"] = (lambda: torch_step(twin, xt, gt, k), lambda: torch_step(twin, xt, gt, 1))
     # Two steps per timing: PyTorch's ratio is this row's target, and with one step a round's
     # ratio swung by +-0.1 (quartiles 1.20-1.39 on 15 rounds), more than the effect compared.
-    return Row("checkpoint", "sqrt(n) checkpoint / plain", f"sqrt(n) checkpointing vs plain, {depth}x Linear({width}), batch {size}",
-               None, pairs, inner=2, target_from="torch" if torch is not None else None)
+    rows = [Row("checkpoint", "sqrt(n) checkpoint / plain", f"sqrt(n) checkpointing vs plain, {depth}x Linear({width}), batch {size}",
+                None, pairs, inner=2, target_from="torch" if torch is not None else None)]
+    if torch is not None:
+        # What checkpointing adds is one more forward of most blocks: its cost is each engine's
+        # forward, so the two rows' extra times differ as their forwards do (no target).
+        rows.append(Row("checkpoint_forward", "forward, tinymem / PyTorch",
+                        f"the forward that recomputation repeats ({depth}x Linear({width}) + ReLU, graph recorded), "
+                        "tinymem vs PyTorch", None, {"tinymem": (lambda: model(x), lambda: twin(xt))}, inner=2))
+    return rows
 
 
 def _offload_row(quick, torch):
@@ -181,7 +189,7 @@ def build_rows(quick=False, only=None):
                 ("tiny_op", lambda: [_tiny_op_row(torch)] if torch is not None else []),
                 ("adam8bit", lambda: _optimizer_rows(quick)), ("lion", lambda: []),
                 ("fp16", lambda: _precision_rows(quick)), ("bf16", lambda: []),
-                ("checkpoint", lambda: [_checkpoint_row(quick, torch)]),
+                ("checkpoint", lambda: _checkpoint_row(quick, torch)),
                 ("offload", lambda: [_offload_row(quick, torch)])]
     rows = [row for _, build in builders for row in build()]
     return [r for r in rows if only is None or r.key in only]
