@@ -167,7 +167,8 @@ class Codebook:
         the key may be ``x.view(np.int32)``, x's own memory."""
         xp = backend.array_module(x)
         if work is None:
-            work = (xp.empty(x.size, np.int32),) + workspace(x.size, xp)[1:]
+            values, bucket, entry = workspace(x.size, xp)
+            work = (values.view(np.int32), bucket, entry)
         key, bucket, entry = work
         out = xp.empty(x.shape, np.uint8) if out is None else out
         bits = x.view(np.int32)
