@@ -149,3 +149,18 @@ def test_a_graph_dropped_without_backward_releases_its_activations():
     assert memory.live_bytes("activation") > before
     del out
     assert memory.live_bytes("activation") == before
+
+
+def test_register_bytes_counts_an_owner_until_it_dies_and_refuses_it_twice():
+    class Handle:  # what a file offload registers: an object standing for bytes elsewhere
+        pass
+
+    before = memory.live_bytes("workspace", "disk")
+    handle = Handle()
+    memory.register_bytes(handle, 1000, "workspace", "disk", label="a file")
+    assert memory.live_bytes("workspace", "disk") == before + 1000
+    with pytest.raises(ValueError, match="already counted"):
+        memory.register_bytes(handle, 500, "workspace", "disk")
+    assert memory.live_bytes("workspace", "disk") == before + 1000
+    del handle
+    assert memory.live_bytes("workspace", "disk") == before

@@ -123,7 +123,12 @@ class Ledger:
         return array
 
     def register_bytes(self, owner, nbytes, bucket, place, label=None):
-        """Count ``nbytes`` that are not an array (a file on disk, say) until ``owner`` dies."""
+        """Count ``nbytes`` that are not an array (a file on disk, say) until ``owner`` dies.
+        An owner counts once: registering it again raises instead of ignoring the new bytes."""
+        if id(owner) in self.entries:
+            raise ValueError(f"register_bytes: this {type(owner).__name__} is already counted "
+                             f"({self.entries[id(owner)].nbytes} bytes); give each counted buffer "
+                             "its own owner object")
         self.register(None, bucket, place, owner, label, int(nbytes))
 
     def _on_death(self, entry):
