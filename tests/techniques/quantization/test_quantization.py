@@ -79,6 +79,56 @@ def test_fake_quantize_forward_and_gradient_equal_pytorch(per_channel):
     np.testing.assert_array_equal(ours.grad.numpy(), t.grad.numpy())
 
 
+def _exact_ties(scale):
+    """Values whose x / scale is an exact half-integer in float32 (-6.5 .. 5.5)."""
+    return ((np.arange(-6, 6) + 0.5).astype(np.float32) * np.float32(scale)).astype(np.float32)
+
+
+@requires_torch
+@pytest.mark.parametrize("dtype,lo,hi,zero_point", [("quint8", 0, 255, 3), ("quint8", 0, 255, 128),
+                                                    ("qint8", -128, 127, -5), ("qint8", -128, 127, 0)])
+def test_exact_ties_round_half_to_even_before_the_zero_point_as_fake_quantize(dtype, lo, hi, zero_point):
+    # A tie is where the order matters: round(x / s) + z and round(x / s + z) differ by one step
+    # at half of the ties when z is odd (torch.quantize_per_tensor takes the second order).
+    import torch
+    scale = 0.25  # a power of two: x / s and x * (1 / s) are the same exact half-integers
+    x = _exact_ties(scale)
+    ours = Q.quantize(x, scale, zero_point, dtype).astype(np.int64)
+    np.testing.assert_array_equal(ours, np.clip(np.rint(x / np.float32(scale)).astype(np.int64) + zero_point, lo, hi))
+    fq = torch.fake_quantize_per_tensor_affine(torch.from_numpy(x), scale, zero_point, lo, hi).numpy()
+    np.testing.assert_array_equal(ours, np.rint(fq / scale).astype(np.int64) + zero_point)
+
+
+@pytest.mark.parametrize("dtype,zero_point", [("quint8", 3), ("qint8", -5)])
+def test_exact_ties_equal_onnx_quantize_linear(dtype, zero_point):
+    """The edge runtime computes the same codes, ties included (per tensor and per channel)."""
+    pytest.importorskip("onnxruntime")
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    elem = TensorProto.UINT8 if dtype == "quint8" else TensorProto.INT8
+    np_dtype = np.uint8 if dtype == "quint8" else np.int8
+    scales = np.array([0.25, 0.5, 0.125], np.float32)
+    x = np.stack([_exact_ties(s) for s in scales], axis=1)  # (12, 3): channel c has ties of scales[c]
+    zps = np.array([zero_point, zero_point + 2, zero_point - 1], np_dtype)
+    cases = [(scales[:1].reshape(()), zps[:1].reshape(()), None), (scales, zps, 1)]
+    for s, z, axis in cases:
+        node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], **({} if axis is None else {"axis": axis}))
+        graph = helper.make_graph(
+            [node], "q", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+            [helper.make_tensor_value_info("q", elem, x.shape)],
+            [helper.make_tensor("s", TensorProto.FLOAT, s.shape, s.reshape(-1).tolist()),
+             helper.make_tensor("z", elem, z.shape, z.reshape(-1).tolist())])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 7
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        expected = session.run(None, {"x": x})[0]
+        ours = Q.quantize(x, s, z.astype(np.int64), dtype, axis=axis)
+        np.testing.assert_array_equal(ours, expected)
+        onnx.checker.check_model(model)
+
+
 def test_fake_quantize_gradient_is_straight_through(device):
     x = tm.tensor(backend.to_device(np.linspace(-3, 3, 61, dtype=np.float32), device), requires_grad=True)
     Q.fake_quantize(x, 0.01, 128, 0, 255).sum().backward()

@@ -124,7 +124,11 @@ def _arrays(x, scale, zero_point, axis):
 
 
 def _round_shift(xp, data, scale, zero_point):
-    # Multiply by the float32 reciprocal, as PyTorch's quantize kernels do, so ties break alike.
+    # Multiply by the float32 reciprocal, as PyTorch's kernels do, so near-ties land alike; then
+    # round (half to even) *before* adding the zero point, as the formula says and as PyTorch's
+    # fake_quantize and ONNX's QuantizeLinear do. Pitfall: torch.quantize_per_tensor's CPU
+    # kernel adds the zero point first, so where x / scale is an exact .5 and zero_point is
+    # odd its code is one step from ours (and from fake_quantize's).
     inv = (np.float32(1.0) / scale).astype(np.float32)
     return xp.rint(data.astype(np.float32) * inv) + zero_point.astype(np.float32)
 
