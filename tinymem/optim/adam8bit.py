@@ -36,13 +36,17 @@ from .adam import Adam
 class Adam8bit(Adam):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  block_size=2048, min_8bit_size=4096, qmap="dynamic"):
-        if qmap not in blockwise.MAPS:
-            raise ValueError(f"unknown qmap {qmap!r}; choose one of {', '.join(blockwise.MAPS)}")
-        if block_size < 1 or min_8bit_size < 0:
-            raise ValueError(f"block_size must be >= 1 and min_8bit_size >= 0, got {block_size}, {min_8bit_size}")
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         for group in self.param_groups:
-            group.update(block_size=block_size, min_8bit_size=min_8bit_size, qmap=qmap)
+            # A group's own values win, as for lr (e.g. min_8bit_size=0 for one group's small tensors).
+            group.setdefault("block_size", block_size)
+            group.setdefault("min_8bit_size", min_8bit_size)
+            group.setdefault("qmap", qmap)
+            if group["qmap"] not in blockwise.MAPS:
+                raise ValueError(f"unknown qmap {group['qmap']!r}; choose one of {', '.join(blockwise.MAPS)}")
+            if group["block_size"] < 1 or group["min_8bit_size"] < 0:
+                raise ValueError(f"block_size must be >= 1 and min_8bit_size >= 0, got {group['block_size']}, "
+                                 f"{group['min_8bit_size']}")
         self._maps = {}
 
     # Two codebooks (m's signed map, v's unsigned one), each 256 float32 values and a table of

@@ -24,11 +24,16 @@ from .adam import Adam
 class GaLore(Adam):
     def __init__(self, params, lr=1e-3, rank=128, update_proj_gap=200, scale=0.25,
                  betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-        if rank < 1 or update_proj_gap < 1:
-            raise ValueError(f"rank and update_proj_gap must be >= 1, got {rank}, {update_proj_gap}")
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         for group in self.param_groups:
-            group.update(rank=rank, update_proj_gap=update_proj_gap, scale=scale)
+            # A group's own values win, as for lr: a per-group rank is how GaLore's reference
+            # API picks the groups to project.
+            group.setdefault("rank", rank)
+            group.setdefault("update_proj_gap", update_proj_gap)
+            group.setdefault("scale", scale)
+            if group["rank"] < 1 or group["update_proj_gap"] < 1:
+                raise ValueError(f"rank and update_proj_gap must be >= 1, got {group['rank']}, "
+                                 f"{group['update_proj_gap']}")
 
     @staticmethod
     def _projected(shape, group):
