@@ -130,7 +130,11 @@ class Optimizer:
 
         Temporaries the size of a parameter are what pushes the step's peak above the sum of
         the buckets; registering them keeps the ledger's peak honest against the allocator's.
+        Arithmetic on a 0-d NumPy array gives a NumPy scalar, which cannot be written into
+        (``out=``, ``+=``); it comes back as a 0-d array, so a scalar parameter steps like any other.
         """
+        if isinstance(array, np.generic):
+            array = np.asarray(array)
         return memory.register(array, "workspace", place=self.update_place)
 
     def _average_square(self, v, g, decay, out=None):
