@@ -8,11 +8,14 @@ from tinymem.nn.utils import clip_grad_norm_
 
 
 @requires_torch
-@pytest.mark.parametrize("norm_type,max_norm", [(2.0, 0.5), (1.0, 100.0), (float("inf"), 0.5)])
+@pytest.mark.parametrize("norm_type,max_norm", [(2.0, 0.5), (1.0, 100.0), (float("inf"), 0.5), (3.0, 0.5), (0.5, 1.0),
+                                               # -inf is the smallest |g|, 0 counts nonzeros (then norms of norms)
+                                               (float("-inf"), 1e-3), (0.0, 0.5)])
 def test_matches_torch(norm_type, max_norm):
     import torch
     rng = np.random.default_rng(0)
     grads = [rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (5,))]
+    grads[0][1, 2] = 0.0  # a zero entry: not counted by the 0-"norm", the smallest for -inf
     ours = [tm.tensor(np.zeros_like(g), requires_grad=True) for g in grads]
     theirs = [torch.zeros(g.shape, requires_grad=True) for g in grads]
     for o, t, g in zip(ours, theirs, grads):

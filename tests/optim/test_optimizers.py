@@ -169,6 +169,43 @@ def test_load_state_dict_rejects_another_layout():
         a.load_state_dict(b.state_dict())
 
 
+@requires_torch
+@pytest.mark.parametrize("case", list(TORCH_CASES))
+def test_a_scalar_parameter_steps_as_in_torch(case):
+    """A 0-d parameter (a learned temperature, say): NumPy arithmetic on it gives scalars,
+    which the in-place update must not trip over."""
+    import torch
+    name, options = TORCH_CASES[case]
+    params, grads = _problem(shapes=[(), (3,)], steps=5)
+    ours = _run_tinymem(lambda ps: getattr(optim, name)(ps, **options), params, grads, "cpu")
+    ref = _run_torch(lambda ps: getattr(torch.optim, name)(ps, **options), params, grads)
+    assert ours[0].shape == ()
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-5)
+
+
+def test_lion_steps_a_scalar_parameter_as_the_paper():
+    params, grads = _problem(shapes=[()], steps=5)
+    opts = {"lr": 1e-2, "betas": (0.9, 0.99), "weight_decay": 0.1}
+    ours = _run_tinymem(lambda ps: optim.Lion(ps, **opts), params, grads, "cpu")
+    ref = _lion_reference(params, grads, opts["lr"], opts["betas"], opts["weight_decay"])
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-6)
+
+
+def test_per_group_options_of_galore_and_adam8bit_win_over_the_constructor():
+    a, b = Parameter(np.ones((8, 8), np.float32)), Parameter(np.ones((8, 8), np.float32))
+    galore = optim.GaLore([{"params": [a], "rank": 2, "scale": 1.0}, {"params": [b]}], lr=0.01, rank=4)
+    assert [(g["rank"], g["scale"]) for g in galore.param_groups] == [(2, 1.0), (4, 0.25)]
+    opt = optim.Adam8bit([{"params": [a], "min_8bit_size": 0, "block_size": 16}, {"params": [b]}], lr=0.01)
+    a.grad, b.grad = np.ones((8, 8), np.float32), np.ones((8, 8), np.float32)
+    opt.step()
+    assert "exp_avg_codes" in opt.state[a] and opt.state[a]["exp_avg_absmax"].shape == (4,)  # 64 / 16 blocks
+    assert "exp_avg" in opt.state[b]  # 64 values < the default min_8bit_size: 32-bit state
+    with pytest.raises(ValueError, match="rank"):
+        optim.GaLore([{"params": [a], "rank": 0}], lr=0.01)
+    with pytest.raises(ValueError, match="qmap"):
+        optim.Adam8bit([{"params": [a], "qmap": "log"}], lr=0.01)
+
+
 @pytest.mark.parametrize("make", [lambda ps: optim.Adafactor(ps, d=0.5),
                                   lambda ps: optim.Adam8bit(ps, qmap="log"),
                                   lambda ps: optim.RMSprop(ps, alpha=1.5)])

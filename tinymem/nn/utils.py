@@ -34,13 +34,8 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             raise TypeError(f"clip_grad_norm_: gradient of dtype {g.dtype} (bfloat16 bits?); clip the "
                             "fp32 masters instead: clip_grad_norm_(optimizer.master_params(), max_norm)")
     xp = backend.array_module(grads[0])
-    if math.isinf(norm_type):
-        norms = [xp.abs(g.astype(np.float32)).max() for g in grads]
-        total = xp.stack(norms).max()
-    else:
-        norms = [(xp.abs(g.astype(np.float32)) ** norm_type).sum() ** (1.0 / norm_type) for g in grads]
-        total = (xp.stack(norms) ** norm_type).sum() ** (1.0 / norm_type)
-    total = total.astype(np.float32)
+    norms = [_vector_norm(xp, xp.abs(g.astype(np.float32)), norm_type) for g in grads]
+    total = _vector_norm(xp, xp.stack(norms), norm_type).astype(np.float32)
     if error_if_nonfinite and not bool(xp.isfinite(total)):
         raise RuntimeError(f"the total norm of order {norm_type} of the gradients is non-finite, so "
                            "they cannot be clipped; pass error_if_nonfinite=False to clip anyway")
@@ -49,3 +44,15 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
         for g in grads:
             g *= g.dtype.type(coef)
     return Tensor(total)
+
+
+def _vector_norm(xp, a, order):
+    """The ``order``-norm of the non-negative values ``a``, as ``torch.linalg.vector_norm``:
+    inf the largest, -inf the smallest, 0 the count of nonzeros, else (sum a^p)^(1/p)."""
+    if order == math.inf:
+        return a.max()
+    if order == -math.inf:
+        return a.min()
+    if order == 0:
+        return xp.count_nonzero(a).astype(np.float32) if xp is not np else np.float32(np.count_nonzero(a))
+    return (a ** order).sum() ** (1.0 / order)
