@@ -181,6 +181,32 @@ def test_float32_stays_float32_through_ops_with_python_scalars():
     assert x.grad.dtype == np.float32
 
 
+@requires_torch
+@pytest.mark.parametrize("base,exponent,grads", [
+    # a constant array exponent (no gradient of its own): backward still needs its values
+    ([1.5, 2.0, 0.7], [2.0, 3.0, -0.5], "a"),
+    # base 0: d/da at exponent 0 and d/db at exponent >= 0 are the limits (0), not 0 * inf
+    ([0.0, 2.0, 0.0, 3.0], [0.0, 0.0, 2.0, 1.5], "ab"),
+    ([0.0, 3.0, 0.0], [2.0, 2.0, 0.5], "b"),
+    ([0.0, 2.0], 0.0, "a"),
+])
+def test_pow_gradients_equal_pytorch_at_zero_and_with_constant_exponents(base, exponent, grads):
+    import torch
+    a_np, b_np = np.array(base), np.array(exponent)
+    a = tm.tensor(a_np, requires_grad="a" in grads)
+    ta = torch.tensor(a_np, requires_grad="a" in grads)
+    if isinstance(exponent, float):
+        b, tb = exponent, exponent
+    else:
+        b, tb = tm.tensor(b_np, requires_grad="b" in grads), torch.tensor(b_np, requires_grad="b" in grads)
+    (a ** b).sum().backward()
+    (ta ** tb).sum().backward()
+    if "a" in grads:
+        np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-12)
+    if "b" in grads:
+        np.testing.assert_allclose(b.grad.numpy(), tb.grad.numpy(), rtol=1e-12)
+
+
 def test_shape_mismatch_names_op_and_shapes():
     a, b = tm.tensor(np.ones((3, 4))), tm.tensor(np.ones((5,)))
     with pytest.raises(ValueError, match=r"add: shapes \(3, 4\) and \(5,\)"):

@@ -7,6 +7,8 @@ relu), so saving it costs nothing extra.
 """
 import math
 
+import numpy as np
+
 from ..autograd import Function
 from ..backend import array_module
 
@@ -67,23 +69,34 @@ class Neg(Function):
 
 
 class Pow(Function):
-    """a ** b for a tensor or constant exponent. Saves a, b and the output."""
+    """a ** b for a tensor or constant exponent. Saves a, an array exponent, and the output
+    when b needs a gradient.
+
+    At a = 0 the formulas meet 0 * inf and 0 * log(0); as PyTorch, d/da is 0 where b == 0 and
+    d/db is 0 where a == 0 and b >= 0 (the limits), not NaN.
+    """
 
     def forward(ctx, a, b):
         y = a ** b
-        ctx.save_for_backward(a, b if ctx.needs_input_grad[1] else None, y if ctx.needs_input_grad[1] else None)
-        ctx.scalar_exp = b if not hasattr(b, "shape") else None
+        needs = ctx.needs_input_grad
+        array_exp = hasattr(b, "shape")
+        ctx.save_for_backward(a, b if array_exp else None, y if needs[1] else None)
+        ctx.scalar_exp = None if array_exp else b
         return y
 
     def backward(ctx, g):
         a, b, y = ctx.saved_tensors
         xp = array_module(g)
         ga = gb = None
-        if ctx.needs_input_grad[0]:
-            exp = ctx.scalar_exp if ctx.scalar_exp is not None else b
-            ga = g * exp * a ** (exp - 1)
-        if ctx.needs_input_grad[1]:
-            gb = g * y * xp.log(a)
+        with np.errstate(divide="ignore", invalid="ignore"):  # 0 ** -1 and log(0), masked below
+            if ctx.needs_input_grad[0]:
+                exp = ctx.scalar_exp if ctx.scalar_exp is not None else b
+                if ctx.scalar_exp is not None:
+                    ga = g * exp * a ** (exp - 1) if exp != 0 else xp.zeros_like(g * a)
+                else:
+                    ga = g * xp.where(exp == 0, 0, exp * a ** (exp - 1))
+            if ctx.needs_input_grad[1]:
+                gb = g * xp.where((a == 0) & (b >= 0), 0, y * xp.log(a))
         return ga, gb
 
 
