@@ -26,6 +26,21 @@ def test_add_gives_each_input_its_own_gradient_buffer():
     np.testing.assert_array_equal(b.grad.numpy(), np.ones(3))
 
 
+@pytest.mark.parametrize("loss", [lambda p: p.mean(), lambda p: p.sum() * 2.0, lambda p: p.sum(axis=1).mean()],
+                         ids=["mean", "sum_times_2", "sum_axis_then_mean"])
+def test_a_broadcast_gradient_becomes_a_grad_that_can_be_edited_in_place(loss):
+    # sum's and mean's backward return a broadcast view of one value; as .grad it must be a
+    # buffer of its own, or clipping and unscale_ fail (read-only) or write every element at once.
+    p = tm.tensor(np.arange(6.0, dtype=np.float32).reshape(2, 3), requires_grad=True)
+    loss(p).backward()
+    expected = p.grad.numpy().copy()
+    p.grad.data[0, 0] *= 10  # what unscale_ or clipping do in place
+    expected[0, 0] *= 10
+    np.testing.assert_array_equal(p.grad.numpy(), expected)
+    tm.nn.utils.clip_grad_norm_([p], 1e-3)
+    assert np.linalg.norm(p.grad.numpy()) == pytest.approx(1e-3, rel=1e-3)
+
+
 def test_chain_of_3000_ops_backpropagates_without_recursion():
     x = tm.tensor(np.ones((2, 3)), requires_grad=True)
     h = x

@@ -23,12 +23,23 @@ def sum_to(grad, shape):
     return out.reshape(shape)
 
 
+def _borrowed(g):
+    """Whether ``g`` cannot serve as a ``.grad`` that is edited in place: a broadcast view (a
+    stride of 0 over a dimension longer than 1, as sum's and mean's backward return: writing
+    one element would write them all, and NumPy marks it read-only) or any read-only array."""
+    strides = getattr(g, "strides", None)
+    if strides is None:  # a row-sparse gradient (tinymem.sparse) owns its arrays
+        return False
+    return (any(s == 0 and n > 1 for s, n in zip(strides, g.shape))
+            or not getattr(g.flags, "writeable", True))  # CuPy's flags have no writeable
+
+
 def _accumulate_leaf(leaf, g, claimed):
     if g.dtype != leaf.dtype:
         g = g.astype(leaf.dtype)
-    elif id(memory.owner_of(g)) in claimed:
-        # An add passes one array to both inputs; each .grad must own its buffer, because
-        # unscale_ or clipping later edit gradients in place.
+    elif id(memory.owner_of(g)) in claimed or _borrowed(g):
+        # An add passes one array to both inputs, and sum's backward a broadcast view; each
+        # .grad must own its buffer, because unscale_ or clipping later edit gradients in place.
         g = g.copy()
     if leaf.grad is None:
         claimed.add(id(memory.owner_of(g)))
