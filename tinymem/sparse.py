@@ -26,6 +26,11 @@ class RowSparse:
     """A gradient of ``shape`` (R, ...) that is zero except on rows ``indices``: ``values[i]`` is row ``indices[i]``."""
 
     is_sparse = True
+    # ``dense + sparse`` with the dense array on the left: without these NumPy (and CuPy) would
+    # treat this object as a scalar and call __radd__ once per element; with them they hand
+    # the whole sum to __radd__.
+    __array_ufunc__ = None
+    __array_priority__ = 1000
 
     def __init__(self, indices, values, shape):
         if indices.ndim != 1 or values.shape != (len(indices),) + tuple(shape[1:]):
@@ -80,7 +85,10 @@ class RowSparse:
             return RowSparse(xp.concatenate([self.indices, other.indices]),
                              xp.concatenate([self.values, other.values]), self.shape).coalesce()
         # A dense gradient plus a sparse one is dense.
-        out = other.copy()
+        if tuple(other.shape) != self.shape:
+            raise ValueError(f"cannot add a dense gradient of shape {tuple(other.shape)} to a row-sparse "
+                             f"one of shape {self.shape}")
+        out = other.astype(self.values.dtype) if other.dtype != self.values.dtype else other.copy()
         scatter_add(array_module(out), out, self.indices, self.values)
         return out
 

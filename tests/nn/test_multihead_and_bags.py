@@ -111,6 +111,35 @@ def test_sparse_and_dense_gradients_equal_after_densifying():
     assert np.array_equal(to_np(sparse.weight.grad.data.to_dense()), to_np(dense.weight.grad))
 
 
+@requires_torch
+@pytest.mark.parametrize("order", ["one_backward", "dense_first", "sparse_first"])
+def test_a_sparse_and_a_dense_gradient_of_one_table_add_up_dense_as_in_torch(order):
+    """A table looked up sparsely and also used densely (tied weights, a penalty): the sum is
+    dense, in whichever order the two gradients arrive."""
+    import torch
+    w0 = np.random.default_rng(0).standard_normal((6, 3))
+    ids, offsets = np.array([1, 1, 2, 5]), np.array([0, 2])
+
+    def losses(w, bag, mul):
+        return (lambda: bag(w).sum()), (lambda: mul(w).sum())
+
+    w = tm.tensor(w0, requires_grad=True)
+    sparse, dense = losses(w, lambda t: F.embedding_bag(ids, t, offsets, mode="sum", sparse=True), lambda t: t * t)
+    wt = torch.tensor(w0, requires_grad=True)
+    tsparse, tdense = losses(wt, lambda t: torch.nn.functional.embedding_bag(
+        torch.from_numpy(ids), t, torch.from_numpy(offsets), mode="sum", sparse=True), lambda t: t * t)
+    for first, second in ([(sparse, dense), (tsparse, tdense)] if order != "dense_first"
+                          else [(dense, sparse), (tdense, tsparse)]):
+        if order == "one_backward":
+            (first() + second()).backward()
+        else:
+            first().backward()
+            second().backward()
+    grad = wt.grad.to_dense() if wt.grad.is_sparse else wt.grad
+    assert not getattr(w.grad.data, "is_sparse", False)
+    np.testing.assert_allclose(w.grad.numpy(), grad.numpy(), *TOL["float64"])
+
+
 def test_sparse_gradient_bytes_are_the_touched_rows():
     table = nn.EmbeddingBag(100_000, 8, mode="sum", sparse=True)
     ids = tm.tensor(np.array([[3, 5, 3], [7, 99_999, 5]]))
