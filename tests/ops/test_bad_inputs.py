@@ -43,3 +43,39 @@ def test_linear_refuses_an_int_input_instead_of_computing_in_float64():
     with pytest.raises(TypeError, match="int64.*x.float()"):
         layer(tm.tensor([[1, 2, 3]]))
     assert layer(tm.tensor([[1, 2, 3]]).float()).dtype == np.float32
+
+
+# -- shapes NumPy would broadcast, indices it would wrap, windows it would divide by zero ------------
+def test_embedding_refuses_indices_outside_the_table():
+    weight = tm.tensor(np.arange(12.0).reshape(4, 3), requires_grad=True)
+    for bad in ([0, -1], [4]):  # -1 would silently read the last row
+        with pytest.raises(IndexError, match=r"embedding indices must be in \[0, 4\)"):
+            F.embedding(np.array(bad), weight)
+    np.testing.assert_array_equal(F.embedding(np.array([3, 0]), weight).numpy(), [[9, 10, 11], [0, 1, 2]])
+
+
+def test_conv2d_refuses_a_bias_that_is_not_one_per_output_channel():
+    x, w = tm.tensor(np.ones((1, 2, 5, 5))), tm.tensor(np.ones((3, 2, 2, 2)))
+    with pytest.raises(ValueError, match=r"bias of shape \(1,\) for 3 output channels"):
+        F.conv2d(x, w, tm.tensor(np.ones(1)))
+    assert F.conv2d(x, w, tm.tensor(np.ones(3))).shape == (1, 3, 4, 4)
+
+
+@pytest.mark.parametrize("stride,padding", [(0, 0), (1, -1)])
+def test_windows_refuse_zero_stride_and_negative_padding(stride, padding):
+    x, w = tm.tensor(np.ones((1, 2, 6, 6))), tm.tensor(np.ones((3, 2, 2, 2)))
+    with pytest.raises(ValueError, match="conv2d: kernel .* must be >= 1 and padding"):
+        F.conv2d(x, w, stride=stride, padding=padding)
+    for pool in (F.max_pool2d, F.avg_pool2d):
+        with pytest.raises(ValueError, match="pool2d: kernel .* must be >= 1 and padding"):
+            pool(x, 2, stride=stride, padding=padding)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_batch_norm_refuses_statistics_of_another_channel_count(training):
+    x = tm.tensor(np.random.default_rng(0).standard_normal((2, 3, 4, 4)))
+    with pytest.raises(ValueError, match=r"running_mean of shape \(1,\) for 3 channels"):
+        F.batch_norm(x, np.zeros(1), np.ones(1), training=training)
+    with pytest.raises(ValueError, match=r"weight of shape \(2,\) for 3 channels"):
+        F.batch_norm(x, np.zeros(3), np.ones(3), weight=tm.tensor(np.ones(2)), training=training)
+    assert F.batch_norm(x, np.zeros(3), np.ones(3), training=training).shape == (2, 3, 4, 4)

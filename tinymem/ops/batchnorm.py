@@ -32,6 +32,10 @@ class BatchNorm2d(Function):
         xp = array_module(x)
         if x.ndim != 4:
             raise ValueError(f"batch_norm2d: expected input of shape (B, C, H, W), got {x.shape}")
+        for what, v in (("weight", weight), ("bias", bias), ("running_mean", running_mean), ("running_var", running_var)):
+            if v is not None and v.shape != (x.shape[1],):  # else one value would broadcast to every channel
+                raise ValueError(f"batch_norm2d: {what} of shape {v.shape} for {x.shape[1]} channels; "
+                                 f"it must be ({x.shape[1]},)")
         ctx.training = training
         if training:
             n = x.size // x.shape[1]

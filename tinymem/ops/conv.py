@@ -39,6 +39,13 @@ def out_size(size, k, s, p):
     return (size + 2 * p - k) // s + 1
 
 
+def check_window(name, kernel, stride, padding):
+    """Refuse a window NumPy would turn into a bare ZeroDivisionError or a wrong slice."""
+    if min(kernel) < 1 or min(stride) < 1 or min(padding) < 0:
+        raise ValueError(f"{name}: kernel {tuple(kernel)} and stride {tuple(stride)} must be >= 1 and "
+                         f"padding {tuple(padding)} >= 0")
+
+
 def _blocks(batch, out_h, per_row):
     """Yield (b0, b1, r0, r1): sample ranges and output-row ranges whose columns fit the limit."""
     per_sample = per_row * out_h
@@ -90,6 +97,9 @@ class Conv2d(Function):
                              f"(O, C, kh, kw) must be 4-D with the same C")
         (sh, sw), (ph, pw) = stride, padding
         o, c, kh, kw = weight.shape
+        check_window("conv2d", (kh, kw), stride, padding)
+        if bias is not None and bias.shape != (o,):
+            raise ValueError(f"conv2d: bias of shape {bias.shape} for {o} output channels; it must be ({o},)")
         out_h, out_w = out_size(x.shape[2], kh, sh, ph), out_size(x.shape[3], kw, sw, pw)
         if out_h < 1 or out_w < 1:
             raise ValueError(f"conv2d: kernel {kh}x{kw} is larger than the padded input {x.shape[2:]}")

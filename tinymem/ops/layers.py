@@ -102,6 +102,10 @@ class Embedding(Function):
     def forward(ctx, indices, weight):
         if indices.dtype.kind not in "iu":
             raise TypeError(f"embedding indices must be integers, got {indices.dtype}")
+        # NumPy would read row -1 as the last row and raise a bare IndexError past the end.
+        if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= weight.shape[0]):
+            raise IndexError(f"embedding indices must be in [0, {weight.shape[0]}), "
+                             f"got [{int(indices.min())}, {int(indices.max())}]")
         ctx.num_rows = weight.shape[0]
         ctx.save_for_backward(indices)
         return weight[indices]

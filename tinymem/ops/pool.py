@@ -13,7 +13,7 @@ import numpy as np
 
 from ..autograd import Function
 from ..backend import array_module
-from .conv import out_size
+from .conv import check_window, out_size
 
 
 def _window(a, i, j, sh, sw, out_h, out_w):
@@ -25,6 +25,7 @@ def _geometry(x, kernel, stride, padding, name):
     (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
     if x.ndim != 4:
         raise ValueError(f"{name}: expected input of shape (B, C, H, W), got {x.shape}")
+    check_window(name, kernel, stride, padding)
     if 2 * ph > kh or 2 * pw > kw:
         raise ValueError(f"{name}: padding {padding} must be at most half the kernel {kernel}")
     out_h, out_w = out_size(x.shape[2], kh, sh, ph), out_size(x.shape[3], kw, sw, pw)
