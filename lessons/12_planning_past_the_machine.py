@@ -96,7 +96,8 @@ print_table(rows)
 # `optim/table.py`), activations. `tests/planner/test_analytic_exact.py` draws random sizes
 # for 16 technique stacks and asserts this. The step's peak and the workspace agree within a
 # stated bound (`analytic.transient_bound`): between the modelled moments, an op's output lives
-# beside its inputs, and a residual array or two more than at the moment are alive.
+# beside its inputs, in backward an op's incoming gradient beside the gradients it returns, and
+# a residual array or two more than at the moment are alive.
 #
 # Two things the ledger cannot see, and neither does the closed form: an op's own temporaries
 # (softmax's gradient in attention backward, GELU's tanh), which the allocator sees; and, on a

@@ -67,6 +67,33 @@ def test_ledger_peak_agrees_with_tracemalloc_on_a_width_512_step():
         f"ledger peak growth {ledger:,} B vs tracemalloc {measured:,} B\n{t.table()}")
 
 
+def _step_peak(loss_fn):
+    """Ledger and tracemalloc peaks of building ``loss_fn()`` and its backward."""
+    gc.collect()
+    with memory.track() as t:
+        loss_fn().backward()
+    return t.peak_delta(), t.measured_peak()
+
+
+def _fan_in(x):
+    h = x * 1.0
+    return (h * 2.0).sum() + (h * 3.0).sum()
+
+
+@pytest.mark.parametrize("loss_fn", [_fan_in, lambda x: (x.exp() * 2.0).sum()],
+                         ids=["fan_in_sum", "saved_beside_new_gradient"])
+def test_backward_counts_every_gradient_while_it_lives(loss_fn):
+    """Two moments the ledger used to miss: the sum of a tensor's gradients from two consumers
+    (a new array, never registered), and an op's new gradient beside its saved tensor and its
+    incoming gradient (registered only after the saved tensor was released)."""
+    n = 1_000_000  # 4 MB per float32 array: far above tracemalloc's own noise
+    x = tm.tensor(np.random.default_rng(0).standard_normal(n).astype(np.float32), requires_grad=True)
+    ledger, measured = _step_peak(lambda: loss_fn(x))
+    # Three arrays of 4 MB live at the peak in both cases (the ledger used to see two).
+    assert ledger >= 3 * 4 * n, (ledger, measured)
+    assert abs(measured - ledger) <= 0.02 * ledger, (ledger, measured)
+
+
 def test_budget_raises_out_of_memory_with_the_bucket_table():
     model = tm.models.MLP([64, 256, 10])
     x, y = _data(128, 64, 10)

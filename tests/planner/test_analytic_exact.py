@@ -2,10 +2,11 @@
 
 For every single-machine technique combination the parameter, gradient, optimizer and
 activation buckets' peaks equal the ledger's to the byte. The workspace bucket and the step's
-peak agree within ``analytic.transient_bound`` (the largest op output plus two residual
-arrays, twice the op output with int8 storage): the closed form evaluates the step at a few
+peak agree within ``analytic.transient_bound`` (two outputs of the largest op plus two residual
+arrays, three op outputs with int8 storage): the closed form evaluates the step at a few
 moments (the last layer's output, the loss, a recomputation, the optimizer step), and between
-them an op's output can live beside its inputs and a residual array or two.
+them an op's output can live beside its inputs, an op's incoming gradient beside the ones it
+returns, and a residual array or two.
 """
 import random
 
@@ -75,8 +76,11 @@ def test_closed_form_equals_the_ledger_on_many_configurations():
         for _ in range(20):
             exact += check(*draw(rng, stack), stack)
             total += 1
-    # The peak itself is often exact as well (the modelled moment is the real one).
-    assert exact >= total // 2, f"{exact} of {total} peaks exact"
+    # The peak itself is sometimes exact as well (the modelled moment is the real one). Since
+    # the ledger counts a backward's gradients when they are made (beside the op's incoming
+    # gradient and saved tensors), the real peak often falls inside an op's backward, between
+    # the moments modelled: 82 of 320 exact when this was written, half of them before.
+    assert exact >= total // 5, f"{exact} of {total} peaks exact"
 
 
 def test_a_recomputation_policy_tinymem_lacks_is_refused_not_guessed():

@@ -73,7 +73,7 @@ def _backward(roots, grads, retain_graph):
             pending[node] = [None] * len(node.output_meta)
             start.append(node)
         slot = pending[node]
-        slot[root._index] = g if slot[root._index] is None else slot[root._index] + g
+        slot[root._index] = g if slot[root._index] is None else memory.register(slot[root._index] + g)
 
     # Count, for every node, how many consumers will send it a gradient.
     deps = {}
@@ -96,13 +96,19 @@ def _backward(roots, grads, retain_graph):
         slot = pending.pop(node)
         if any(g is None for g in slot):  # an output nobody used: its gradient is zero
             xp = backend.array_module(next(g for g in slot if g is not None))
-            slot = [xp.zeros(*node.output_meta[i]) if g is None else g for i, g in enumerate(slot)]
+            slot = [memory.register(xp.zeros(*node.output_meta[i])) if g is None else g
+                    for i, g in enumerate(slot)]
         if node._released:
             node.saved_tensors  # raises the "second time" error
         in_grads = type(node).backward(node, *slot)
-        del slot
         if not isinstance(in_grads, tuple):
             in_grads = (in_grads,)
+        # Counted now, while the incoming gradients and the saved tensors are still alive: that
+        # moment, not a later one, is the step's peak when a backward makes big arrays.
+        for g in in_grads:
+            if g is not None and not isinstance(g, np.generic):
+                memory.register(g)
+        del slot
         if len(in_grads) < len(node.parents):
             # Trailing non-tensor arguments (a shape, an axis) need no gradient slot.
             if any(p is not None for p in node.parents[len(in_grads):]):
@@ -128,7 +134,8 @@ def _backward(roots, grads, retain_graph):
                 if pnode not in pending:
                     pending[pnode] = [None] * len(pnode.output_meta)
                 pslot = pending[pnode]
-                pslot[index] = g if pslot[index] is None else pslot[index] + g
+                # A tensor used twice gets the sum of its consumers' gradients: a new array.
+                pslot[index] = g if pslot[index] is None else memory.register(pslot[index] + g)
                 deps[pnode] -= 1
                 if deps[pnode] == 0:
                     ready.append(pnode)

@@ -131,11 +131,13 @@ def attention_backward(arch, batch, held, stack, backend="gpu"):
 def transient_bound(arch, batch, stack, backend="gpu"):
     """How far above :attr:`Breakdown.peak` a real step may go between the moments modelled.
 
-    An op's output exists beside its inputs before the next op frees them, and a residual
-    stream has an array or two more alive than at the moments above: at most the largest
-    output of one op, max(c·N·f, 4·N·V, 4·a·b·s², 4·n_max), plus two residual arrays 2·c·N·h;
-    with int8 storage a saved tensor also exists in the compute dtype while it is packed (one
-    more op output). Bytes."""
+    An op's output exists beside its inputs before the next op frees them, and in backward an
+    op's incoming gradient beside the gradients it returns (and a parameter's new gradient
+    beside its ``.grad`` while the two are added), and a residual stream has an array or two
+    more alive than at the moments above: at most two outputs of the largest op,
+    max(c·N·f, 4·N·V, 4·a·b·s², 4·n_max), plus two residual arrays 2·c·N·h; with int8 storage a
+    saved tensor also exists in the compute dtype while it is packed (one more op output).
+    Bytes."""
     arch = archs.get_arch(arch)
     half = is_half(stack.precision)
     c = 4 if backend == "numpy" or not half else 2
@@ -143,4 +145,4 @@ def transient_bound(arch, batch, stack, backend="gpu"):
     n, h = m * arch.seq, arch.hidden
     n_max = max(math.prod(s) for _, s in archs.parameter_shapes(arch))
     largest = max(c * n * archs.ffn(arch), 4 * n * arch.vocab, 4 * arch.heads * m * arch.seq ** 2, 4 * n_max)
-    return largest * (2 if storage_of(stack) == "int8" else 1) + 2 * c * n * h
+    return largest * (3 if storage_of(stack) == "int8" else 2) + 2 * c * n * h
