@@ -81,6 +81,17 @@ def test_bad_input_gets_a_clear_error():
         planner.workload("unet", "1,3,4,3,16").build("sqrt")
 
 
+def test_a_batch_that_micro_batches_do_not_divide_gets_an_upper_bound_not_called_exact():
+    # B = 7 in k = 2 pieces is 4 then 3 samples; the probe's pieces are equal, so the prediction
+    # at the larger piece bounds the step from above, and says it is not exact.
+    work = planner.workload("transformer", SIZES["transformer"])
+    combo = Combination("none", "fp32", "Adam", "none", 2)
+    probe = planner.run_probe(work, combo)
+    even, uneven = planner.predict(probe, 8), planner.predict(probe, 7)
+    assert even.exact and peak_error(even, planner.measure_step(work, combo, 8)) == pytest.approx(0, abs=0.005)
+    assert not uneven.exact and uneven.total >= planner.measure_step(work, combo, 7)["ledger"]
+
+
 def test_micro_batch_counts_keep_two_samples_per_micro_batch():
     assert micro_batch_counts(12) == [1, 2, 4]
     assert micro_batch_counts(6) == [1, 2]

@@ -11,7 +11,7 @@ h hidden, a heads, f the MLP width, t tensor-parallel ranks:
                weights b·a·s² (plain) | output N·h and log-sum-exp b·a·s (chunked);
                output-projection input N·h (the heads merged into a new array)
     ln2: N·h and N;  MLP: fc1 input N·h, GELU input f·N, fc2 input f·N; dropout mask N·h bytes
-    fp32, no dropout: 4·N·(16h + 2) + 4·b·a·s² = 4·(64·N·h + 2N + a·b·s²) with f = 4h
+    fp32, no dropout: 4·N·(16h + 2) + 4·b·a·s² = 4·(16·N·h + 2N + a·b·s²) with f = 4h
 
 ``"korthikanti"``: what Korthikanti et al. (2022) count per layer, 16-bit values and 1-byte
 dropout masks: 11·sbh + 5·a·s²·b in attention (input 2, q and k 4, softmax 2as²b, its dropout

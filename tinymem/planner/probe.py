@@ -37,7 +37,7 @@ Measured after the fix in one long run of 150 Transformer combinations at a batc
 
 The batch itself (inputs and labels, live through the whole step) is taken out of the probe and
 added back for the full batch B: with micro-batching it stays B samples while the activations
-follow m = ceil(B / k).
+follow m = ceil(B / k), the largest micro-batch (exact when k divides B, an upper bound otherwise).
 """
 import gc
 import math
@@ -46,6 +46,7 @@ from collections import namedtuple
 from .. import memory, random
 from ..autograd import Tensor
 from ..memory import BUCKETS
+from .moments import micro_batch_sizes
 from .recipe import TrainingStep
 
 SIZES = (2, 3)
@@ -148,7 +149,13 @@ def predict(probe, batch_size, micro_batches=None):
     if (k > 1) != (probe.combo.micro_batches > 1):
         raise ValueError(f"a probe of {probe.combo.micro_batches} micro-batch(es) cannot predict k = {k}: "
                          "probe k = 1 and k >= 2 separately")
-    m = math.ceil(batch_size / k)
+    # The probe's micro-batches are equal; a real batch that k does not divide splits into
+    # pieces one sample apart (and a batch smaller than k into min(k, B) pieces, see recipe.py).
+    # Every event is evaluated at the largest piece, so such a prediction is an upper bound
+    # (by a gradient set, measured, when the larger piece runs first) and is not called exact.
+    pieces = micro_batch_sizes(batch_size, min(k, batch_size))
+    m = max(pieces)
+    exact = probe.exact and len(set(pieces)) == 1 and (k == 1) == (len(pieces) == 1)
     batch = {b: probe.batch_bytes_per_sample[b] * batch_size for b in BUCKETS}
     if probe.exact:
         best, phase = None, None
@@ -164,4 +171,4 @@ def predict(probe, batch_size, micro_batches=None):
             peaks[size], phase = rows[i], probe.phases[size][i]
         best = _at(peaks[SIZES[0]], peaks[SIZES[1]], m)
     by_bucket = {b: int(round(best[b] + batch[b])) for b in BUCKETS}
-    return Prediction(sum(by_bucket.values()), by_bucket, phase, probe.exact)
+    return Prediction(sum(by_bucket.values()), by_bucket, phase, exact)
