@@ -46,6 +46,29 @@ def test_truncated_and_foreign_files_raise_clear_errors(tmp_path):
         tm.load(tmp_path / "pickled.npy")
 
 
+def test_a_plain_npy_array_and_damaged_headers_raise_the_checkpoint_error(tmp_path):
+    np.save(tmp_path / "plain.npy", np.ones(3))
+    with pytest.raises(tm.CheckpointError, match="single array.*numpy.load"):
+        tm.load(tmp_path / "plain.npy")
+    path = tmp_path / "ckpt.npz"
+    tm.save({"w": np.ones((10, 100), np.float32)}, path)
+    good = path.read_bytes()
+    directory = good.index(b"PK\x01\x02")  # the zip's central directory entry of the first array
+
+    def flipped(position, bit):
+        data = bytearray(good)
+        data[position] ^= 1 << bit
+        return bytes(data)
+
+    damaged = {"npy header": good.replace(b"(10, 100)", b"(10,(100)", 1),   # NumPy's tokenizer fails
+               "encrypted flag": flipped(directory + 8, 0),                 # zipfile: RuntimeError
+               "zip version": flipped(directory + 6, 6)}                    # zipfile: NotImplementedError
+    for what, data in damaged.items():
+        (tmp_path / "bad.npz").write_bytes(data)
+        with pytest.raises(tm.CheckpointError, match="truncated or not a tinymem checkpoint"):
+            tm.load(tmp_path / "bad.npz")
+
+
 def _train(steps, resume_at=None, path=None, make_opt=None):
     x_tr, y_tr, _, _ = tm.data.load_digits()
     tm.manual_seed(0)
