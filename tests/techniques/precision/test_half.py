@@ -48,6 +48,15 @@ def test_fp16_range_report_counts():
     assert scaled["overflow"] == pytest.approx(3 / 7)      # 1.0 * 65536 overflows too
 
 
+def test_fp16_range_report_reads_a_parameters_gradient_and_skips_one_without():
+    layer = tm.nn.Linear(4, 4)
+    layer.weight.data[...] = 1e6  # weights that would overflow, if they were counted by mistake
+    assert precision.fp16_range_report(layer.parameters())["count"] == 0  # no backward yet
+    layer.weight.grad = np.full((4, 4), 1e-9, np.float32)
+    r = precision.fp16_range_report(layer.parameters())  # the bias still has no gradient
+    assert r["count"] == 16 and r["underflow"] == 1.0 and r["overflow"] == 0.0
+
+
 # -- the ledger shows half bytes ---------------------------------------------------------------------
 def _batch(n=32, device="cpu"):
     x, y, _, _ = data.load_digits()

@@ -258,7 +258,9 @@ def _arrays(grads):
     for g in grads:
         if g is None:
             continue
-        if isinstance(g, Tensor) and g.requires_grad and g.is_leaf and g.grad is not None:
+        if isinstance(g, Tensor) and g.requires_grad and g.is_leaf:
+            if g.grad is None:
+                continue  # a parameter with no gradient (frozen, unused, or before backward)
             g = g.grad
         yield g.data if isinstance(g, Tensor) else g
 
