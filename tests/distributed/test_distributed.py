@@ -91,6 +91,15 @@ def test_zero_equals_data_parallel(check, stage):
 
 @pytest.mark.mpi
 @requires_mpi
+@pytest.mark.parametrize("stage", ["zero1", "zero2", "zero3"])
+def test_zero_leaves_parameters_without_gradients_as_a_plain_optimizer_does(check, stage):
+    # A frozen bias (from the start, and from the second step after it got momentum), SGD with
+    # momentum and weight decay: the shard's step must not decay or move those elements.
+    assert check["diff"][stage + "_frozen"] <= 1e-12, check
+
+
+@pytest.mark.mpi
+@requires_mpi
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_pipeline_equals_the_unsplit_model(check, schedule):
     assert check["diff"][schedule] <= 1e-6, check

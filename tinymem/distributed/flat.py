@@ -66,6 +66,16 @@ class FlatUnit:
                 flat[off:off + n] = p.grad.data.reshape(-1)
         return flat
 
+    def missing_in_shard(self):
+        """``(start, stop)`` ranges of this rank's shard whose parameters have no gradient now
+        (frozen, or unused this step), in shard coordinates."""
+        ranges = []
+        for p, off, n in zip(self.params, self.offsets, self.sizes):
+            start, stop = max(off, self.lo), min(off + n, self.hi)
+            if p.grad is None and start < stop:
+                ranges.append((start - self.lo, stop - self.lo))
+        return ranges
+
     def bind(self, flat):
         """Point every parameter's ``data`` at its slice of ``flat`` (views, no copy)."""
         for p, shape, off, n in zip(self.params, self.shapes, self.offsets, self.sizes):

@@ -115,6 +115,7 @@ def task_check(args, comm):
         result["optimizer_bytes"][name] = comm.comm.gather(own, root=0)
         del strategy, model
         gc.collect()
+    frozen = _check_frozen(sizes, dtype, x, y, comm, args.steps)
     ring = Communicator(comm.comm, timeout=comm.timeout, algorithm="ring")
     for name in RING_CHECKED:
         model = make_model(sizes, dtype)
@@ -132,7 +133,42 @@ def task_check(args, comm):
             result["diff"][name] = max_diff(states[name], states["dp"])
         for name in ("gpipe", "1f1b"):
             result["diff"][name] = max_diff(states[name], ref_state)
+        result["diff"].update(frozen)
         print("RESULT " + json.dumps(result), flush=True)
+
+
+def _check_frozen(sizes, dtype, x, y, comm, steps):
+    """ZeRO with parameters that have no gradient against one process: the second Linear's bias frozen
+    from the start, the first one's from the second step (after SGD gave it momentum), with weight
+    decay; a plain optimizer skips both. Returns ``{"zero<k>_frozen": largest difference}``."""
+    def sgd(params):
+        return optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=0.1)
+
+    def train(step_fn, model):
+        for i in range(steps):
+            model[2].bias.requires_grad = False
+            model[0].bias.requires_grad = i == 0
+            step_fn()
+        return model
+
+    reference = make_model(sizes, dtype)
+    opt = sgd(reference.parameters())
+
+    def plain_step():
+        opt.zero_grad()
+        F.cross_entropy(reference(x), y).backward()
+        opt.step()
+
+    ref_state = train(plain_step, reference).state_dict()
+    out = {}
+    for stage in (1, 2, 3):
+        model = make_model(sizes, dtype)
+        strategy = ZeRO(model, sgd, comm, stage=stage)
+        train(lambda: strategy.step(x, y, F.cross_entropy), model)
+        state = strategy.gathered_state_dict()
+        if comm.rank == 0:
+            out[f"zero{stage}_frozen"] = max_diff(state, ref_state)
+    return out
 
 
 def textbook_sent(name, strategy, params, batch, itemsize, world_size):

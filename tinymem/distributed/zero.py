@@ -80,6 +80,9 @@ class ZeRO(DataParallel):
             del full
         self.optimizer = optimizer(list(self.shards.values()))
         self.state_at_backward_end = None
+        self.skipped = {}    # unit -> shard ranges of parameters that had no gradient this step
+        self._kept = []      # (array, start, stop, its values there before the optimizer step)
+        self._fresh = []     # (shard, ranges) whose optimizer state this step creates
 
     # -- stage 3: gather when needed, free after ---------------------------------------------
     def _gather(self, i):
@@ -135,6 +138,7 @@ class ZeRO(DataParallel):
         if not flat:
             return
         full_grad = flat.flatten_grads()
+        self.skipped[i] = flat.missing_in_shard()
         flat.drop_grads()
         shard_grad = memory.register(flat._xp().empty(flat.shard_size, flat.dtype), "gradient")
         self.comm.reduce_scatter(full_grad, shard_grad)
@@ -152,8 +156,37 @@ class ZeRO(DataParallel):
         if self.stage == 1:
             for i in range(len(self.units)):
                 self._reduce(i)
+        self._keep_skipped()
+
+    def _keep_skipped(self):
+        """Copy the shard elements (and their per-element optimizer state) of parameters that had
+        no gradient: the optimizer steps a whole shard, and would decay or move them by momentum
+        where a plain optimizer skips the parameter. Restored after the step. Pitfall: a scalar
+        state (Adam's step count) is one per shard, so a parameter that skips some steps gets the
+        shard's bias correction, not its own."""
+        self._kept, self._fresh = [], []
+        for i, ranges in self.skipped.items():
+            shard = self.shards[i]
+            if shard not in self.optimizer.state:  # made by this step: zeroed there after it
+                self._fresh.append((shard, ranges))
+            arrays = [shard.data] + self._elementwise_state(shard)
+            for start, stop in ranges:
+                for a in arrays:
+                    self._kept.append((a, start, stop, memory.register(a[start:stop].copy(), "workspace")))
+        self.skipped = {}
+
+    def _elementwise_state(self, shard):
+        return [a for a in self.optimizer.state.get(shard, {}).values()
+                if getattr(a, "shape", None) == shard.data.shape]
 
     def after_optimizer_step(self):
+        for array, start, stop, values in self._kept:
+            array[start:stop] = values
+        for shard, ranges in self._fresh:  # as a plain optimizer: no state yet for those
+            for a in self._elementwise_state(shard):
+                for start, stop in ranges:
+                    a[start:stop] = 0
+        self._kept, self._fresh = [], []
         if self.stage < 3:  # put the updated shards back into every rank's full parameters
             for i, full in self.full.items():
                 self.comm.all_gather(self.flats[i].shard_of(full), full)
