@@ -39,7 +39,38 @@ def table(records):
                 theirs_text += f"; {theirs['extra_s'] * 1e3:+.1f} ms"
         met = "-" if row["met"] is None else ("yes" if row["met"] else "no")
         lines.append(f"| {row['what']} | {mine_text} | {theirs_text} | {target} | {met} |")
+    missed = [why for why in (_why_missed(row, records) for row in records["rows"]) if why]
+    if missed:
+        lines += ["", "Why the missed targets are missed, from the diagnostic rows of the same run:"]
+        lines += [f"- {why}" for why in missed]
     return lines
+
+
+def _median(records, key):
+    for row in records["rows"]:
+        if row["key"] == key:
+            return row["contenders"]["tinymem"]["median"]
+    return None
+
+
+def _why_missed(row, records):
+    """A sentence with the measured reason for a missed row, or None (met, no target, or no
+    diagnostic row in the records to give the reason)."""
+    if row["met"] is not False:
+        return None
+    mine = row["contenders"]["tinymem"]
+    if row["key"] in ("fp16", "bf16") and _median(records, "fp16_machinery") is not None:
+        skipped = "the step" if row["key"] == "fp16" else "fp16's step (the same machinery, loss scaling included)"
+        return (f"{row['key']}: with the conversions skipped {skipped} is {_median(records, 'fp16_machinery'):.2f}x "
+                f"fp32, so the rest of its {mine['median']:.2f}x is the conversions to and from 2 bytes (3 encodes, "
+                "3 decodes and 3 gradient roundings per block, each several array passes: NumPy has no "
+                "fast half cast; `techniques/precision/float16.py` and `bfloat16.py` say how many).")
+    forward, matmul = _median(records, "checkpoint_forward"), _median(records, "linear_matmul")
+    if row["key"] == "checkpoint" and forward is not None and matmul is not None:
+        return (f"checkpoint: what it adds is one more forward, and tinymem's forward takes {forward:.2f}x "
+                f"PyTorch's; a bare NumPy matmul of the same shape takes {matmul:.2f}x PyTorch's (OpenBLAS "
+                "against MKL), so the gap is below the engine.")
+    return None
 
 
 def render(readme_text, records):

@@ -10,6 +10,7 @@ Rows (subject / baseline, target):
     bf16         bf16 storage step / fp32 step, same MLP                                  <= 1.2
     checkpoint   sqrt(n) segments / plain, 64 x Linear(512), batch 128   <= PyTorch's ratio, same run
     checkpoint_forward   that model's forward, tinymem / PyTorch (no target: what a recomputation costs)
+    linear_matmul  one of its matmuls, NumPy ``x @ w.T`` / PyTorch ``F.linear`` (no target: the BLAS)
     offload      save_on_host / plain, 8 x Linear(384), batch 2048                        <= 1.02
 
 How: every function runs on one thread (NumPy's BLAS and PyTorch) and is timed in CPU seconds of
@@ -136,6 +137,15 @@ def _checkpoint_row(quick, torch):
         rows.append(Row("checkpoint_forward", "forward, tinymem / PyTorch",
                         f"the forward that recomputation repeats ({depth}x Linear({width}) + ReLU, graph recorded), "
                         "tinymem vs PyTorch", None, {"tinymem": (lambda: model(x), lambda: twin(xt))}, inner=2))
+        # Below the engine: the matmul tinymem's Linear calls, bare NumPy, against PyTorch's at the
+        # same shape (no bias, no graph). OpenBLAS packs the transposed weight of ``x @ w.T``
+        # more slowly than MKL does; the forward row above cannot be faster than this one.
+        w = model[0][0].weight.data
+        wt, xd = torch.from_numpy(w), torch.from_numpy(x.data)
+        rows.append(Row("linear_matmul", "matmul, NumPy / PyTorch",
+                        f"one of those matmuls, NumPy x @ w.T vs PyTorch F.linear (no bias), {size}x{width} by "
+                        f"{width}x{width}", None,
+                        {"tinymem": (lambda: x.data @ w.T, lambda: torch.nn.functional.linear(xd, wt))}, inner=20))
     return rows
 
 
