@@ -20,7 +20,7 @@ import numpy as np
 from .. import memory, models, optim, random
 from ..autograd import Tensor, no_grad
 from ..measure.claims import Claim
-from ..measure.timing import effect_over_spread, interleaved_samples, one_blas_thread, spread
+from ..measure.timing import interleaved_samples, one_blas_thread, spread
 from ..data.phantoms import CLASSES, make_phantoms
 from ..techniques import precision
 from ..techniques.checkpoint import checkpoint
@@ -151,10 +151,15 @@ def _growth(r):
 
 
 def _both_cost_time(r):
-    res = _largest(r, timed=True)
-    plain, both = _row(r, "float32", res), _row(r, "checkpoint+float16", res)
-    ratio = effect_over_spread(both["step_samples"], plain["step_samples"])
-    return ratio, ratio >= 3 and both["step_seconds"] > plain["step_seconds"]
+    """Checkpointing + float16's median step over float32's at each timed resolution (the
+    smallest ratio). Once stated as ">= 3 spreads at the largest image": since float16's codecs
+    got faster (stop 22) the effect there is about 1.4x, about 3 quartile spreads of 7 one-second
+    samples, and two reruns measured 2.5 and 3.0 spreads, so the spread test said more than
+    the data holds."""
+    timed = sorted({x["resolution"] for x in r["rows"] if "step_samples" in x})
+    ratios = [_row(r, "checkpoint+float16", res)["step_seconds"] / _row(r, "float32", res)["step_seconds"]
+              for res in timed]
+    return min(ratios), min(ratios) > 1
 
 
 def _checkpoint_always_slower(r):
@@ -176,8 +181,8 @@ CLAIMS = [
           modes=("full",)),
     Claim("checkpoint_costs_time", "checkpointing makes the step slower (recomputation) at every timed resolution "
           "(medians)", _checkpoint_always_slower, modes=("full",)),
-    Claim("both_cost_time", "checkpointing and float16 together make the step slower, by >= 3 spreads, at the largest "
-          "timed image", _both_cost_time, modes=("full",)),
+    Claim("both_cost_time", "checkpointing and float16 together make the step slower at every timed resolution "
+          "(medians)", _both_cost_time, modes=("full",)),
     Claim("dice", "the U-Net trained at 128 px reaches Dice >= 0.9 on held-out phantoms",
           lambda r: (r["dice"]["dice"], r["dice"]["dice"] >= 0.9 and r["dice"]["resolution"] == 128), modes=("full",)),
 ]
