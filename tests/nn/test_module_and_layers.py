@@ -99,3 +99,44 @@ def test_reassigning_a_layer_keeps_its_place_in_a_sequential():
     setattr(model, "2", nn.Linear(8, 8))
     assert [type(m).__name__ for m in model] == ["Linear", "ReLU", "Linear", "ReLU", "Linear"]
     assert model[2] is not old and model(tm.tensor(np.ones((1, 4), np.float32))).shape == (1, 2)
+
+
+def test_a_module_used_twice_is_listed_once_and_half_precision_wraps_it():
+    lin = nn.Linear(2, 2)
+    model = nn.Sequential(lin, nn.ReLU(), lin)
+    assert [name for name, _ in model.named_modules()] == ["", "0", "1"]  # as PyTorch
+    from tinymem.techniques.precision import half
+    wrapped = half(model)  # patched each module once: it used to raise KeyError on unpatching
+    assert wrapped(tm.randn(3, 2)).shape == (3, 2)
+    bn = nn.BatchNorm2d(4)
+    from tinymem.planner.states import buffer_bytes
+    assert buffer_bytes(nn.Sequential(bn, bn)) == buffer_bytes(nn.Sequential(bn))
+
+
+def test_zero_grad_keeping_buffers_zeroes_nan_and_inf():
+    layer = nn.Linear(2, 2)
+    layer.weight.grad = np.full((2, 2), np.nan, np.float32)
+    layer.bias.grad = np.full(2, np.inf, np.float32)
+    buffer = layer.weight.grad.data
+    layer.zero_grad(set_to_none=False)
+    assert np.array_equal(layer.weight.grad.numpy(), np.zeros((2, 2))) and np.array_equal(layer.bias.grad.numpy(), [0, 0])
+    assert layer.weight.grad.data is buffer  # the same buffer, zeroed in place
+
+
+def test_to_moves_and_casts_gradients_with_their_parameters():
+    layer = nn.Linear(2, 2)
+    layer.weight.grad = np.ones((2, 2), np.float32)
+    layer.to("cpu")
+    np.testing.assert_array_equal(layer.weight.grad.numpy(), np.ones((2, 2)))
+    layer.to(dtype="float64")
+    assert layer.weight.dtype == np.float64 and layer.weight.grad.dtype == np.float64
+
+
+def test_load_state_dict_checks_buffer_shapes_before_copying_anything():
+    bn = nn.BatchNorm2d(3)
+    state = bn.state_dict()
+    state["weight"] = np.full(3, 5.0, np.float32)
+    state["running_mean"] = np.zeros(7, np.float32)
+    with pytest.raises(ValueError, match=r"running_mean has shape \(7,\), expected \(3,\)"):
+        bn.load_state_dict(state)
+    assert not np.any(bn.weight.numpy() == 5.0)  # nothing was copied

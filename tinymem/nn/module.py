@@ -60,10 +60,16 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} must define forward")
 
     # -- traversal -----------------------------------------------------------------------
-    def named_modules(self, prefix=""):
+    def named_modules(self, prefix="", _seen=None):
+        """Every module once, by its first name (a module used twice, as in weight tying or
+        ``Sequential(lin, act, lin)``, appears once, as in PyTorch)."""
+        seen = set() if _seen is None else _seen
+        if id(self) in seen:
+            return
+        seen.add(id(self))
         yield prefix, self
         for name, module in self._modules.items():
-            yield from module.named_modules(f"{prefix}.{name}" if prefix else name)
+            yield from module.named_modules(f"{prefix}.{name}" if prefix else name, seen)
 
     def modules(self):
         return [m for _, m in self.named_modules()]
@@ -106,7 +112,7 @@ class Module:
             if set_to_none:
                 p.grad = None
             elif p.grad is not None:
-                p.grad.data = p.grad.data * 0
+                p.grad.data[...] = 0  # not `* 0`: a NaN or inf gradient (an fp16 overflow) would stay
 
     def train(self, mode=True):
         for m in self.modules():
@@ -117,16 +123,19 @@ class Module:
         return self.train(False)
 
     def to(self, device=None, dtype=None):
-        """Move (and/or cast) every parameter in place, keeping the Parameter objects."""
+        """Move (and/or cast) every parameter in place, keeping the Parameter objects; a
+        gradient moves and casts with its parameter, as in PyTorch."""
         device = backend.check_device(device) if device is not None else None
         dtype = backend.resolve_dtype(dtype)
+
+        def moved(array):
+            array = backend.to_device(array, device) if device is not None else array
+            return array.astype(dtype) if dtype is not None and array.dtype.kind == "f" else array
+
         for p in self.parameters():
-            data = backend.to_device(p.data, device) if device is not None else p.data
-            if dtype is not None and data.dtype.kind == "f":
-                data = data.astype(dtype)
-            p.data = data
-            if p.grad is not None:
-                p.grad = None
+            p.data = moved(p.data)
+            if p.grad is not None and getattr(p.grad.data, "dtype", None) is not None:
+                p.grad.data = moved(p.grad.data)
         return self
 
     def num_parameters(self):
@@ -152,10 +161,16 @@ class Module:
         unexpected = sorted(set(state) - set(own) - set(buffers))
         if missing or unexpected:
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+        # Every shape checked before anything is copied: a failed load leaves the module as it was.
+        for key, (module, name) in buffers.items():
+            current = np.shape(module._extra_state()[name])
+            if np.shape(state[key]) != current:
+                raise ValueError(f"load_state_dict: {key} has shape {np.shape(state[key])}, expected {current}")
+        for name, p in own.items():
+            if np.shape(state[name]) != p.shape:
+                raise ValueError(f"load_state_dict: {name} has shape {np.shape(state[name])}, expected {p.shape}")
         for name, p in own.items():
             value = np.asarray(state[name])
-            if value.shape != p.shape:
-                raise ValueError(f"load_state_dict: {name} has shape {value.shape}, expected {p.shape}")
             p.data = backend.to_device(value.astype(p.dtype), p.device).copy()
         for key, (module, name) in buffers.items():
             module._load_extra_state(name, state[key])
