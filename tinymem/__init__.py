@@ -23,29 +23,38 @@ float16, float32, float64 = "float16", "float32", "float64"
 int8, uint8, int32, int64 = "int8", "uint8", "int32", "int64"
 
 
+def _factory_dtype(dtype, floating=False):
+    """``dtype`` resolved; None is float32, as PyTorch's default (NumPy's would be float64)."""
+    resolved = backend.resolve_dtype("float32" if dtype is None else dtype)
+    if floating and resolved.kind != "f":
+        raise TypeError(f"random floats cannot be of dtype {resolved}; ask for a floating dtype "
+                        "(float32, float64, float16)")
+    return resolved
+
+
 def zeros(*shape, dtype="float32", device=None, requires_grad=False):
     shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
     xp = backend.array_module(backend.check_device(device))
-    return Tensor(xp.zeros(shape, backend.resolve_dtype(dtype)), requires_grad=requires_grad)
+    return Tensor(xp.zeros(shape, _factory_dtype(dtype)), requires_grad=requires_grad)
 
 
 def ones(*shape, dtype="float32", device=None, requires_grad=False):
     shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
     xp = backend.array_module(backend.check_device(device))
-    return Tensor(xp.ones(shape, backend.resolve_dtype(dtype)), requires_grad=requires_grad)
+    return Tensor(xp.ones(shape, _factory_dtype(dtype)), requires_grad=requires_grad)
 
 
 def randn(*shape, dtype="float32", device=None, requires_grad=False):
     """Standard normal values from tinymem's seeded generator."""
     shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
     device = backend.check_device(device)
-    return Tensor(random.randn(shape, device, backend.resolve_dtype(dtype)), requires_grad=requires_grad)
+    return Tensor(random.randn(shape, device, _factory_dtype(dtype, floating=True)), requires_grad=requires_grad)
 
 
 def rand(*shape, dtype="float32", device=None, requires_grad=False):
     shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
     device = backend.check_device(device)
-    return Tensor(random.rand(shape, device, backend.resolve_dtype(dtype)), requires_grad=requires_grad)
+    return Tensor(random.rand(shape, device, _factory_dtype(dtype, floating=True)), requires_grad=requires_grad)
 
 
 cat = functional.concatenate

@@ -189,3 +189,58 @@ def test_multiple_outputs_get_their_gradients_and_unused_outputs_count_zero():
     first, _ = Split.apply(x)
     first.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0])
+
+
+def test_grad_modes_follow_pytorch_as_calls_decorators_and_generators():
+    tm.set_grad_enabled(False)  # called alone, it switches at once
+    try:
+        assert not tm.is_grad_enabled()
+    finally:
+        tm.set_grad_enabled(True)
+    assert tm.is_grad_enabled()
+    with tm.no_grad():
+        with tm.set_grad_enabled(True):
+            assert tm.is_grad_enabled()
+        assert not tm.is_grad_enabled()
+
+    @tm.no_grad  # without parentheses too
+    def plain():
+        return tm.is_grad_enabled()
+
+    @tm.no_grad()
+    def steps():
+        yield tm.is_grad_enabled()
+        yield tm.is_grad_enabled()
+
+    assert plain() is False
+    gen = steps()
+    assert next(gen) is False and tm.is_grad_enabled() and next(gen) is False  # the caller's mode between
+
+
+def test_functional_backward_checks_what_tensor_backward_checks():
+    x = tm.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(ValueError, match="shape"):
+        tm.backward([x * 2], [np.ones((2, 2))])
+    with pytest.raises(RuntimeError, match="scalar outputs"):
+        tm.backward([x * 2])
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        tm.backward([tm.tensor(1.0)])
+    tm.backward([(x * 2).sum(), x * 3], [None, np.ones(2)])
+    np.testing.assert_array_equal(x.grad.numpy(), [5.0, 5.0])
+
+
+def test_an_integer_leaf_made_to_require_grad_is_refused_at_backward():
+    t = tm.tensor([1, 2])
+    t.requires_grad = True  # by assignment, past requires_grad_'s check
+    with pytest.raises(TypeError, match="only floating-point tensors"):
+        (t * 1.5).sum().backward()
+
+
+def test_factories_default_to_float32_and_clone_keeps_the_dtype():
+    for make in (tm.zeros, tm.ones, tm.randn, tm.rand):
+        assert make(2, dtype=None).dtype == np.float32
+    with pytest.raises(TypeError, match="floating dtype"):
+        tm.randn(3, dtype="int64")
+    flags = tm.tensor([True, False])
+    copy = flags.clone()
+    assert copy.dtype == np.bool_ and copy.data is not flags.data

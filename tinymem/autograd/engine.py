@@ -35,6 +35,10 @@ def _borrowed(g):
 
 
 def _accumulate_leaf(leaf, g, claimed):
+    if leaf.dtype.kind not in "fc":
+        # requires_grad set by assignment on an integer tensor: the gradient would be truncated.
+        raise TypeError(f"a leaf of dtype {leaf.dtype} requires grad: only floating-point tensors "
+                        "can; convert it first, e.g. t.float().requires_grad_()")
     if g.dtype != leaf.dtype:
         g = g.astype(leaf.dtype)
     elif id(memory.owner_of(g)) in claimed or _borrowed(g):

@@ -9,6 +9,8 @@ PyTorch, so an offload prefetch thread never sees the main thread's modes.
 Memory cost: none.
 """
 import contextlib
+import functools
+import inspect
 import threading
 
 
@@ -108,6 +110,9 @@ class recomputing:
 
 
 class _GradMode:
+    """``no_grad()``, ``enable_grad()``: a context manager, or a decorator of a function or a
+    generator (each step of the generator runs in the mode, as in PyTorch)."""
+
     def __init__(self, enabled):
         self.enabled = enabled
 
@@ -119,23 +124,62 @@ class _GradMode:
         _local.state.grad_enabled = self.prev
 
     def __call__(self, fn):
+        enabled = self.enabled
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def generator(*args, **kwargs):
+                gen = fn(*args, **kwargs)
+                # Each resumption in the mode, and the caller's mode in between (a yield hands
+                # control back to code that may be recording a graph).
+                with _GradMode(enabled):
+                    value = next(gen)
+                while True:
+                    try:
+                        sent = yield value
+                    except GeneratorExit:
+                        gen.close()
+                        raise
+                    except BaseException as exc:  # noqa: BLE001 - thrown in, passed to the generator
+                        with _GradMode(enabled):
+                            value = gen.throw(exc)
+                    else:
+                        try:
+                            with _GradMode(enabled):
+                                value = gen.send(sent)
+                        except StopIteration as stop:
+                            return stop.value
+            return generator
+
+        @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with _GradMode(self.enabled):
+            with _GradMode(enabled):
                 return fn(*args, **kwargs)
         return wrapper
 
 
-def no_grad():
-    """Context manager (or decorator): ops record no graph and save nothing for backward."""
-    return _GradMode(False)
+def no_grad(fn=None):
+    """Context manager (or decorator, ``@no_grad()`` or ``@no_grad``): ops record no graph and
+    save nothing for backward."""
+    mode = _GradMode(False)
+    return mode if fn is None else mode(fn)
 
 
-def enable_grad():
-    return _GradMode(True)
+def enable_grad(fn=None):
+    mode = _GradMode(True)
+    return mode if fn is None else mode(fn)
 
 
-def set_grad_enabled(mode):
-    return _GradMode(bool(mode))
+class set_grad_enabled(_GradMode):
+    """``set_grad_enabled(False)`` switches the mode at once, as in PyTorch (called alone it
+    stays switched; as a context manager the previous mode comes back at the end)."""
+
+    def __init__(self, mode):
+        super().__init__(bool(mode))
+        state = _local.state
+        self.prev, state.grad_enabled = state.grad_enabled, self.enabled
+
+    def __enter__(self):
+        return self  # already switched by __init__; __exit__ restores the mode before it
 
 
 class saved_tensors_hooks:

@@ -175,6 +175,9 @@ class Tensor:
         return self
 
     def clone(self):
+        """A copy (differentiable for floating tensors; other dtypes keep their dtype)."""
+        if self._data.dtype.kind not in "fc":
+            return Tensor(self._data.copy())
         return self * 1
 
     # -- backward --------------------------------------------------------------------------
@@ -204,7 +207,12 @@ class Tensor:
 
 
 def tensor(data, requires_grad=False, dtype=None, device=None):
-    """Make a leaf Tensor (PyTorch's ``torch.tensor``). Python floats give float32."""
+    """Make a leaf Tensor. Python floats give float32.
+
+    Unlike ``torch.tensor``, which always copies, an array of the right dtype and device is
+    used as it is, not copied (as ``torch.as_tensor`` does): wrapping a batch costs no memory,
+    and writing to the array later changes the tensor. Pass ``data.copy()`` for a copy.
+    """
     return Tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
 
 
@@ -213,8 +221,22 @@ def backward(tensors, grad_tensors=None, retain_graph=False):
     tensors = list(tensors)
     if grad_tensors is None:
         grad_tensors = [None] * len(tensors)
+    if len(grad_tensors) != len(tensors):
+        raise ValueError(f"backward: {len(grad_tensors)} gradients for {len(tensors)} tensors")
     grads = []
-    for t, g in zip(tensors, grad_tensors):
+    for i, (t, g) in enumerate(zip(tensors, grad_tensors)):
+        if not t.requires_grad:
+            raise RuntimeError(f"backward: tensor {i} does not require grad (no input had "
+                               "requires_grad=True, or it was made under no_grad())")
         xp = backend.array_module(t.data)
-        grads.append(xp.ones(t.shape, t.dtype) if g is None else (g.data if isinstance(g, Tensor) else g))
+        if g is None:
+            if t.size != 1:
+                raise RuntimeError(f"backward: grad can be implicitly created only for scalar outputs; "
+                                   f"tensor {i} has shape {t.shape}: pass its gradient")
+            g = xp.ones(t.shape, t.dtype)
+        else:
+            g = g.data if isinstance(g, Tensor) else xp.asarray(g, dtype=t.dtype)
+            if g.shape != t.shape:
+                raise ValueError(f"backward: grad of shape {g.shape} for tensor {i} of shape {t.shape}")
+        grads.append(g)
     run_backward(tensors, grads, retain_graph=retain_graph)
