@@ -51,3 +51,32 @@ def test_plan_explains_bad_arguments_without_a_traceback(capsys, args, message):
     assert cli.main(["plan"] + [f"{flag}={value}" for flag, value in options.items()]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tinymem plan:") and message in err, err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "16", "--vocab", "100", "--ffn", "-4"],
+     "ffn must be a positive integer"),
+    (["--layers", "0", "--hidden", "64", "--heads", "4", "--seq", "16", "--vocab", "100"],
+     "layers must be a positive integer"),
+    (["--arch", "gpt2", "--seq", "0"], "seq must be a positive integer"),  # 0 used to mean "not given"
+    (["--arch", "gpt2", "--batch", "0"], "--batch and --micro-batches must be >= 1"),
+    (["--arch", "gpt2", "--micro-batches", "0"], "--batch and --micro-batches must be >= 1"),
+    (["--arch", "gpt2", "--ffn", "8"], "with --arch the width is the architecture's"),
+    (["--model", "mlp", "--sizes", "4,8,2", "--batch", "0"], "--batch must be >= 1"),
+])
+def test_plan_refuses_zero_and_negative_sizes_instead_of_reading_them_as_not_given(capsys, args, message):
+    assert cli.main(["plan"] + args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tinymem plan:") and message in err, err
+
+
+def test_monitor_checks_its_arguments_before_starting_the_command(tmp_path, capsys):
+    marker = tmp_path / "ran"
+    assert cli.main(["monitor", "--interval", "-1", "--", "touch", str(marker)]) == 2
+    assert "--interval must be a positive" in capsys.readouterr().err and not marker.exists()
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where a folder should be")
+    assert cli.main(["monitor", "--out", str(blocked / "x" / "out"), "--", "touch", str(marker)]) == 2
+    assert "cannot write into" in capsys.readouterr().err and not marker.exists()
+    assert cli.main(["bench", "--quick", "targets", "--out", str(blocked / "figs")]) == 2
+    assert "tinymem bench: cannot write into" in capsys.readouterr().err

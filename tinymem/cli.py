@@ -125,6 +125,12 @@ def cmd_bench(args):
     if unknown:
         print(f"unknown benchmark {unknown}; known: {', '.join(found)}", file=sys.stderr)
         return 2
+    if "targets" in names:  # checked before minutes of measuring, not after
+        try:
+            os.makedirs(os.path.join(args.out, "data"), exist_ok=True)
+        except OSError as exc:
+            print(f"tinymem bench: cannot write into {args.out}: {exc}", file=sys.stderr)
+            return 2
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     records = {}
     for name in names:
@@ -150,8 +156,11 @@ def cmd_plan(args):
     from . import planner
     from .memory import format_bytes
 
-    if args.arch or args.layers:
+    if args.arch or any(getattr(args, n) is not None for n in ("layers", "hidden", "heads", "seq", "vocab", "ffn")):
         return cmd_plan_arch(args)
+    if args.batch is not None and args.batch < 1:
+        print(f"tinymem plan: --batch must be >= 1, got {args.batch}", file=sys.stderr)
+        return 2
     if not (args.model and args.sizes and args.batch):
         print("tinymem plan: give --arch NAME (or --layers/--hidden/--heads/--seq/--vocab) for the "
               "closed form, or --model, --sizes and --batch to probe a tinymem model", file=sys.stderr)
@@ -186,19 +195,24 @@ def cmd_plan_arch(args):
     try:
         if args.arch:
             arch = architectures.get_arch(args.arch)
-            if args.seq:
-                arch = arch._replace(seq=args.seq)
+            if args.ffn is not None:
+                raise ValueError("--ffn sets an explicit architecture's MLP width; with --arch the width is the architecture's")
+            if args.seq is not None:
+                arch = architectures.check(arch._replace(seq=args.seq))
         else:
-            missing = [f"--{n}" for n in ("layers", "hidden", "heads", "seq", "vocab") if not getattr(args, n)]
+            missing = [f"--{n}" for n in ("layers", "hidden", "heads", "seq", "vocab") if getattr(args, n) is None]
             if missing:
                 raise ValueError(f"explicit sizes need {', '.join(missing)} too")
             arch = architectures.custom(args.layers, args.hidden, args.heads, args.seq, args.vocab, args.ffn)
         memory = parse_bytes(args.gpu_memory)
-        rows, proposal = fits.plan_arch(arch, args.gpus, memory, args.batch or 1, args.mode, args.micro_batches)
+        batch = 1 if args.batch is None else args.batch
+        if batch < 1 or (args.micro_batches is not None and args.micro_batches < 1):
+            raise ValueError(f"--batch and --micro-batches must be >= 1, got {batch} and {args.micro_batches}")
+        rows, proposal = fits.plan_arch(arch, args.gpus, memory, batch, args.mode, args.micro_batches)
     except ValueError as exc:
         print(f"tinymem plan: {exc}", file=sys.stderr)
         return 2
-    print(f"per GPU, micro-batch of {args.batch or 1} sequence(s) of {arch.seq} tokens, mode {args.mode} "
+    print(f"per GPU, micro-batch of {batch} sequence(s) of {arch.seq} tokens, mode {args.mode} "
           "(GB = 10^9 B; fewest GPUs: data-parallel ranks, or pipeline stages for the pipeline rows)")
     print_table(fits.table(rows, args.gpus, memory))
     print(fits.summary(arch, rows, proposal, args.gpus, memory))
@@ -225,6 +239,17 @@ def cmd_monitor(args):
             if args.device == "cuda":
                 print(f"tinymem monitor: {exc}", file=sys.stderr)
                 return 2
+    # Checked before the command starts: an error after it would leave it running unwatched.
+    if not args.interval > 0:
+        print(f"tinymem monitor: --interval must be a positive number of seconds, got {args.interval}",
+              file=sys.stderr)
+        return 2
+    folder = os.path.dirname(os.path.abspath(args.out))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        print(f"tinymem monitor: cannot write into {folder}: {exc}", file=sys.stderr)
+        return 2
     try:
         proc = subprocess.Popen(command)
     except OSError as exc:
@@ -239,8 +264,6 @@ def cmd_monitor(args):
     finally:
         watch.stop()
     print(format_process_table(watch.rows(), watch.total_peak()))
-    folder = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(folder, exist_ok=True)
     tmp = args.out + ".csv.tmp"
     with open(tmp, "w") as f:
         f.write("\n".join(watch.csv_lines()) + "\n")

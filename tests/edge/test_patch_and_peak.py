@@ -94,3 +94,11 @@ def test_chain_rejects_what_it_cannot_place():
         chain(nn.Sequential(nn.Conv2d(1, 2, 3), nn.Linear(2, 2)))
     with pytest.raises(ValueError, match="one input"):
         patch_inference(chain(small_cnn()), np.zeros((2, 3, 8, 8), np.float32), 1)
+
+
+def test_chain_refuses_average_pooling_instead_of_running_it_as_a_max():
+    # AvgPool2d subclasses MaxPool2d: an isinstance test let it through as a max pool.
+    net = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.AvgPool2d(2)).eval()
+    with pytest.raises(TypeError, match="cannot place a AvgPool2d"):
+        chain(net)
+

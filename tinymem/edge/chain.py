@@ -125,7 +125,8 @@ def chain(model):
         elif isinstance(m, Down):
             flat.append(nn.MaxPool2d(2))
             walk(m.conv)
-        elif isinstance(m, (nn.Conv2d, nn.BatchNorm2d, nn.ReLU, nn.MaxPool2d)):
+        elif isinstance(m, (nn.Conv2d, nn.BatchNorm2d, nn.ReLU)) or type(m) is nn.MaxPool2d:
+            # MaxPool2d by exact type: AvgPool2d subclasses it, and would run here as a max.
             flat.append(m)
         else:
             raise TypeError(f"chain() cannot place a {type(m).__name__}: edge chains hold Conv2d, "

@@ -68,6 +68,8 @@ def check(arch):
         value = getattr(arch, field)
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{arch.name}: {field} must be a positive integer, got {value!r}")
+    if arch.ffn is not None and (not isinstance(arch.ffn, int) or arch.ffn < 1):
+        raise ValueError(f"{arch.name}: ffn must be a positive integer (or None for 4 x hidden), got {arch.ffn!r}")
     if arch.hidden % arch.heads:
         raise ValueError(f"{arch.name}: hidden size {arch.hidden} is not divisible by {arch.heads} heads")
     if arch.mlp not in ("gelu", "swiglu"):
