@@ -186,20 +186,7 @@ class Tensor:
 
         ``grad`` is required unless this tensor has one element (the usual scalar loss).
         """
-        if not self.requires_grad:
-            raise RuntimeError("backward() on a tensor that does not require grad "
-                               "(no input had requires_grad=True, or it was made under no_grad())")
-        xp = backend.array_module(self._data)
-        if grad is None:
-            if self._data.size != 1:
-                raise RuntimeError(f"grad can be implicitly created only for scalar outputs; this "
-                                   f"tensor has shape {self.shape}: pass backward(grad) of that shape")
-            g = xp.ones(self.shape, self.dtype)
-        else:
-            g = grad.data if isinstance(grad, Tensor) else xp.asarray(grad, dtype=self.dtype)
-            if g.shape != self.shape:
-                raise ValueError(f"backward: grad of shape {g.shape} for a tensor of shape {self.shape}")
-        run_backward((self,), (g,), retain_graph=retain_graph)
+        run_backward((self,), (_initial_grad(self, grad, "this tensor"),), retain_graph=retain_graph)
 
     def zero_(self):
         self._data[...] = 0
@@ -223,20 +210,22 @@ def backward(tensors, grad_tensors=None, retain_graph=False):
         grad_tensors = [None] * len(tensors)
     if len(grad_tensors) != len(tensors):
         raise ValueError(f"backward: {len(grad_tensors)} gradients for {len(tensors)} tensors")
-    grads = []
-    for i, (t, g) in enumerate(zip(tensors, grad_tensors)):
-        if not t.requires_grad:
-            raise RuntimeError(f"backward: tensor {i} does not require grad (no input had "
-                               "requires_grad=True, or it was made under no_grad())")
-        xp = backend.array_module(t.data)
-        if g is None:
-            if t.size != 1:
-                raise RuntimeError(f"backward: grad can be implicitly created only for scalar outputs; "
-                                   f"tensor {i} has shape {t.shape}: pass its gradient")
-            g = xp.ones(t.shape, t.dtype)
-        else:
-            g = g.data if isinstance(g, Tensor) else xp.asarray(g, dtype=t.dtype)
-            if g.shape != t.shape:
-                raise ValueError(f"backward: grad of shape {g.shape} for tensor {i} of shape {t.shape}")
-        grads.append(g)
+    grads = [_initial_grad(t, g, f"tensor {i}") for i, (t, g) in enumerate(zip(tensors, grad_tensors))]
     run_backward(tensors, grads, retain_graph=retain_graph)
+
+
+def _initial_grad(t, grad, what):
+    """The gradient backward starts from at ``t``: ``grad`` checked, or ones for a scalar."""
+    if not t.requires_grad:
+        raise RuntimeError(f"backward: {what} does not require grad (no input had requires_grad=True, "
+                           "or it was made under no_grad())")
+    xp = backend.array_module(t.data)
+    if grad is None:
+        if t.size != 1:
+            raise RuntimeError(f"backward: grad can be implicitly created only for scalar outputs; {what} "
+                               f"has shape {t.shape}: pass backward(grad) of that shape")
+        return xp.ones(t.shape, t.dtype)
+    g = grad.data if isinstance(grad, Tensor) else xp.asarray(grad, dtype=t.dtype)
+    if g.shape != t.shape:
+        raise ValueError(f"backward: grad of shape {g.shape} for {what} of shape {t.shape}")
+    return g
