@@ -94,6 +94,13 @@ def test_chain_rejects_what_it_cannot_place():
         chain(nn.Sequential(nn.Conv2d(1, 2, 3), nn.Linear(2, 2)))
     with pytest.raises(ValueError, match="one input"):
         patch_inference(chain(small_cnn()), np.zeros((2, 3, 8, 8), np.float32), 1)
+    one = np.zeros((1, 3, 8, 8), np.float32)
+    for split, grid in ((0, 4), (99, 4)):  # an empty stage used to fail with IndexError
+        with pytest.raises(ValueError, match="split must be 1.."):
+            patch_inference(chain(small_cnn()), one, split, grid)
+    for grid in (0, -1):
+        with pytest.raises(ValueError, match="grid must be a positive integer"):
+            patch_inference(chain(small_cnn()), one, 1, grid)
 
 
 def test_chain_refuses_average_pooling_instead_of_running_it_as_a_max():

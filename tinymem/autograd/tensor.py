@@ -189,6 +189,9 @@ class Tensor:
         run_backward((self,), (_initial_grad(self, grad, "this tensor"),), retain_graph=retain_graph)
 
     def zero_(self):
+        """Zero the array in place. Pitfall: tinymem keeps no version counter, so zeroing (or any
+        in-place write to) an array that an op saved for backward is not detected, as PyTorch
+        detects it: the gradient is then computed from the new values, silently."""
         self._data[...] = 0
         return self
 

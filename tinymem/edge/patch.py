@@ -18,6 +18,8 @@ the same order).
 Cost: overlapping halos are computed once per tile that needs them. ``macs`` counts the
 multiply-accumulates of the stage both ways; the ratio minus one is the recomputed work.
 """
+import numbers
+
 import numpy as np
 
 from .. import memory
@@ -65,6 +67,10 @@ def patch_inference(model, x, split, grid=4):
     multiply-accumulates computed by tiles against whole layers.
     """
     layers = as_chain(model)
+    if not (isinstance(split, numbers.Integral) and 1 <= split <= len(layers)):
+        raise ValueError(f"patch_inference: split must be 1..{len(layers)} (layers run by tiles), got {split!r}")
+    if not (isinstance(grid, numbers.Integral) and grid >= 1):
+        raise ValueError(f"patch_inference: grid must be a positive integer (tiles per side), got {grid!r}")
     stage, rest = layers[:split], layers[split:]
     xp_in = np.asarray(x, np.float32)
     if xp_in.ndim != 4 or xp_in.shape[0] != 1:
