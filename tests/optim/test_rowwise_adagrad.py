@@ -32,8 +32,8 @@ def test_rowwise_adagrad_matches_dense_reference(sparse, weight_decay):
         grad = layer.weight.grad.data
         dense_grads.append(to_np(grad.to_dense() if sparse else grad))
         opt.step()
-    if weight_decay and sparse:
-        # Sparse steps decay only the touched rows: the reference must do the same.
+    if weight_decay:
+        # Only rows with a gradient step and decay, sparse or dense (as FBGEMM): the reference too.
         w, acc = start.copy(), np.zeros(30)
         for g in dense_grads:
             rows = np.flatnonzero(np.abs(g).sum(1))
@@ -69,3 +69,23 @@ def test_state_is_one_float_per_row():
     opt.step()
     assert opt.state_bytes() == 4 * 1000 == optim.RowWiseAdagrad.bytes_for((1000, 16), 4, {})
     assert memory.live_bytes("optimizer") - before == 4 * 1000, memory.format_table(memory.LEDGER.by_bucket())
+
+
+@pytest.mark.parametrize("eps,weight_decay", [(0.0, 0.0), (1e-10, 0.1)])
+def test_rows_without_gradient_stay_put_dense_or_sparse(eps, weight_decay):
+    """With eps = 0 a dense step used to compute 0 / 0 (NaN) for untouched rows, and with weight
+    decay it moved them by the decay over an empty accumulator; sparse steps never touch them."""
+    tables = []
+    for sparse in (True, False):
+        tm.manual_seed(0)
+        layer = nn.EmbeddingBag(5, 3, mode="sum", sparse=sparse)
+        start = to_np(layer.weight).copy()
+        opt = optim.RowWiseAdagrad(layer.parameters(), lr=0.1, eps=eps, weight_decay=weight_decay)
+        for _ in range(3):
+            opt.zero_grad()
+            layer(tm.tensor(np.array([[0, 1], [1, 1]]))).sum().backward()
+            opt.step()
+        tables.append(to_np(layer.weight))
+        np.testing.assert_array_equal(tables[-1][2:], start[2:])
+    np.testing.assert_allclose(tables[0], tables[1], rtol=1e-6)
+

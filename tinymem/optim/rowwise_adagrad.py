@@ -13,7 +13,8 @@ there it is plain Adagrad).
 
 It takes sparse gradients (:class:`tinymem.sparse.RowSparse`): only the touched rows are read
 and written, so a step costs O(touched rows), not O(table). A row with zero gradient is left
-unchanged either way, so sparse and dense gradients give the same weights.
+unchanged either way (weight decay included), so sparse and dense gradients give the same
+weights.
 """
 from .. import backend
 from .optimizer import Optimizer
@@ -45,7 +46,13 @@ class RowWiseAdagrad(Optimizer):
             grad = grad.coalesce()
             index, g = grad.indices, grad.values.reshape(len(grad.indices), -1)
         else:
-            index, g = slice(None), grad.reshape(p.shape[0], -1)
+            index, g = xp.arange(p.shape[0]), grad.reshape(p.shape[0], -1)
+        # Only rows with a nonzero gradient step, in both forms, as FBGEMM updates only the rows
+        # looked up: a dense gradient's zero rows would otherwise take weight decay, normalised
+        # by an empty accumulator (a large step), or 0 / 0 with eps = 0.
+        moving = xp.any(g != 0, axis=1)
+        if not bool(moving.all()):
+            index, g = index[moving], g[moving]
         if group["weight_decay"]:
             g = g + group["weight_decay"] * rows[index]
         acc = state["sum"]
