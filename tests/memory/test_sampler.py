@@ -51,6 +51,29 @@ def test_the_kernel_high_water_mark_catches_a_spike_between_samples():
     assert m.peak_delta() >= 95 * MB
 
 
+def test_a_monitor_started_inside_another_keeps_the_outer_ones_spike():
+    # Each start resets the kernel's high-water mark for the whole process: the inner monitor's
+    # reset erased the spike the outer one had not read yet (0.1 MB seen instead of 100).
+    with memory.monitor(interval=5.0) as outer:
+        spike = np.ones(100 * MB // 8)
+        del spike
+        with memory.monitor(interval=5.0) as inner:
+            time.sleep(0.01)
+    if outer.hwm is None:
+        pytest.skip("this kernel does not let a process reset its RSS high-water mark")
+    assert outer.peak_delta() >= 95 * MB
+    assert inner.peak_delta() < 50 * MB  # the spike was before the inner one started
+
+
+def test_a_watched_process_that_exits_ends_the_sampling_without_an_error():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    m = memory.Monitor(interval=0.01, pid=child.pid).start()
+    child.wait()
+    time.sleep(0.1)
+    m.stop()  # raised psutil.NoSuchProcess
+    assert len(m.samples) >= 2 and m.peak() > 0
+
+
 def test_bad_interval_is_refused():
     with pytest.raises(ValueError, match="positive"):
         memory.Monitor(interval=0)

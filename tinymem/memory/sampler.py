@@ -43,6 +43,11 @@ def _read_hwm(pid):
     return None
 
 
+# Monitors of this process that reset the kernel's high-water mark and have not stopped: a new
+# one's reset would erase a peak they have not read yet, so it is read and handed to them first.
+_HWM_WATCHERS, _HWM_LOCK = [], threading.Lock()
+
+
 def _reset_hwm(pid):
     """Reset the high-water mark to the current RSS; False where the kernel does not allow it."""
     try:
@@ -64,7 +69,8 @@ class _Sampling:
 
     def _run(self):
         while not self._stop.wait(self.interval):
-            self.sample()
+            if self.sample() is False:
+                return  # the watched process is gone
 
     def _stop_thread(self):
         """Stop and join the thread; False when it was not running."""
@@ -108,15 +114,31 @@ class Monitor(_Sampling):
         return None, None
 
     def sample(self):
-        """Take one sample now (the thread calls this every interval)."""
+        """Take one sample now (the thread calls this every interval); False, and no sample,
+        once a watched process other than this one has exited."""
         allocator, held = self._allocator()
-        self.samples.append((time.perf_counter() - self.t0, self._process(), allocator, held,
-                             LEDGER.bytes()))
+        try:
+            process = self._process()
+        except psutil.Error:
+            return False
+        self.samples.append((time.perf_counter() - self.t0, process, allocator, held, LEDGER.bytes()))
+        return True
 
     def start(self):
         own_cpu = self.device == "cpu" and self.pid == os.getpid()
-        self._hwm_reset = own_cpu and _reset_hwm(self.pid)
-        self.sample()
+        self._hwm_seen = 0
+        if own_cpu:
+            with _HWM_LOCK:
+                before = _read_hwm(self.pid) or 0
+                for other in _HWM_WATCHERS:  # their peak so far, before the reset erases it
+                    other._hwm_seen = max(other._hwm_seen, before)
+                self._hwm_reset = _reset_hwm(self.pid)
+                if self._hwm_reset:
+                    _HWM_WATCHERS.append(self)
+        else:
+            self._hwm_reset = False
+        if self.sample() is False:
+            raise ValueError(f"process {self.pid} cannot be read (it has exited, or is not ours to read)")
         self.baseline = self.samples[-1][1]
         self._start_thread("tinymem-monitor")
         return self
@@ -124,7 +146,13 @@ class Monitor(_Sampling):
     def stop(self):
         if self._stop_thread():
             self.sample()
-            self.hwm = _read_hwm(self.pid) if self._hwm_reset else None
+            if self._hwm_reset:
+                with _HWM_LOCK:
+                    self.hwm = max(_read_hwm(self.pid) or 0, self._hwm_seen)
+                    if self in _HWM_WATCHERS:
+                        _HWM_WATCHERS.remove(self)
+            else:
+                self.hwm = None
 
     def __enter__(self):
         return self.start()
