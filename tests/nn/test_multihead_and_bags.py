@@ -164,3 +164,17 @@ def test_embedding_bag_rejects_bad_input():
         F.embedding_bag(tm.tensor(np.array([0, 1, 2])), w)
     with pytest.raises(ValueError, match="mode"):
         F.embedding_bag(tm.tensor(np.array([[0, 1]])), w, mode="max")
+
+
+def test_int32_ids_give_int64_rows_and_a_sparse_gradient_can_be_zeroed_in_place():
+    table = nn.EmbeddingBag(10, 3, sparse=True)
+    table(tm.tensor(np.array([[1, 2]], np.int32))).sum().backward()
+    grad = table.weight.grad.data
+    assert grad.indices.dtype == np.int64 and grad.nbytes == 2 * (8 + 3 * 4)  # as RowSparse documents
+    table.zero_grad(set_to_none=False)  # raised TypeError on a row-sparse gradient
+    assert table.weight.grad.data is grad and not np.any(to_np(grad.values))
+    from tinymem import optim
+    opt = optim.RowWiseAdagrad(table.parameters())
+    table(tm.tensor(np.array([[3]]))).sum().backward()
+    opt.zero_grad(set_to_none=False)
+    assert not np.any(to_np(table.weight.grad.data.values))

@@ -112,7 +112,10 @@ class Module:
             if set_to_none:
                 p.grad = None
             elif p.grad is not None:
-                p.grad.data[...] = 0  # not `* 0`: a NaN or inf gradient (an fp16 overflow) would stay
+                # In place, not `* 0`: a NaN or inf gradient (an fp16 overflow) would stay; a
+                # row-sparse gradient keeps its rows, zeroed.
+                data = p.grad.data
+                (data.values if getattr(data, "is_sparse", False) else data)[...] = 0
 
     def train(self, mode=True):
         for m in self.modules():

@@ -65,7 +65,8 @@ class EmbeddingBag(Function):
         if ctx.mode == "mean":
             rows /= counts[bag][:, None]
         if ctx.sparse:
-            return None, RowSparse(ids.copy(), rows, ctx.table_shape).coalesce()
+            # int64 indices whatever the ids' type: 8 bytes per row, as RowSparse documents.
+            return None, RowSparse(ids.astype(xp.int64), rows, ctx.table_shape).coalesce()
         table = xp.zeros(ctx.table_shape, g.dtype)
         scatter_add(xp, table, ids, rows)
         return None, table

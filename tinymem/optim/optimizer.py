@@ -94,7 +94,8 @@ class Optimizer:
                 if set_to_none:
                     p.grad = None
                 elif p.grad is not None:
-                    p.grad.data[...] = 0
+                    data = p.grad.data  # a row-sparse gradient keeps its rows, zeroed
+                    (data.values if getattr(data, "is_sparse", False) else data)[...] = 0
 
     def step(self):
         """Update every parameter that has a gradient (in place: its array keeps its identity)."""
