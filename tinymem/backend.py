@@ -91,7 +91,13 @@ def array_module(x):
     """NumPy or CuPy: accepts a device name or an array."""
     if isinstance(x, str):
         return np if check_device(x) == "cpu" else get_cupy()
-    return np if isinstance(x, (np.ndarray, np.generic)) else get_cupy()
+    if isinstance(x, (np.ndarray, np.generic)):
+        return np
+    if not hasattr(x, "__cuda_array_interface__"):
+        # A list or a Python number is no CUDA request: say what was given, not "needs CuPy".
+        raise TypeError(f"expected a NumPy or CuPy array (or a Tensor), got {type(x).__name__}; "
+                        "wrap it first, e.g. tm.tensor(x)")
+    return get_cupy()
 
 
 def to_device(array, device):

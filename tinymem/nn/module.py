@@ -203,6 +203,8 @@ class Sequential(Module):
         if len(modules) == 1 and isinstance(modules[0], (list, tuple)):
             modules = modules[0]
         for i, m in enumerate(modules):
+            if not isinstance(m, Module):  # setattr would keep it as a plain attribute, skipped by forward
+                raise TypeError(f"Sequential takes Modules; item {i} is a {type(m).__name__}")
             setattr(self, str(i), m)
 
     def forward(self, x):

@@ -32,6 +32,8 @@ class BatchNorm2d(Function):
         xp = array_module(x)
         if x.ndim != 4:
             raise ValueError(f"batch_norm2d: expected input of shape (B, C, H, W), got {x.shape}")
+        if x.dtype.kind != "f" or not eps > 0:
+            raise ValueError(f"batch_norm2d: needs a floating input and eps > 0, got {x.dtype} and eps={eps}")
         for what, v in (("weight", weight), ("bias", bias), ("running_mean", running_mean), ("running_var", running_var)):
             if v is not None and v.shape != (x.shape[1],):  # else one value would broadcast to every channel
                 raise ValueError(f"batch_norm2d: {what} of shape {v.shape} for {x.shape[1]} channels; "

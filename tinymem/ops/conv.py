@@ -98,6 +98,10 @@ class Conv2d(Function):
         (sh, sw), (ph, pw) = stride, padding
         o, c, kh, kw = weight.shape
         check_window("conv2d", (kh, kw), stride, padding)
+        if x.dtype.kind != "f" or weight.dtype.kind != "f":
+            # The output takes the input's dtype: an integer image would truncate every sum.
+            raise TypeError(f"conv2d: input of dtype {x.dtype} with weight of dtype {weight.dtype}; "
+                            "both must be floating, e.g. x.float()")
         if bias is not None and bias.shape != (o,):
             raise ValueError(f"conv2d: bias of shape {bias.shape} for {o} output channels; it must be ({o},)")
         out_h, out_w = out_size(x.shape[2], kh, sh, ph), out_size(x.shape[3], kw, sw, pw)

@@ -51,6 +51,10 @@ class LayerNorm(Function):
 
     def forward(ctx, x, weight=None, bias=None, normalized_ndim=1, eps=1e-5):
         xp = array_module(x)
+        if x.dtype.kind != "f":  # 1/std would be cast to the integer dtype: 0
+            raise TypeError(f"layer_norm: input of dtype {x.dtype}; convert it first, e.g. x.float()")
+        if not eps > 0:
+            raise ValueError(f"layer_norm: eps must be > 0, got {eps}")
         axes = tuple(range(x.ndim - normalized_ndim, x.ndim))
         mean = x.mean(axis=axes, keepdims=True)
         centered = x - mean

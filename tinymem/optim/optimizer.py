@@ -83,6 +83,11 @@ class Optimizer:
                     raise ValueError(f"invalid {what}: it must be a finite number")
                 if key in _NON_NEGATIVE and number < 0:
                     raise ValueError(f"invalid {what}: it must be >= 0")
+        betas = full.get("betas")
+        if betas is not None and not (isinstance(betas, (tuple, list)) and
+                                      all(isinstance(b, numbers.Real) and 0 <= b < 1 for b in betas)):
+            # Checked per group too: a group's own betas = (0.9, 1.0) made a step NaN.
+            raise ValueError(f"invalid betas={betas!r}: each must be a number in [0, 1)")
         if "lr" in full and (isinstance(full["lr"], bool) or not isinstance(full["lr"], numbers.Real)):
             raise ValueError(f"invalid learning rate {full['lr']!r}: it must be a number >= 0")
         return full

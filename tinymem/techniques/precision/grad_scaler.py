@@ -67,8 +67,8 @@ class GradScaler:
     def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
                  growth_interval=2000, enabled=True):
         if enabled:
-            if init_scale <= 0:
-                raise ValueError(f"init_scale must be > 0, got {init_scale}")
+            if not (math.isfinite(init_scale) and init_scale > 0):  # inf or NaN would skip every step
+                raise ValueError(f"init_scale must be a finite number > 0, got {init_scale}")
             if growth_factor < 1.0:
                 raise ValueError(f"growth_factor must be >= 1.0 (1.0 disables growth), got {growth_factor}")
             if not 0.0 < backoff_factor <= 1.0:
@@ -153,6 +153,8 @@ class GradScaler:
             return
         if new_scale is not None:
             value = float(new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
+            if not (math.isfinite(value) and value > 0):  # 0 would stop training for good, silently
+                raise ValueError(f"update(new_scale): the scale must be a finite number > 0, got {value}")
             self._scale = np.float32(value)
         else:
             found = [s["found_inf"] for s in self._per_optimizer.values() if s["found_inf"] is not None]

@@ -73,6 +73,9 @@ def qparams_from_minmax(min_val, max_val, qscheme="per_tensor_affine", dtype="qu
     Symmetric: scale = max|r| / ((qmax - qmin) / 2), zero_point 0 (int8) or 128 (uint8).
     Arithmetic is float32, rounding half to even, like ``UniformQuantizationObserverBase``.
     """
+    check_qscheme(qscheme)
+    if quant_min >= quant_max or not eps > 0:
+        raise ValueError(f"quant_min ({quant_min}) must be below quant_max ({quant_max}) and eps ({eps}) > 0")
     xp = np if isinstance(min_val, (int, float, np.generic)) else backend.array_module(min_val)
     min_val = xp.asarray(min_val, dtype=np.float32)
     max_val = xp.asarray(max_val, dtype=np.float32)
@@ -115,6 +118,17 @@ def _broadcast(param, x, axis):
     return param.reshape(shape)
 
 
+def _check_qparams(scale, zero_point, lo, hi, what):
+    """Refuse what would give codes silently wrong: a scale not finite and > 0 (0 gives garbage
+    codes or NaN), a zero_point off the integers or outside [lo, hi] (values shift by a clamp)."""
+    if not bool(np.all(np.isfinite(scale)) and np.all(scale > 0)):
+        raise ValueError(f"{what}: scale must be finite and > 0, got {scale}")
+    if zero_point.dtype.kind == "f" and not bool(np.all(zero_point == np.round(zero_point))):
+        raise ValueError(f"{what}: zero_point must be an integer, got {zero_point}")
+    if not bool(np.all((zero_point >= lo) & (zero_point <= hi))):
+        raise ValueError(f"{what}: zero_point {zero_point} is outside the range [{lo}, {hi}]")
+
+
 def _arrays(x, scale, zero_point, axis):
     data = x.data if isinstance(x, Tensor) else x
     xp = backend.array_module(data)
@@ -140,8 +154,9 @@ def quantize(x, scale, zero_point, dtype="quint8", quant_min=None, quant_max=Non
     channel). ``quant_min``/``quant_max`` default to the dtype's full range. Returns a raw array
     (1 byte per element); pass it to :func:`dequantize` with the same parameters.
     """
-    data, xp, scale, zero_point = _arrays(x, scale, zero_point, axis)
     lo, hi = qrange(dtype, False, quant_min, quant_max)
+    _check_qparams(np.asarray(_value(scale), np.float32), _value(zero_point), lo, hi, "quantize")
+    data, xp, scale, zero_point = _arrays(x, scale, zero_point, axis)
     q = xp.clip(_round_shift(xp, data, scale, zero_point), lo, hi)
     return q.astype(storage_dtype(dtype))
 
@@ -182,4 +197,11 @@ def fake_quantize(x, scale, zero_point, quant_min=0, quant_max=255, axis=None):
     straight-through rule: 1 inside [quant_min, quant_max] after rounding, 0 where clamped."""
     if quant_min >= quant_max:
         raise ValueError(f"quant_min ({quant_min}) must be smaller than quant_max ({quant_max})")
+    _check_qparams(np.asarray(_value(scale), np.float32), _value(zero_point), quant_min, quant_max, "fake_quantize")
     return FakeQuantize.apply(x, scale, zero_point, quant_min, quant_max, axis)
+
+
+def _value(v):
+    """A host array of a scale or zero_point given as a number, a list, an array or a Tensor."""
+    v = v.data if isinstance(v, Tensor) else v
+    return backend.to_numpy(v) if hasattr(v, "__cuda_array_interface__") else np.asarray(v)
