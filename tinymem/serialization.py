@@ -35,13 +35,13 @@ def _encode(value, arrays):
         arrays.append(_contiguous(value.numpy()))
         return {"tensor": len(arrays) - 1}
     if isinstance(value, np.generic):  # np.float32(1.5) comes back a np.float32, not shape (1,)
-        if value.dtype == object:
+        if value.dtype.hasobject:
             raise CheckpointError("object scalars cannot be saved without pickle")
         arrays.append(np.asarray(value))
         return {"scalar": len(arrays) - 1}
     if hasattr(value, "__array_interface__") or hasattr(value, "__cuda_array_interface__"):
         array = backend.to_numpy(value)
-        if array.dtype == object:
+        if array.dtype.hasobject:  # also a structured dtype with an object field
             raise CheckpointError("object arrays cannot be saved without pickle")
         arrays.append(_contiguous(array))
         return {"array": len(arrays) - 1}

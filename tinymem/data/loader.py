@@ -12,11 +12,18 @@ class DataLoader:
     """
 
     def __init__(self, arrays, batch_size=64, shuffle=True, seed=0, drop_last=False, device=None):
+        if hasattr(arrays, "shape") or isinstance(arrays, dict) or not isinstance(arrays, (tuple, list)):
+            # One array would be read as a tuple of its rows, each a separate "array".
+            raise TypeError(f"DataLoader takes a tuple of arrays, e.g. (x, y) or (x,); got a {type(arrays).__name__}")
+        if not arrays:
+            raise ValueError("DataLoader needs at least one array, e.g. (x, y)")
         self.arrays = tuple(np.asarray(a) for a in arrays)
+        if any(a.ndim == 0 for a in self.arrays):
+            raise ValueError("DataLoader's arrays need a first (sample) dimension; got a scalar")
         if len({len(a) for a in self.arrays}) != 1:
             raise ValueError(f"arrays have different lengths: {[len(a) for a in self.arrays]}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.drop_last, self.device, self.epoch = drop_last, device, 0
 

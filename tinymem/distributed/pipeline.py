@@ -92,6 +92,8 @@ class Pipeline:
     def __init__(self, model, optimizer, comm, micro_batches=4, schedule="gpipe"):
         if schedule not in ("gpipe", "1f1b"):
             raise ValueError(f"unknown schedule {schedule!r}; choose 'gpipe' or '1f1b'")
+        if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+            raise ValueError(f"micro_batches must be a positive integer, got {micro_batches!r}")
         self.comm, self.micro_batches, self.schedule = comm, micro_batches, schedule
         units = split_units(model)
         starts = partition([u.num_parameters() for u in units], comm.size) + [len(units)]

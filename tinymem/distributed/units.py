@@ -41,8 +41,19 @@ def unit_input(array, box):
 
 
 def split_units(model):
-    """The children of a Sequential model (its units); a plain module is one unit."""
+    """The children of a Sequential model (its units); a module without children is one unit.
+
+    Any other module is refused: the strategies run units one after another, so the model's own
+    ``forward`` (a residual sum, say) would be skipped and the loss silently differ.
+    """
+    from ..nn import Module, Sequential
+
+    if not isinstance(model, Module):
+        raise TypeError(f"the model must be a tinymem Module (a Sequential), got {type(model).__name__}")
     children = model.children()
+    if children and not isinstance(model, Sequential):
+        raise TypeError(f"{type(model).__name__} has its own forward: partitioning runs a Sequential's "
+                        "units one after another; write the model as an nn.Sequential of blocks")
     return children if children else [model]
 
 

@@ -42,8 +42,11 @@ class ConvLayer:
 
     def __call__(self, x, padding=None):
         pad = self.padding if padding is None else padding
-        data = x.data
+        data = x.data if isinstance(x, Tensor) else x
         xp = backend.array_module(data)
+        if data.ndim != 4 or data.shape[1] != self.weight.shape[1]:
+            # Extra channels would be skipped silently by the loop over the weight's channels.
+            raise ValueError(f"{self!r}: input of shape {data.shape}; expected (B, {self.weight.shape[1]}, H, W)")
         if pad:
             data = memory.register(xp.pad(data, ((0, 0), (0, 0), (pad, pad), (pad, pad))), "workspace",
                                    label="padded input")

@@ -28,10 +28,16 @@ def inference_peak(model, input_shape, x=None):
     ``x`` gives the input values (random normal otherwise).
     """
     layers = as_chain(model)
+    if not layers:
+        raise ValueError("inference_peak: the model has no layers to run")
     if len(input_shape) == 3:
         input_shape = (1,) + tuple(input_shape)
+    if len(input_shape) != 4:
+        raise ValueError(f"inference_peak: input_shape must be (C, H, W) or (1, C, H, W), got {input_shape}")
     if x is None:
         x = np.random.default_rng(0).standard_normal(input_shape).astype(np.float32)
+    elif tuple(np.shape(x)) != tuple(input_shape):
+        raise ValueError(f"inference_peak: x of shape {np.shape(x)} does not match input_shape {tuple(input_shape)}")
     rows = []
     with no_grad():
         h = Tensor(np.array(x, np.float32))

@@ -129,6 +129,9 @@ class Ledger:
             raise ValueError(f"register_bytes: this {type(owner).__name__} is already counted "
                              f"({self.entries[id(owner)].nbytes} bytes); give each counted buffer "
                              "its own owner object")
+        if not (isinstance(nbytes, (int, np.integer)) or (isinstance(nbytes, float) and nbytes.is_integer())) \
+                or nbytes < 0:
+            raise ValueError(f"register_bytes: nbytes must be a whole number >= 0, got {nbytes!r}")
         self.register(None, bucket, place, owner, label, int(nbytes))
 
     def _on_death(self, entry):

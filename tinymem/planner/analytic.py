@@ -84,6 +84,8 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     """
     arch = archs.get_arch(arch)
     _check_stack(stack)
+    if stack.pipeline > arch.layers:
+        raise ValueError(f"{stack.pipeline} pipeline stages for {arch.layers} layers: each stage needs at least one")
     half = is_half(stack.precision)
     w = 2 if half else 4
     shapes = [s for _, s in archs.parameter_shapes(arch)]

@@ -38,7 +38,15 @@ Combination.__new__.__defaults__ = ("none", "fp32", "Adam", "none", 1)
 
 
 def supported(combo):
-    """``None`` when ``combo`` can be built, else the reason it is not offered."""
+    """``None`` when ``combo`` can be built, else the reason it is not offered (a value outside
+    the knobs' choices included: an unknown precision used to train silently in bf16)."""
+    for what, value, known in (("precision", combo.precision, PRECISIONS), ("optimizer", combo.optimizer, OPTIMIZERS),
+                               ("offload", combo.offload, OFFLOADS)):
+        if value not in known:
+            return f"unknown {what} {value!r}; choose one of {', '.join(map(repr, known))}"
+    k = combo.micro_batches
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        return f"micro_batches must be a positive integer, got {k!r}"
     if combo.precision != "fp32" and combo.offload != "none":
         return (f"{combo.precision} with {combo.offload} offload: half storage and offload do not "
                 "compose here (see tinymem.planner.recipe)")
