@@ -112,3 +112,18 @@ def test_the_checks_leave_valid_input_alone():
     assert optim.Adam([{"params": [P()], "betas": (0.9, 0.99)}]).param_groups[0]["betas"] == (0.9, 0.99)
     assert edge.inference_peak(CNN(), (3, 8, 8))["peak"] > 0
     assert len(data.DataLoader([np.ones(5)], batch_size=2)) == 3
+
+
+def test_calculator_and_planner_refuse_sizes_that_gave_negative_or_fractional_answers():
+    from tinymem import planner
+    from tinymem.distributed import calculator
+    for params, world in ((1e9, 0), (-1e9, 2)):  # a ZeroDivisionError, or negative bytes
+        with pytest.raises(ValueError, match="params must be >= 0 and world_size >= 1"):
+            calculator.model_state_bytes(params, world, "zero3")
+        with pytest.raises(ValueError, match="params must be >= 0 and world_size >= 1"):
+            calculator.traffic_bytes(params, world, "zero3")
+    probe = planner.run_probe(workload("mlp", "4,8,2"), Combination(), check=False)
+    for batch in (0, 2.5, "8"):  # 2.5 used to give a number
+        with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+            planner.predict(probe, batch)
+    assert planner.predict(probe, np.int64(4)).total > 0

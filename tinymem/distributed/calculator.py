@@ -24,10 +24,16 @@ LABELS = {"dp": "data parallel", "zero1": "ZeRO-1 (P_os)", "zero2": "ZeRO-2 (P_o
           "zero3": "ZeRO-3 (P_os+g+p)"}
 
 
-def model_state_bytes(params, world_size, strategy, param_bytes=2, grad_bytes=2, k=12):
-    """``{"parameter", "gradient", "optimizer", "total"}`` bytes per device for ``strategy``."""
+def _check(strategy, params, world_size):
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if not (params >= 0 and world_size >= 1):  # negative bytes, or a division by zero
+        raise ValueError(f"params must be >= 0 and world_size >= 1, got {params} and {world_size}")
+
+
+def model_state_bytes(params, world_size, strategy, param_bytes=2, grad_bytes=2, k=12):
+    """``{"parameter", "gradient", "optimizer", "total"}`` bytes per device for ``strategy``."""
+    _check(strategy, params, world_size)
     shard = params / world_size
     level = STRATEGIES.index(strategy)
     out = {"parameter": param_bytes * (shard if level >= 3 else params),
@@ -39,8 +45,7 @@ def model_state_bytes(params, world_size, strategy, param_bytes=2, grad_bytes=2,
 
 def traffic_bytes(params, world_size, strategy, element_bytes=2):
     """Bytes one rank sends per step (ring collectives) for ``strategy``."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    _check(strategy, params, world_size)
     passes = 3 if strategy == "zero3" else 2
     return passes * (world_size - 1) / world_size * element_bytes * params
 

@@ -128,6 +128,8 @@ class Communicator:
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.traffic = Traffic()
         self.timeout = float(timeout if timeout is not None else os.environ.get("TINYMEM_MPI_TIMEOUT", 300))
+        if not self.timeout > 0:  # <= 0 killed the watchdog thread, or would abort every blocking call
+            raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout}")
         self.transport, self.cuda_aware, self.algorithm = transport, cuda_aware, algorithm
         self._watchdog = _Watchdog(self.comm, self.timeout)
         self._nccl = None

@@ -26,6 +26,8 @@ Pitfalls: B must split into M equal micro-batches; every rank builds the same mo
 seed) and the pipeline empties the parameters of the other stages on each rank; sends are
 non-blocking, so their arrays stay alive until the step ends.
 """
+import numbers
+
 import numpy as np
 
 from .. import backend, memory
@@ -92,7 +94,7 @@ class Pipeline:
     def __init__(self, model, optimizer, comm, micro_batches=4, schedule="gpipe"):
         if schedule not in ("gpipe", "1f1b"):
             raise ValueError(f"unknown schedule {schedule!r}; choose 'gpipe' or '1f1b'")
-        if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+        if isinstance(micro_batches, bool) or not isinstance(micro_batches, numbers.Integral) or micro_batches < 1:
             raise ValueError(f"micro_batches must be a positive integer, got {micro_batches!r}")
         self.comm, self.micro_batches, self.schedule = comm, micro_batches, schedule
         units = split_units(model)
