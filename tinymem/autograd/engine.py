@@ -123,18 +123,19 @@ def _backward(roots, grads, retain_graph):
         if not retain_graph:
             node.release_saved()
             node.parents = ()
-        for parent, g in zip(parents, in_grads):
-            if parent is None or g is None:
+        for parent, returned in zip(parents, in_grads):
+            if parent is None or returned is None:
                 continue
             if type(parent) is tuple:
                 pnode, index = parent
-                g = sum_to(g, pnode.output_meta[index][0])  # the shape this input had
+                g = sum_to(returned, pnode.output_meta[index][0])  # the shape this input had
             else:
-                g = sum_to(g, parent.shape)
+                g = sum_to(returned, parent.shape)
             if isinstance(g, np.generic):
                 g = np.asarray(g)
             if type(parent) is tuple:
-                memory.register(g)
+                if g is not returned:  # reduced (or a scalar made 0-d): new; ``returned`` is counted
+                    memory.register(g)
                 if pnode not in pending:
                     pending[pnode] = [None] * len(pnode.output_meta)
                 pslot = pending[pnode]

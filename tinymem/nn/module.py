@@ -137,8 +137,10 @@ class Module:
 
         for p in self.parameters():
             p.data = moved(p.data)
-            if p.grad is not None and getattr(p.grad.data, "dtype", None) is not None:
-                p.grad.data = moved(p.grad.data)
+            if p.grad is not None:
+                # A row-sparse gradient has no device move: it is dropped, as every gradient was.
+                sparse = getattr(p.grad.data, "is_sparse", False)
+                p.grad = None if sparse else moved(p.grad.data)
         return self
 
     def num_parameters(self):

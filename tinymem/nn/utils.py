@@ -54,5 +54,5 @@ def _vector_norm(xp, a, order):
     if order == -math.inf:
         return a.min()
     if order == 0:
-        return xp.count_nonzero(a).astype(np.float32) if xp is not np else np.float32(np.count_nonzero(a))
+        return xp.asarray(xp.count_nonzero(a), dtype=np.float32)
     return (a ** order).sum() ** (1.0 / order)

@@ -46,13 +46,15 @@ class RowWiseAdagrad(Optimizer):
             grad = grad.coalesce()
             index, g = grad.indices, grad.values.reshape(len(grad.indices), -1)
         else:
-            index, g = xp.arange(p.shape[0]), grad.reshape(p.shape[0], -1)
+            index, g = slice(None), grad.reshape(p.shape[0], -1)
         # Only rows with a nonzero gradient step, in both forms, as FBGEMM updates only the rows
         # looked up: a dense gradient's zero rows would otherwise take weight decay, normalised
-        # by an empty accumulator (a large step), or 0 / 0 with eps = 0.
+        # by an empty accumulator (a large step), or 0 / 0 with eps = 0. When every row moves the
+        # slice stays a slice: views of the table, not fancy-indexed copies of it.
         moving = xp.any(g != 0, axis=1)
         if not bool(moving.all()):
-            index, g = index[moving], g[moving]
+            index = xp.flatnonzero(moving) if isinstance(index, slice) else index[moving]
+            g = g[moving]
         if group["weight_decay"]:
             g = g + group["weight_decay"] * rows[index]
         acc = state["sum"]

@@ -120,7 +120,9 @@ def _broadcast(param, x, axis):
 
 def _check_qparams(scale, zero_point, lo, hi, what):
     """Refuse what would give codes silently wrong: a scale not finite and > 0 (0 gives garbage
-    codes or NaN), a zero_point off the integers or outside [lo, hi] (values shift by a clamp)."""
+    codes or NaN), a zero_point off the integers or outside [lo, hi] (values shift by a clamp).
+    Cost: a host copy of the scales and zero points (one sync per call on a GPU)."""
+    scale, zero_point = np.asarray(_value(scale), np.float32), _value(zero_point)
     if not bool(np.all(np.isfinite(scale)) and np.all(scale > 0)):
         raise ValueError(f"{what}: scale must be finite and > 0, got {scale}")
     if zero_point.dtype.kind == "f" and not bool(np.all(zero_point == np.round(zero_point))):
@@ -155,7 +157,7 @@ def quantize(x, scale, zero_point, dtype="quint8", quant_min=None, quant_max=Non
     (1 byte per element); pass it to :func:`dequantize` with the same parameters.
     """
     lo, hi = qrange(dtype, False, quant_min, quant_max)
-    _check_qparams(np.asarray(_value(scale), np.float32), _value(zero_point), lo, hi, "quantize")
+    _check_qparams(scale, zero_point, lo, hi, "quantize")
     data, xp, scale, zero_point = _arrays(x, scale, zero_point, axis)
     q = xp.clip(_round_shift(xp, data, scale, zero_point), lo, hi)
     return q.astype(storage_dtype(dtype))
@@ -197,7 +199,7 @@ def fake_quantize(x, scale, zero_point, quant_min=0, quant_max=255, axis=None):
     straight-through rule: 1 inside [quant_min, quant_max] after rounding, 0 where clamped."""
     if quant_min >= quant_max:
         raise ValueError(f"quant_min ({quant_min}) must be smaller than quant_max ({quant_max})")
-    _check_qparams(np.asarray(_value(scale), np.float32), _value(zero_point), quant_min, quant_max, "fake_quantize")
+    _check_qparams(scale, zero_point, quant_min, quant_max, "fake_quantize")
     return FakeQuantize.apply(x, scale, zero_point, quant_min, quant_max, axis)
 
 
