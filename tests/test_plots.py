@@ -32,6 +32,18 @@ def test_footer_has_note_failed_claims_in_red_and_the_machine_line():
     assert plots.device_label({"meta": {"device": "cuda"}}) == "GPU"
 
 
+def test_a_legend_outside_the_axes_covers_no_clipped_data():
+    # A line running past the x limit is clipped at the axes' edge: a legend beside the axes
+    # covers nothing drawn (the watching figure's panels were reported in a quick run).
+    fig, ax = plots.new_figure(width=6.0)
+    ax.plot([0, 5, 20], [0, 1, 1], label="runs past the limit")  # flat at the top, under the legend
+    ax.set_xlim(0, 5)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    assert not any("covers data" in p for p in plots.layout_problems(fig))
+    ax.legend(loc="center")  # over the axes and the rising line: still found
+    assert any("covers data" in p for p in plots.layout_problems(fig))
+
+
 def test_layout_check_finds_a_legend_on_the_data_small_text_and_overprinting():
     fig, ax = plots.new_figure()
     ax.plot([0, 1], [0, 1], label="the diagonal")

@@ -239,8 +239,11 @@ def layout_problems(fig):
     for ax in fig.axes:
         legend = ax.get_legend()
         if legend is not None and legend.get_visible():
+            # Only where the legend lies over the axes: data beyond them is clipped, not drawn
+            # (a line whose last sample sits past the x limit, under a legend outside the axes).
             box = legend.get_window_extent(renderer)
-            if _hits(box, _data_paths(ax, renderer)):
+            over = matplotlib.transforms.Bbox.intersection(box, ax.get_window_extent(renderer))
+            if over is not None and _hits(over, _data_paths(ax, renderer)):
                 problems.append(f"the legend of {ax.get_title()[:40]!r} covers data")
             boxes.append((f"legend of {ax.get_title()[:40]!r}", box, None))
         paths = _data_paths(ax, renderer)
