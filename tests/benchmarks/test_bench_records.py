@@ -61,6 +61,15 @@ def test_a_missed_row_gets_its_measured_reason_from_the_diagnostic_rows():
     assert reasons[1].startswith("- checkpoint:") and "1.13x" in reasons[1] and "1.16x" in reasons[1]
 
 
+def test_a_missed_half_row_gives_its_encode_cost_in_passes_when_measured():
+    rows = [_row("fp16", 1.6, 1.5, False), _row("fp16_machinery", 1.08), _row("bf16", 1.36, 1.2, False),
+            _row("fp16_encode", 11.5), _row("fp16_astype", 24.9), _row("bf16_encode", 5.6)]
+    lines = readme.table({"rounds": 1, "clock": "c", "meta": {}, "rows": rows})
+    fp16, bf16 = (next(line for line in lines if line.startswith(f"- {key}:")) for key in ("fp16", "bf16"))
+    assert "11.5 elementwise passes" in fp16 and "24.9" in fp16
+    assert "5.6 elementwise passes" in bf16 and "24.9" in bf16
+
+
 def test_no_reasons_block_when_every_target_is_met_or_no_diagnostic_says_why():
     met = {"rounds": 1, "clock": "c", "meta": {}, "rows": [_row("fp16", 1.4, 1.5, True), _row("fp16_machinery", 1.07)]}
     assert not any(line.startswith("Why the missed") for line in readme.table(met))

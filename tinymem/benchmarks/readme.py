@@ -61,10 +61,15 @@ def _why_missed(row, records):
     mine = row["contenders"]["tinymem"]
     if row["key"] in ("fp16", "bf16") and _median(records, "fp16_machinery") is not None:
         skipped = "the step" if row["key"] == "fp16" else "fp16's step (the same machinery, loss scaling included)"
-        return (f"{row['key']}: with the conversions skipped {skipped} is {_median(records, 'fp16_machinery'):.2f}x "
-                f"fp32, so the rest of its {mine['median']:.2f}x is the conversions to and from 2 bytes (3 encodes, "
-                "3 decodes and 3 gradient roundings per block, each several array passes: NumPy has no "
-                "fast half cast; `techniques/precision/float16.py` and `bfloat16.py` say how many).")
+        why = (f"{row['key']}: with the conversions skipped {skipped} is {_median(records, 'fp16_machinery'):.2f}x "
+               f"fp32, so the rest of its {mine['median']:.2f}x is the conversions to and from 2 bytes (3 encodes, "
+               "3 decodes and 3 gradient roundings per block)")
+        encode, astype = _median(records, row["key"] + "_encode"), _median(records, "fp16_astype")
+        if encode is None or astype is None:
+            return why + ", each several array passes: NumPy has no fast half cast."
+        return (why + f". One encode of an activation costs {encode:.1f} elementwise passes over it "
+                f"(NumPy's astype to float16: {astype:.1f}): each step of the bit arithmetic is one NumPy "
+                "pass (`techniques/precision/float16.py` and `bfloat16.py` list them).")
     forward, matmul = _median(records, "checkpoint_forward"), _median(records, "linear_matmul")
     if row["key"] == "checkpoint" and forward is not None and matmul is not None:
         return (f"checkpoint: what it adds is one more forward, and tinymem's forward takes {forward:.2f}x "

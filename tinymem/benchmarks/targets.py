@@ -8,6 +8,8 @@ Rows (subject / baseline, target):
     fp16         fp16 storage (fp32 compute) step / fp32 step, activation-heavy MLP       <= 1.5
     fp16_machinery   the same with identity codecs / fp32 (no target: what is not conversion)
     bf16         bf16 storage step / fp32 step, same MLP                                  <= 1.2
+    fp16_encode, fp16_astype, bf16_encode   one encode of an activation / one elementwise pass
+                 over it (no target: a conversion's cost in passes; astype is NumPy's own)
     checkpoint   sqrt(n) segments / plain, 64 x Linear(512), batch 128   <= PyTorch's ratio, same run
     checkpoint_forward   that model's forward, tinymem / PyTorch (no target: what a recomputation costs)
     linear_matmul  one of its matmuls, NumPy ``x @ w.T`` / PyTorch ``F.linear`` (no target: the BLAS)
@@ -97,7 +99,32 @@ def _precision_rows(quick):
             Row("fp16_machinery", "fp16, no conversions / fp32",
                 "fp16 storage with conversions skipped (the machinery alone) vs fp32, same MLP", None,
                 {"tinymem": (machinery, steps["float32"])}),
-            Row("bf16", "bf16 storage / fp32", "bf16 " + what, 1.2, {"tinymem": (steps["bfloat16"], steps["float32"])})]
+            Row("bf16", "bf16 storage / fp32", "bf16 " + what, 1.2, {"tinymem": (steps["bfloat16"], steps["float32"])})
+            ] + _codec_rows(size, width)
+
+
+CODEC_ROWS = ("fp16_encode", "fp16_astype", "bf16_encode")
+
+
+def _codec_rows(size, width):
+    """What one conversion costs, in passes: encoding one saved activation (``size`` x ``width``
+    float32) against one elementwise pass over it (``x * 2`` into a buffer), for the bit codecs
+    and for NumPy's own ``astype(float16)``. No targets: they say how far from one pass each
+    conversion is (every step of bit arithmetic is one NumPy pass)."""
+    x = np.random.default_rng(0).standard_normal((size, width)).astype(np.float32)
+    buffer, two = np.empty_like(x), np.float32(2.0)
+
+    def one_pass():
+        np.multiply(x, two, out=buffer)
+
+    fp16, bf16 = HalfFormat("float16", np.float16), HalfFormat("bfloat16", np.uint16)
+    shape = f"{size}x{width} float32"
+    return [Row("fp16_encode", "fp16 encode / one pass", f"float16 encode (bit codec) of one {shape} activation "
+                "vs one elementwise pass over it", None, {"tinymem": (lambda: fp16.encode(x), one_pass)}, inner=20),
+            Row("fp16_astype", "astype(float16) / one pass", f"NumPy's x.astype(float16) of the same {shape} "
+                "vs one elementwise pass", None, {"tinymem": (lambda: x.astype(np.float16), one_pass)}, inner=20),
+            Row("bf16_encode", "bf16 encode / one pass", f"bfloat16 encode (bit codec) of the same {shape} "
+                "vs one elementwise pass", None, {"tinymem": (lambda: bf16.encode(x), one_pass)}, inner=20)]
 
 
 class _CodecFree(HalfFormat):
@@ -280,10 +307,11 @@ def table_rows(records):
 
 def plot(records, outdir):
     """``bench.png``: per row, tinymem's ratio (median, quartile box, min-max whisker) against
-    its target line, and PyTorch's ratio where the row has one."""
+    its target line, and PyTorch's ratio where the row has one. The codec rows (costs in passes,
+    10-30x) are left to the table: on the same axis they would squeeze every ratio near 1."""
     from .. import plots
 
-    rows = records["rows"]
+    rows = [row for row in records["rows"] if row["key"] not in CODEC_ROWS]
     fig, ax = plots.new_figure(width=8.0, height=0.55 * len(rows) + 1.6)
     # The medians as a column of labels right of every whisker and target line (a label next
     # to its own whisker can land on a target line).

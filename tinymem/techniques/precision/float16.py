@@ -104,7 +104,10 @@ def _encode(xp, bits, out):
         if nan.any():
             payload = (bits[nan] >> np.uint32(13)) & np.uint32(0x3FF)
             a[nan] = _INF16 | xp.maximum(payload, np.uint32(1))
-    xp.right_shift(bits, _SHIFT_16, out=c)  # the sign, moved to float16's place
+    # The sign, moved to float16's place, in three integer passes. Shortcuts that look like fewer
+    # passes are slower on NumPy 2.4 (measured on 2^16 values): ``copysign`` costs about six
+    # passes' time, and copying out the high halves through a strided uint16 view about three.
+    xp.right_shift(bits, _SHIFT_16, out=c)
     c &= _SIGN16
     a |= c
     xp.copyto(out, a, casting="unsafe")
