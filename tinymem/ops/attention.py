@@ -51,6 +51,9 @@ def check_attention_shapes(q, k, v):
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"attention: key and value need the same length S, got "
                          f"{k.shape[-2]} and {v.shape[-2]}")
+    if q.dtype.kind != "f" or k.dtype.kind != "f" or v.dtype.kind != "f":  # exp() cannot cast to int
+        raise TypeError(f"attention: query, key and value must be floating, got {q.dtype}, {k.dtype} "
+                        f"and {v.dtype}; convert them first, e.g. q.float()")
 
 
 def _scale(q, scale):
