@@ -7,12 +7,19 @@ import pytest
 
 import tinymem as tm
 import tinymem.functional as F
-from tinymem import nn
+from tinymem import nn, optim
 from tinymem.checks import AxisError
+from tinymem.techniques import quantization as Q
+from tinymem.techniques.checkpoint import checkpoint, checkpoint_sequential
+from tinymem.techniques.offload import offload_optimizer
 
 
 def x23():
     return tm.randn(2, 3)
+
+
+def P():
+    return nn.Parameter(np.ones(3, np.float32))
 
 
 CASES = {
@@ -73,6 +80,31 @@ CASES = {
     # IndexError 'list index out of range'
     "Sequential index out of range": (lambda: nn.Sequential(nn.ReLU())[5], IndexError,
                                       "Sequential index 5 is out of range: it holds 1 modules"),
+    # optimizers. TypeError "'Linear' object is not iterable", "'NoneType' object is not iterable"
+    "Adam of a module": (lambda: optim.Adam(nn.Linear(2, 2)), TypeError, "got a Linear module: pass model.parameters()"),
+    "Adam of None": (lambda: optim.Adam(None), TypeError, "params must be an iterable of Tensors"),
+    # TypeError "'float' object is not subscriptable"
+    "Adam betas 0.9": (lambda: optim.Adam([P()], betas=0.9), TypeError, r"betas must be a pair \(beta1, beta2\), got 0.9"),
+    "Lion betas of three": (lambda: optim.Lion([P()], betas=(0.9, 0.9, 0.9)), TypeError, "betas must be a pair"),
+    # NumPy's UFuncTypeError at Adam's step (SGD stepped with it silently)
+    "integer gradient": (lambda: setattr(P(), "grad", np.ones(3, np.int64)), TypeError,
+                         "assigned grad of dtype int64 to a float32 tensor"),
+    # techniques. TypeError "'Linear' object is not iterable"
+    "checkpoint_sequential of a Linear": (lambda: checkpoint_sequential(nn.Linear(2, 2), 1, tm.randn(1, 2)), TypeError,
+                                          "takes an nn.Sequential or a list of layers, got a Linear"),
+    # TypeError "'int' object is not callable", raised from inside the recomputation Function
+    "checkpoint of a number": (lambda: checkpoint(5, tm.randn(2, requires_grad=True)), TypeError,
+                               "checkpoint: the first argument must be the function or Module"),
+    # AttributeError "'NoneType' object has no attribute 'update_place'"
+    "offload_optimizer of None": (lambda: offload_optimizer(None), TypeError, "offload_optimizer wraps a tinymem optimizer"),
+    # AttributeError "'function' object has no attribute 'named_modules'"
+    "quantize a function": (lambda: Q.prepare(lambda x: x), TypeError, "quantization works on an nn.Module"),
+    # it calibrated on the batch's rows, one by one
+    "calibrate on one tensor": (lambda: Q.calibrate(Q.prepare(nn.Sequential(nn.Linear(2, 2))), tm.ones(2, 2)),
+                                TypeError, "iterable of batches, got one Tensor"),
+    # NumPy's AxisError from moveaxis
+    "per-channel observer axis 5": (lambda: Q.PerChannelMinMaxObserver(ch_axis=5)(np.ones((2, 3), np.float32)),
+                                    AxisError, r"PerChannelMinMaxObserver\(ch_axis\): axis 5"),
 }
 
 
@@ -98,3 +130,7 @@ def test_the_checks_leave_valid_input_alone():
     assert nn.Sequential(nn.ReLU(), nn.Tanh())[-1].__class__ is nn.Tanh
     assert nn.LayerNorm((2, 3))(tm.randn(4, 2, 3)).shape == (4, 2, 3)
     assert nn.Linear(np.int64(3), 2).in_features == 3 and nn.Upsample(2.0).scale_factor == 2.0
+    assert optim.Adam([P()], betas=[0.8, 0.9]).param_groups[0]["betas"] == (0.8, 0.9)
+    p = P()
+    p.grad = np.ones(3, np.float64)  # a float gradient of another width is still taken
+    assert p.grad.shape == (3,)
