@@ -7,8 +7,13 @@ import pytest
 
 import tinymem as tm
 import tinymem.functional as F
-from tinymem import nn, optim
+from tinymem import data, memory, nn, optim
 from tinymem.checks import AxisError
+from tinymem.distributed.comm import Communicator, check_rank
+from tinymem.distributed.pipeline import bubble_fraction
+from tinymem.memory.sampler import Monitor
+from tinymem.planner import analytic, architectures, plan, workload
+from tinymem.rl.replay import ReplayBuffer
 from tinymem.techniques import quantization as Q
 from tinymem.techniques.checkpoint import checkpoint, checkpoint_sequential
 from tinymem.techniques.offload import offload_optimizer
@@ -105,7 +110,81 @@ CASES = {
     # NumPy's AxisError from moveaxis
     "per-channel observer axis 5": (lambda: Q.PerChannelMinMaxObserver(ch_axis=5)(np.ones((2, 3), np.float32)),
                                     AxisError, r"PerChannelMinMaxObserver\(ch_axis\): axis 5"),
+    # distributed. MPI's error stack, a ZeroDivisionError, AttributeError 'list' object has no attribute 'flags'
+    "broadcast root out of range": (lambda: check_rank("broadcast: root", 3, 1), ValueError,
+                                    r"broadcast: root must be a rank in 0..0 \(the world has 1\), got 3"),
+    "all_reduce of a list": (lambda: Communicator._check_contiguous("all_reduce", [1.0, 2.0]), TypeError,
+                             "all_reduce: MPI sends NumPy or CuPy arrays, got a list"),
+    "Communicator timeout 'abc'": (lambda: Communicator(timeout="abc"), TypeError, "timeout must be a number, got 'abc'"),
+    "Communicator comm=5": (lambda: Communicator(comm=5), TypeError, "comm must be an mpi4py communicator"),
+    "bubble_fraction of 0 micro-batches": (lambda: bubble_fraction(1, 0), ValueError,
+                                           "micro_batches must be a positive integer, got 0"),
+    # planner. TypeError 'int' object is not iterable; 4.7 truncated to 4, silently
+    "workload sizes 5": (lambda: workload("mlp", 5), TypeError, "mlp sizes must be a list of integers"),
+    "workload fractional sizes": (lambda: workload("mlp", [4.7, 8.9, 2.2]), ValueError, "mlp sizes must be integers"),
+    # read letter by letter: "unknown precision 'f', 'p', '1', '6'"
+    "plan precisions as a string": (lambda: plan("mlp", "4,8,2", 8, None, precisions="fp16"), TypeError,
+                                    r"list of names, got the string 'fp16': pass \['fp16'\]"),
+    # TypeError "'<' not supported between instances of 'str' and 'int'"; [0] gave an empty plan
+    "plan batch_size '8'": (lambda: plan("mlp", "4,8,2", "8", None), ValueError, "batch_size must be a positive integer"),
+    "plan micro_batches [0]": (lambda: plan("mlp", "4,8,2", 8, None, micro_batches=[0]), ValueError,
+                               "each of micro_batches must be a positive integer, got 0"),
+    # AttributeError "'tuple' object has no attribute 'precision'"; 2.5 ranks or sequences gave a number
+    "breakdown stack tuple": (lambda: analytic.breakdown("gpt2", 1, ("fp32",)), TypeError, "stack must be a planner.analytic.Stack"),
+    "breakdown ranks 2.5": (lambda: analytic.breakdown("gpt2", 1, analytic.Stack(ranks=2.5)), ValueError,
+                            "Stack.ranks must be a positive integer, got 2.5"),
+    "breakdown batch 2.5": (lambda: analytic.breakdown("gpt2", 2.5), ValueError, "batch must be a positive integer"),
+    # TypeError unhashable type: 'list'; ValueError "invalid literal for int()"
+    "get_arch of a list": (lambda: architectures.get_arch(["gpt2"]), ValueError, "unknown architecture"),
+    "custom layers 'x'": (lambda: architectures.custom("x", 768, 12, 1024, 50257), ValueError,
+                          "custom: layers must be a positive integer, got 'x'"),
+    # memory. TypeError "conversion from numpy.float32 to Decimal is not supported" is below, as an answer
+    "format_bytes of a string": (lambda: memory.format_bytes("1.5GB"), TypeError, "must be a number, got '1.5GB'"),
+    "monitor interval 'abc'": (lambda: Monitor(interval="abc"), TypeError, "monitor interval must be a number"),
+    # KeyError 'foo'; TypeError unhashable type; TypeError "cannot create weak reference to 'int' object"
+    "ledger bytes of an unknown bucket": (lambda: memory.LEDGER.bytes("foo"), ValueError, "unknown bucket 'foo'"),
+    "register an unhashable bucket": (lambda: memory.LEDGER.register(np.zeros(2), ["workspace"]), ValueError,
+                                      r"unknown bucket \['workspace'\]"),
+    "register_bytes owner 5": (lambda: memory.LEDGER.register_bytes(5, 100, "workspace", "host"), TypeError,
+                               "owner must be an object that can be weakly referenced"),
+    # TypeError "'NoneType' object is not callable", "'float' object cannot be interpreted as an integer"
+    "find_leaks of None": (lambda: memory.find_leaks(None), TypeError, "step_fn.* must be callable, got None"),
+    "find_leaks steps 3.5": (lambda: memory.find_leaks(lambda: None, steps=3.5), ValueError, "integer steps >= 3"),
+    # data and rl. NumPy's "unrecognized seed string" at the first epoch
+    "DataLoader seed 'a'": (lambda: data.DataLoader((np.ones(3),), seed="a"), ValueError, "seed must be an integer >= 0"),
+    "DataLoader seed -1": (lambda: data.DataLoader((np.ones(3),), seed=-1), ValueError, "seed must be an integer >= 0"),
+    # TypeError "'<' not supported", "'int' object is not iterable", "data type 'int7' not understood"
+    "ReplayBuffer capacity '10'": (lambda: ReplayBuffer("10", (4,)), ValueError, "capacity must be an integer"),
+    "ReplayBuffer frame_shape 4": (lambda: ReplayBuffer(10, 4), ValueError, "frame_shape must be a tuple of positive sizes"),
+    "ReplayBuffer frame_shape (-1, 4)": (lambda: ReplayBuffer(10, (-1, 4)), ValueError, "frame_shape must be a tuple"),
+    "ReplayBuffer frame_dtype int7": (lambda: ReplayBuffer(10, (4,), frame_dtype="int7"), TypeError,
+                                      "frame_dtype must be a NumPy dtype"),
+    # FileNotFoundError from tempfile
+    "ReplayBuffer disk in a missing folder": (lambda: ReplayBuffer(10, (4,), storage="disk", directory="/nonexistent/x"),
+                                              ValueError, "storage 'disk' cannot create its file in '/nonexistent/x'"),
+    # NumPy "setting an array element with a sequence", "could not convert string to float"
+    "replay action vector": (lambda: started_buffer().add([1, 2], 0.0, np.zeros(4, np.uint8)), TypeError,
+                             "action must be an integer"),
+    "replay reward 'x'": (lambda: started_buffer().add(1, "x", np.zeros(4, np.uint8)), TypeError,
+                          "reward must be a number, got 'x'"),
+    # AttributeError 'NoneType' object has no attribute 'integers'
+    "replay sample rng None": (lambda: filled_buffer().sample(2, None), TypeError, "rng must be a NumPy Generator"),
+    "replay sample 2.5": (lambda: filled_buffer().sample(2.5, np.random.default_rng(0)), ValueError,
+                          "batch_size must be a positive integer, got 2.5"),
 }
+
+
+def started_buffer():
+    buffer = ReplayBuffer(10, (4,))
+    buffer.start_episode(np.zeros(4, np.uint8))
+    return buffer
+
+
+def filled_buffer():
+    buffer = started_buffer()
+    for step in range(3):
+        buffer.add(step % 2, 1.0, np.full(4, step, np.uint8))
+    return buffer
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -134,3 +213,9 @@ def test_the_checks_leave_valid_input_alone():
     p = P()
     p.grad = np.ones(3, np.float64)  # a float gradient of another width is still taken
     assert p.grad.shape == (3,)
+    # NumPy floats and Fractions are sizes too (Decimal refused them with a TypeError)
+    from fractions import Fraction
+    assert memory.parse_bytes(np.float32(1.5)) == 1 and memory.parse_bytes(Fraction(5, 2)) == 2
+    assert memory.format_bytes(np.int64(3000)) == "2.93 KiB" and bubble_fraction(4, 4) == 3 / 7
+    assert architectures.tinymem_lm(np.int64(64), 32, 32, 2, 2).vocab == 64  # NumPy ints were refused
+    assert len(filled_buffer().sample(2, np.random.default_rng(0)).action) == 2
