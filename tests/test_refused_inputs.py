@@ -43,7 +43,8 @@ CASES = {
     # 1/std cast to int: all zeros
     "layer_norm int input": (lambda: F.layer_norm(tm.tensor(np.array([[1, 2, 4]])), 3), TypeError, "x.float()"),
     "layer_norm eps < 0": (lambda: F.layer_norm(tm.randn(2, 3), 3, eps=-1.0), ValueError, "eps must be > 0"),
-    "batch_norm eps < 0": (lambda: nn.BatchNorm2d(3, eps=-1)(tm.randn(2, 3, 4, 4)), ValueError, "eps > 0"),
+    "batch_norm eps < 0": (lambda: F.batch_norm(tm.randn(2, 3, 4, 4), training=True, eps=-1), ValueError, "eps > 0"),
+    "BatchNorm2d eps < 0": (lambda: nn.BatchNorm2d(3, eps=-1), ValueError, "eps must be > 0"),  # now at construction
     # the lambda was kept as a plain attribute and skipped by forward
     "Sequential of a function": (lambda: nn.Sequential(nn.Linear(2, 2), lambda z: z), TypeError, "takes Modules"),
     # reported as "device 'cuda' needs CuPy"

@@ -4,10 +4,12 @@ The ops themselves live in ``tinymem/ops/`` (one file per family); this module i
 face: it accepts Tensors, numbers and arrays, and calls ``Function.apply``. Each op's memory
 cost is stated in the docstring of its Function.
 """
+import numbers
 import operator
 
 from . import backend
 from .autograd import Tensor
+from .checks import axis_index
 from .ops import batchnorm as BN
 from .ops import conv as C
 from .ops import elementwise as E
@@ -144,7 +146,8 @@ def permute(x, *dims):
 def transpose(x, dim0=-2, dim1=-1):
     """Swap two dimensions (PyTorch's ``torch.transpose``)."""
     dims = list(range(x.ndim))
-    dims[dim0], dims[dim1] = dims[dim1], dims[dim0]
+    i, j = axis_index("transpose", dim0, x.ndim), axis_index("transpose", dim1, x.ndim)
+    dims[i], dims[j] = j, i
     return S.Permute.apply(x, tuple(dims))
 
 
@@ -152,15 +155,25 @@ def getitem(x, index):
     return S.GetItem.apply(x, S.unwrap_index(index))
 
 
+def _sequence_of_tensors(op, tensors):
+    """The tensors of a list or tuple; one Tensor (read as its rows by NumPy) or none is refused."""
+    if hasattr(tensors, "shape") or not hasattr(tensors, "__iter__"):
+        raise TypeError(f"{op} takes a list or tuple of tensors, got a {type(tensors).__name__}")
+    tensors = [_as_tensor(t) for t in tensors]
+    if not tensors:
+        raise ValueError(f"{op} needs at least one tensor, got none")
+    return tensors
+
+
 def concatenate(tensors, axis=0):
-    return S.Concatenate.apply(*[_as_tensor(t) for t in tensors], axis=axis)
+    return S.Concatenate.apply(*_sequence_of_tensors("concatenate", tensors), axis=axis)
 
 
 cat = concatenate
 
 
 def stack(tensors, axis=0):
-    return S.Stack.apply(*[_as_tensor(t) for t in tensors], axis=axis)
+    return S.Stack.apply(*_sequence_of_tensors("stack", tensors), axis=axis)
 
 
 # -- neural-network ops ----------------------------------------------------------------------
@@ -225,13 +238,18 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0):
     return P.AvgPool2d.apply(input, kernel=kernel, stride=stride, padding=C.pair(padding, "padding"))
 
 
+def check_interpolate(scale_factor, mode, op="interpolate"):
+    """The integer factor, once ``scale_factor`` and ``mode`` are known to be implemented."""
+    if mode != "nearest":
+        raise ValueError(f"{op}: tinymem implements mode='nearest' only, got {mode!r}")
+    if not isinstance(scale_factor, numbers.Real) or int(scale_factor) != scale_factor or scale_factor < 1:
+        raise ValueError(f"{op}: scale_factor must be a positive integer, got {scale_factor!r}")
+    return int(scale_factor)
+
+
 def interpolate(input, scale_factor=2, mode="nearest"):
     """Upsample (B, C, H, W) by an integer factor; only ``mode="nearest"`` is implemented."""
-    if mode != "nearest":
-        raise ValueError(f"interpolate: tinymem implements mode='nearest' only, got {mode!r}")
-    if int(scale_factor) != scale_factor or scale_factor < 1:
-        raise ValueError(f"interpolate: scale_factor must be a positive integer, got {scale_factor!r}")
-    return P.UpsampleNearest2d.apply(input, scale=int(scale_factor))
+    return P.UpsampleNearest2d.apply(input, scale=check_interpolate(scale_factor, mode))
 
 
 def batch_norm(input, running_mean=None, running_var=None, weight=None, bias=None,

@@ -99,6 +99,9 @@ class Tensor:
                 value = Tensor.wrap(value, bucket="gradient")
             if value.shape != self.shape:
                 raise ValueError(f"assigned grad of shape {value.shape} to a tensor of shape {self.shape}")
+            if value.dtype.kind != "f" and self._data.dtype.kind == "f":  # Adam's in-place update cannot cast
+                raise TypeError(f"assigned grad of dtype {value.dtype} to a {self._data.dtype} tensor; "
+                                "a gradient must be floating, e.g. g.astype(np.float32)")
             value._bucket = "gradient"
             memory.register(value.data, "gradient")
         self._grad = value

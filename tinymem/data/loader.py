@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..autograd import Tensor
+from ..checks import is_int
 
 
 class DataLoader:
@@ -22,8 +23,10 @@ class DataLoader:
             raise ValueError("DataLoader's arrays need a first (sample) dimension; got a scalar")
         if len({len(a) for a in self.arrays}) != 1:
             raise ValueError(f"arrays have different lengths: {[len(a) for a in self.arrays]}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if not is_int(seed) or seed < 0:  # NumPy's own errors ('unrecognized seed string') came at the first epoch
+            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.drop_last, self.device, self.epoch = drop_last, device, 0
 

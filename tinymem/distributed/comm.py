@@ -43,6 +43,7 @@ import threading
 import time
 
 from .. import backend
+from ..checks import is_int, real_number
 from . import ring
 from .flat import address
 from .launch import abort
@@ -106,6 +107,12 @@ class _Watchdog:
                       f"(raise TINYMEM_MPI_TIMEOUT if the step is simply slow).\n", 3)
 
 
+def check_rank(what, rank, size):
+    """Refuse a rank MPI would reject with its own error stack (or wait on forever)."""
+    if not is_int(rank) or not 0 <= rank < size:
+        raise ValueError(f"{what} must be a rank in 0..{size - 1} (the world has {size}), got {rank!r}")
+
+
 class Communicator:
     """Collectives over ``MPI.COMM_WORLD`` (or ``comm``) with byte accounting and a watchdog.
 
@@ -118,18 +125,23 @@ class Communicator:
     """
 
     def __init__(self, comm=None, timeout=None, transport="auto", cuda_aware=False, algorithm="mpi"):
-        from mpi4py import MPI
-
+        # The arguments are checked before mpi4py is imported: the import initialises MPI.
         if algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {algorithm!r}: choose 'mpi' (MPI's built-in "
                              f"collectives) or 'ring' (the ring over point-to-point sends)")
+        if comm is not None and not hasattr(comm, "Get_rank"):
+            raise TypeError(f"comm must be an mpi4py communicator (or None for MPI.COMM_WORLD), got {comm!r}")
+        if timeout is None:
+            timeout = float(os.environ.get("TINYMEM_MPI_TIMEOUT", 300))
+        self.timeout = real_number("Communicator: timeout", timeout)
+        if not self.timeout > 0:  # <= 0 killed the watchdog thread, or would abort every blocking call
+            raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout}")
+        from mpi4py import MPI
+
         self.MPI = MPI
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.traffic = Traffic()
-        self.timeout = float(timeout if timeout is not None else os.environ.get("TINYMEM_MPI_TIMEOUT", 300))
-        if not self.timeout > 0:  # <= 0 killed the watchdog thread, or would abort every blocking call
-            raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout}")
         self.transport, self.cuda_aware, self.algorithm = transport, cuda_aware, algorithm
         self._watchdog = _Watchdog(self.comm, self.timeout)
         self._nccl = None
@@ -177,6 +189,8 @@ class Communicator:
     @staticmethod
     def _check_contiguous(what, *arrays):
         for a in arrays:
+            if not hasattr(a, "flags"):
+                raise TypeError(f"{what}: MPI sends NumPy or CuPy arrays, got a {type(a).__name__}")
             if not a.flags.c_contiguous:
                 raise ValueError(f"{what}: MPI needs C-contiguous buffers; got one of shape {a.shape} "
                                  f"with strides {a.strides} (pass xp.ascontiguousarray(...))")
@@ -286,6 +300,7 @@ class Communicator:
     def broadcast(self, array, root=0):
         """Copy ``root``'s ``array`` into every rank's ``array`` (in place); returns it."""
         self._check_contiguous("broadcast", array)
+        check_rank("broadcast: root", root, self.size)
         if self._use_nccl(array):
             self._blocking("broadcast", lambda: self._nccl.broadcast(array, root))
         else:
@@ -305,6 +320,7 @@ class Communicator:
         The array must stay alive and unchanged until the request completes.
         """
         self._check_contiguous("send", array)
+        check_rank("send: dest", dest, self.size)
         if self._use_nccl(array):
             request = self._nccl.send(array, dest)
         else:
@@ -316,6 +332,7 @@ class Communicator:
     def recv(self, out, source, tag=0):
         """Receive into ``out`` from rank ``source`` (blocking, under the watchdog)."""
         self._check_contiguous("recv", out)
+        check_rank("recv: source", source, self.size)
         if self._use_nccl(out):
             self._blocking(f"recv from rank {source}", lambda: self._nccl.recv(out, source))
         else:

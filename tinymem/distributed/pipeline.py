@@ -26,12 +26,12 @@ Pitfalls: B must split into M equal micro-batches; every rank builds the same mo
 seed) and the pipeline empties the parameters of the other stages on each rank; sends are
 non-blocking, so their arrays stay alive until the step ends.
 """
-import numbers
 
 import numpy as np
 
 from .. import backend, memory
 from ..autograd import Tensor
+from ..checks import positive_int
 from .units import split_units, unit_input
 
 _HEADER = 8  # int64 slots: dtype, ndim, then up to 6 dims
@@ -40,6 +40,8 @@ _DTYPES = ("float16", "float32", "float64")
 
 def bubble_fraction(stages, micro_batches):
     """The idle fraction of a GPipe or 1F1B step: (S-1)/(M+S-1)."""
+    positive_int("bubble_fraction: stages", stages)
+    positive_int("bubble_fraction: micro_batches", micro_batches)
     return (stages - 1) / (micro_batches + stages - 1)
 
 
@@ -94,8 +96,7 @@ class Pipeline:
     def __init__(self, model, optimizer, comm, micro_batches=4, schedule="gpipe"):
         if schedule not in ("gpipe", "1f1b"):
             raise ValueError(f"unknown schedule {schedule!r}; choose 'gpipe' or '1f1b'")
-        if isinstance(micro_batches, bool) or not isinstance(micro_batches, numbers.Integral) or micro_batches < 1:
-            raise ValueError(f"micro_batches must be a positive integer, got {micro_batches!r}")
+        positive_int("micro_batches", micro_batches)
         self.comm, self.micro_batches, self.schedule = comm, micro_batches, schedule
         units = split_units(model)
         starts = partition([u.num_parameters() for u in units], comm.size) + [len(units)]

@@ -25,6 +25,7 @@ import numpy as np
 from .. import memory
 from ..autograd import Tensor, no_grad
 from ..backend import array_module
+from ..checks import positive_int
 from .chain import as_chain, run_chain
 from .peak import inference_peak
 
@@ -69,8 +70,7 @@ def patch_inference(model, x, split, grid=4):
     layers = as_chain(model)
     if not (isinstance(split, numbers.Integral) and 1 <= split <= len(layers)):
         raise ValueError(f"patch_inference: split must be 1..{len(layers)} (layers run by tiles), got {split!r}")
-    if not (isinstance(grid, numbers.Integral) and grid >= 1):
-        raise ValueError(f"patch_inference: grid must be a positive integer (tiles per side), got {grid!r}")
+    positive_int("patch_inference: grid", grid)
     stage, rest = layers[:split], layers[split:]
     xp_in = np.asarray(x, np.float32)
     if xp_in.ndim != 4 or xp_in.shape[0] != 1:

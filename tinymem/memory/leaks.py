@@ -28,6 +28,7 @@ import weakref
 from collections import namedtuple
 from dataclasses import dataclass, field
 
+from ..checks import is_int
 from .ledger import LEDGER
 from .units import format_bytes
 
@@ -84,8 +85,12 @@ def find_leaks(step_fn, steps=5, warmup=1):
     (bucket ``"graph"``, 0 bytes): a graph kept after backward holds no arrays, yet it grows by
     a few nodes every step. A clean loop gives an empty list.
     """
-    if steps < 3:
-        raise ValueError(f"find_leaks needs steps >= 3 to tell growth from the last step's arrays, got {steps}")
+    if not callable(step_fn):
+        raise TypeError(f"find_leaks runs step_fn() once per step; it must be callable, got {step_fn!r}")
+    if not is_int(steps) or steps < 3:
+        raise ValueError(f"find_leaks needs an integer steps >= 3 to tell growth from the last step's arrays, got {steps!r}")
+    if not is_int(warmup) or warmup < 0:
+        raise ValueError(f"find_leaks: warmup must be an integer >= 0 (steps run before measuring), got {warmup!r}")
     if gc.get_freeze_count():
         warnings.warn(f"find_leaks: gc.freeze() has put {gc.get_freeze_count()} objects where "
                       "gc.get_referrers does not look, so a holder among them (a module's globals, "

@@ -95,14 +95,27 @@ class Ledger:
                 return array
         key = id(root)
         entry = self.entries.get(key)
+        # The names are checked by the lookups themselves (try costs nothing until it catches):
+        # an unknown or unhashable one raises KeyError or TypeError, reported as what it is.
         if entry is not None:
-            if _PRIORITY[bucket] > _PRIORITY[entry.base]:
+            try:
+                higher = _PRIORITY[bucket] > _PRIORITY[entry.base]
+            except (KeyError, TypeError):
+                raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}") from None
+            if higher:
                 self._set_bucket(entry, bucket, bucket)
             return array
-        counts = self.live.get(place)  # the counts of the place, and a check of both names
+        try:
+            counts = self.live.get(place)  # the counts of the place, and a check of both names
+        except TypeError:
+            counts = None
         if counts is None:
             raise ValueError(f"unknown place {place!r}; choose one of {', '.join(PLACES)}")
-        if bucket not in counts:
+        try:
+            known = bucket in counts
+        except TypeError:
+            known = False
+        if not known:
             raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}")
         if nbytes is None:
             nbytes = root.nbytes
@@ -110,7 +123,11 @@ class Ledger:
         if trackers and place == "device":
             for tracker in trackers:
                 tracker._check_budget(nbytes, bucket, label)
-        entry = _Entry(root if owner is None else owner, self._death_callback)
+        try:
+            entry = _Entry(root if owner is None else owner, self._death_callback)
+        except TypeError:  # "cannot create weak reference to 'int' object"
+            raise TypeError(f"owner must be an object that can be weakly referenced (an array, a Tensor, "
+                            f"a Module), got a {type(owner).__name__}") from None
         # Attribution: the op and module running now (both None when it is switched off).
         scope = SCOPE.current
         (entry.key, entry.nbytes, entry.place, entry.counts, entry.base, entry.holds, entry.bucket,
@@ -213,7 +230,11 @@ class Ledger:
         """Live bytes of one bucket (or all buckets) at one place (or ``None``: every place)."""
         places = PLACES if place is None else (place,)
         buckets = BUCKETS if bucket is None else (bucket,)
-        return sum(self.live[p][b] for p in places for b in buckets)
+        try:
+            return sum(self.live[p][b] for p in places for b in buckets)
+        except (KeyError, TypeError):
+            raise ValueError(f"unknown bucket {bucket!r} or place {place!r}; buckets are {', '.join(BUCKETS)} "
+                             f"(or None for all), places {', '.join(PLACES)} (or None)") from None
 
     def by_bucket(self, place="device"):
         return dict(self.live[place])

@@ -26,6 +26,7 @@ import tracemalloc
 import psutil
 
 from .. import backend
+from ..checks import real_number
 from .ledger import LEDGER
 from .nvidia import GpuReader
 from .units import format_bytes
@@ -90,7 +91,7 @@ class Monitor(_Sampling):
     """
 
     def __init__(self, interval=0.005, device="cpu", pid=None, t0=None, gpu_index=0):
-        if not interval > 0:
+        if not real_number("monitor interval", interval) > 0:
             raise ValueError(f"monitor interval must be a positive number of seconds, got {interval!r}")
         self.interval, self.device = float(interval), backend.check_device(device)
         self.pid = os.getpid() if pid is None else int(pid)
@@ -194,7 +195,7 @@ class CommandMonitor(_Sampling):
     """
 
     def __init__(self, pid, interval=0.05, gpu=None):
-        if not interval > 0:
+        if not real_number("monitor interval", interval) > 0:
             raise ValueError(f"monitor interval must be a positive number of seconds, got {interval!r}")
         self.root, self.interval, self.gpu = psutil.Process(pid), float(interval), gpu
         self.samples, self.names, self.t0 = [], {}, time.perf_counter()

@@ -31,6 +31,7 @@ from multiprocessing import resource_tracker, shared_memory
 import psutil
 
 from .. import backend
+from ..checks import real_number
 from .ledger import OutOfMemoryError
 from .nvidia import GpuReader, NvidiaUnavailable, format_processes
 from .units import format_bytes
@@ -99,7 +100,7 @@ class SharedDevice:
 
     def __init__(self, name, budget=None, fraction=None):
         self.name, self.pid = _check_name(name), os.getpid()
-        if fraction is not None and not 0 < fraction <= 1:
+        if fraction is not None and not 0 < real_number("fraction", fraction) <= 1:
             raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
         self._fd = os.open(_lock_path(name, "lock"), os.O_RDWR | os.O_CREAT, 0o666)
         self._thread_lock = threading.Lock()  # flock does not exclude threads sharing the fd

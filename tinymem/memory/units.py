@@ -4,6 +4,7 @@ import math
 import numbers
 import re
 
+from ..checks import real_number
 from .ledger import BUCKETS
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
@@ -36,10 +37,14 @@ def parse_bytes(value):
         raise ValueError(f"a size must be finite and >= 0, got {value!r}; {hint}")
     if number > _LARGEST / scale:
         raise ValueError(f"{value!r} is more than 2**63 bytes, larger than any memory; {hint}")
-    return int(number) * scale if isinstance(number, numbers.Integral) else int(decimal.Decimal(number) * scale)
+    if isinstance(number, numbers.Integral):
+        return int(number) * scale
+    # float() first: Decimal takes neither a NumPy float nor a Fraction
+    return int((number if isinstance(number, decimal.Decimal) else decimal.Decimal(float(number))) * scale)
 
 
 def format_bytes(n):
+    real_number("format_bytes: n (a number of bytes)", n)
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"

@@ -5,6 +5,7 @@ import numpy as np
 
 from .. import backend, random
 from .. import functional as F
+from ..checks import positive_int
 from .linear import Linear
 from .module import Module, Parameter
 
@@ -26,6 +27,10 @@ class MultiheadAttention(Module):
 
     def __init__(self, embed_dim, num_heads, bias=True, batch_first=False, chunk_size=None, device=None):
         super().__init__()
+        positive_int("MultiheadAttention: embed_dim", embed_dim)
+        positive_int("MultiheadAttention: num_heads", num_heads)
+        if chunk_size is not None:
+            positive_int("MultiheadAttention: chunk_size (None for plain attention)", chunk_size)
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
         device = backend.check_device(device)

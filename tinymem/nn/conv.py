@@ -7,7 +7,8 @@ import math
 
 from .. import backend
 from .. import functional as F
-from ..ops.conv import pair
+from ..checks import positive_int
+from ..ops.conv import check_window, pair
 from .init import uniform
 from .module import Module
 
@@ -21,8 +22,10 @@ class Conv2d(Module):
         super().__init__()
         device = backend.check_device(device)
         kh, kw = pair(kernel_size, "kernel_size")
-        self.in_channels, self.out_channels = in_channels, out_channels
+        self.in_channels = positive_int("Conv2d: in_channels", in_channels)
+        self.out_channels = positive_int("Conv2d: out_channels", out_channels)
         self.kernel_size, self.stride, self.padding = (kh, kw), pair(stride, "stride"), pair(padding, "padding")
+        check_window("Conv2d", self.kernel_size, self.stride, self.padding)
         bound = 1.0 / math.sqrt(in_channels * kh * kw)
         self.weight = uniform((out_channels, in_channels, kh, kw), bound, device)
         self.bias = uniform((out_channels,), bound, device) if bias else None
@@ -40,6 +43,9 @@ class MaxPool2d(Module):
 
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
+        kernel = pair(kernel_size, "kernel_size")
+        check_window(type(self).__name__, kernel, kernel if stride is None else pair(stride, "stride"),
+                     pair(padding, "padding"))
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
 
     def forward(self, x):
@@ -61,6 +67,7 @@ class Upsample(Module):
 
     def __init__(self, scale_factor=2, mode="nearest"):
         super().__init__()
+        F.check_interpolate(scale_factor, mode, "Upsample")
         self.scale_factor, self.mode = scale_factor, mode
 
     def forward(self, x):

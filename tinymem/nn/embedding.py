@@ -6,8 +6,15 @@ EmbeddingBag's gradient holds only the rows its batch touched.
 
 from .. import backend
 from .. import functional as F
+from ..checks import positive_int
+from ..ops.embedding_bag import MODES
 from .init import normal
 from .module import Module
+
+
+def _table_shape(layer, num_embeddings, embedding_dim):
+    return (positive_int(f"{layer}: num_embeddings", num_embeddings),
+            positive_int(f"{layer}: embedding_dim", embedding_dim))
 
 
 class Embedding(Module):
@@ -16,7 +23,7 @@ class Embedding(Module):
     def __init__(self, num_embeddings, embedding_dim, device=None):
         super().__init__()
         device = backend.check_device(device)
-        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.num_embeddings, self.embedding_dim = _table_shape("Embedding", num_embeddings, embedding_dim)
         self.weight = normal((num_embeddings, embedding_dim), device)
 
     def forward(self, indices):
@@ -35,7 +42,9 @@ class EmbeddingBag(Module):
     def __init__(self, num_embeddings, embedding_dim, mode="mean", sparse=False, device=None):
         super().__init__()
         device = backend.check_device(device)
-        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.num_embeddings, self.embedding_dim = _table_shape("EmbeddingBag", num_embeddings, embedding_dim)
+        if mode not in MODES:
+            raise ValueError(f"EmbeddingBag: mode {mode!r} is not supported; choose one of {MODES}")
         self.mode, self.sparse = mode, sparse
         self.weight = normal((num_embeddings, embedding_dim), device)
 

@@ -3,6 +3,7 @@ import math
 
 from .. import backend
 from .. import functional as F
+from ..checks import positive_int
 from .init import uniform
 from .module import Module
 
@@ -16,8 +17,9 @@ class Linear(Module):
     def __init__(self, in_features, out_features, bias=True, device=None):
         super().__init__()
         device = backend.check_device(device)
-        self.in_features, self.out_features = in_features, out_features
-        bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
+        self.in_features = positive_int("Linear: in_features", in_features)
+        self.out_features = positive_int("Linear: out_features", out_features)
+        bound = 1.0 / math.sqrt(in_features)
         self.weight = uniform((out_features, in_features), bound, device)
         self.bias = uniform((out_features,), bound, device) if bias else None
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import backend
 from ..autograd import Tensor
+from ..checks import is_int
 from ..memory import attribution
 
 
@@ -216,7 +217,14 @@ class Sequential(Module):
 
     def __getitem__(self, i):
         mods = list(self._modules.values())
-        return Sequential(*mods[i]) if isinstance(i, slice) else mods[i]
+        if isinstance(i, slice):
+            return Sequential(*mods[i])
+        if not is_int(i):
+            raise TypeError(f"Sequential indices are integers or slices, got {type(i).__name__}")
+        if not -len(mods) <= i < len(mods):
+            raise IndexError(f"Sequential index {i!r} is out of range: it holds {len(mods)} modules "
+                             f"(valid: -{len(mods)}..{len(mods) - 1}, or a slice)")
+        return mods[i]
 
     def __len__(self):
         return len(self._modules)

@@ -4,7 +4,14 @@ import numpy as np
 from .. import backend, memory
 from .. import functional as F
 from ..autograd import is_recomputing
+from ..checks import is_int, positive_int, real_number
 from .module import Module, Parameter
+
+
+def _positive_eps(layer, eps):
+    if not real_number(f"{layer}: eps", eps) > 0:
+        raise ValueError(f"{layer}: eps must be > 0 (it keeps 1/std finite), got {eps!r}")
+    return eps
 
 
 class LayerNorm(Module):
@@ -13,8 +20,9 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, device=None):
         super().__init__()
         device = backend.check_device(device)
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-        self.normalized_shape, self.eps = shape, eps
+        shape = (normalized_shape,) if is_int(normalized_shape) else tuple(normalized_shape)
+        self.normalized_shape = tuple(positive_int("LayerNorm: each size of normalized_shape", n) for n in shape)
+        self.eps = _positive_eps("LayerNorm", eps)
         xp = backend.array_module(device)
         self.weight = Parameter(xp.ones(shape, np.float32)) if elementwise_affine else None
         self.bias = Parameter(xp.zeros(shape, np.float32)) if elementwise_affine else None
@@ -37,7 +45,11 @@ class BatchNorm2d(Module):
         super().__init__()
         device = backend.check_device(device)
         xp = backend.array_module(device)
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.num_features = positive_int("BatchNorm2d: num_features", num_features)
+        self.eps = _positive_eps("BatchNorm2d", eps)
+        if not 0 <= real_number("BatchNorm2d: momentum", momentum) <= 1:  # 2 makes the running mean diverge
+            raise ValueError(f"BatchNorm2d: momentum must be in [0, 1], got {momentum!r}")
+        self.momentum = momentum
         self.weight = Parameter(xp.ones(num_features, np.float32)) if affine else None
         self.bias = Parameter(xp.zeros(num_features, np.float32)) if affine else None
         self.track_running_stats, self._device = track_running_stats, device

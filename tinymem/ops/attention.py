@@ -35,6 +35,7 @@ import math
 
 from ..autograd import Function
 from ..backend import array_module
+from ..checks import positive_int
 
 
 def check_attention_shapes(q, k, v):
@@ -51,6 +52,9 @@ def check_attention_shapes(q, k, v):
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"attention: key and value need the same length S, got "
                          f"{k.shape[-2]} and {v.shape[-2]}")
+    if q.dtype.kind != "f" or k.dtype.kind != "f" or v.dtype.kind != "f":  # exp() cannot cast to int
+        raise TypeError(f"attention: query, key and value must be floating, got {q.dtype}, {k.dtype} "
+                        f"and {v.dtype}; convert them first, e.g. q.float()")
 
 
 def _scale(q, scale):
@@ -102,9 +106,8 @@ class ChunkedAttention(Function):
     def forward(ctx, q, k, v, chunk_size=128, is_causal=False, scale=None):
         xp = array_module(q)
         check_attention_shapes(q, k, v)
-        if int(chunk_size) < 1:
-            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
-        ctx.chunk, ctx.causal, ctx.scale = int(chunk_size), bool(is_causal), _scale(q, scale)
+        ctx.chunk = positive_int("chunked_attention: chunk_size", chunk_size)
+        ctx.causal, ctx.scale = bool(is_causal), _scale(q, scale)
         scale = q.dtype.type(ctx.scale)
         L, S, c = q.shape[-2], k.shape[-2], ctx.chunk
         out = xp.empty(q.shape[:-1] + (v.shape[-1],), q.dtype)

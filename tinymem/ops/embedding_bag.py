@@ -25,6 +25,8 @@ def _bags(xp, input, offsets):
             raise ValueError("embedding_bag: offsets must be None when input is 2-D (B, N)")
         B, N = input.shape
         return input.reshape(-1), xp.repeat(xp.arange(B), N), B
+    if offsets is not None and offsets.dtype.kind not in "iu":
+        raise TypeError(f"embedding_bag offsets must be integers, got {offsets.dtype}")
     if input.ndim != 1 or offsets is None or offsets.ndim != 1:
         raise ValueError(f"embedding_bag expects input (B, N), or input (n,) with offsets (B,); "
                          f"got input {input.shape} and offsets "

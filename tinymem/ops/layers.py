@@ -16,13 +16,21 @@ class Linear(Function):
     """y = x W^T + b with W of shape (out, in), as PyTorch's ``F.linear``."""
 
     def keep_for_backward(ctx, out, x, w, b=None):
-        if x.dtype.kind not in "fc":
+        try:
+            kind = x.dtype.kind
+        except AttributeError:  # a list or a number: NumPy would not say which argument
+            raise TypeError(f"linear: input must be a Tensor or an array, got a {type(x).__name__}") from None
+        if kind not in "fc":
             # NumPy would promote an int input against float32 weights to float64, silently.
             raise TypeError(f"linear: input of dtype {x.dtype} with weight of dtype {w.dtype}; "
                             f"convert the input first, e.g. x.float() or x.to(dtype='{w.dtype}')")
-        if x.shape[-1] != w.shape[1]:
-            raise ValueError(f"linear: input of shape {x.shape} does not fit weight of shape "
-                             f"{w.shape} (last input dim {x.shape[-1]} != in_features {w.shape[1]})")
+        # Slices, not indices: a 0-d input or a 1-d weight fails the test instead of raising.
+        if x.shape[-1:] != w.shape[1:] or w.ndim != 2:
+            raise ValueError(f"linear: input of shape {x.shape} does not fit weight of shape {w.shape}; "
+                             "expected input (..., in_features) and weight (out_features, in_features)")
+        if b is not None and b.shape != w.shape[:1]:  # a bias of shape (1,) would broadcast silently
+            raise ValueError(f"linear: bias of shape {b.shape} for weight of shape {w.shape}; "
+                             f"it must be ({w.shape[0]},)")
         gx, gw = ctx.needs_input_grad[:2]
         ctx.save_for_backward(x if gw else None, w if gx else None)
 
@@ -106,6 +114,9 @@ class Embedding(Function):
     def forward(ctx, indices, weight):
         if indices.dtype.kind not in "iu":
             raise TypeError(f"embedding indices must be integers, got {indices.dtype}")
+        if weight.ndim != 2:  # a 1-d table would give one number per index, silently
+            raise ValueError(f"embedding: weight must be a 2-d table (num_embeddings, embedding_dim), "
+                             f"got shape {weight.shape}")
         # NumPy would read row -1 as the last row and raise a bare IndexError past the end.
         if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= weight.shape[0]):
             raise IndexError(f"embedding indices must be in [0, {weight.shape[0]}), "

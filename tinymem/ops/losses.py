@@ -8,6 +8,7 @@ Memory of each (B rows, C classes, float32 = 4 bytes):
 """
 from ..autograd import Function
 from ..backend import array_module
+from ..checks import axis_index
 
 
 def _reduce(losses, reduction):
@@ -30,7 +31,7 @@ def _check_not_empty(name, count, reduction):
 
 class Softmax(Function):
     def forward(ctx, x, axis=-1):
-        xp = array_module(x)
+        xp, axis = array_module(x), axis_index("softmax", axis, x.ndim)
         e = xp.exp(x - x.max(axis=axis, keepdims=True))
         y = e / e.sum(axis=axis, keepdims=True)
         ctx.axis = axis
@@ -44,7 +45,7 @@ class Softmax(Function):
 
 class LogSoftmax(Function):
     def forward(ctx, x, axis=-1):
-        xp = array_module(x)
+        xp, axis = array_module(x), axis_index("log_softmax", axis, x.ndim)
         shifted = x - x.max(axis=axis, keepdims=True)
         lse = xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
         y = shifted - lse

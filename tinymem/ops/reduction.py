@@ -8,18 +8,14 @@ import numpy as np
 
 from ..autograd import Function, sum_to
 from ..backend import array_module
+from ..checks import axis_index
 
 
-def _axes(axis, ndim):
+def _axes(op, axis, ndim):
     if axis is None:
         return tuple(range(ndim))
     axes = axis if isinstance(axis, (tuple, list)) else (axis,)
-    out = []
-    for a in axes:
-        if not -ndim <= a < ndim:
-            raise IndexError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
-        out.append(a % ndim)
-    return tuple(sorted(out))
+    return tuple(sorted(axis_index(op, a, ndim) for a in axes))
 
 
 def _expand(g, shape, axes, keepdims):
@@ -32,7 +28,7 @@ def _expand(g, shape, axes, keepdims):
 
 class Sum(Function):
     def forward(ctx, a, axis=None, keepdims=False):
-        ctx.axes, ctx.keepdims, ctx.in_shape = _axes(axis, a.ndim), keepdims, a.shape
+        ctx.axes, ctx.keepdims, ctx.in_shape = _axes("sum", axis, a.ndim), keepdims, a.shape
         return a.sum(axis=ctx.axes, keepdims=keepdims)
 
     def backward(ctx, g):
@@ -42,7 +38,7 @@ class Sum(Function):
 
 class Mean(Function):
     def forward(ctx, a, axis=None, keepdims=False):
-        ctx.axes, ctx.keepdims, ctx.in_shape = _axes(axis, a.ndim), keepdims, a.shape
+        ctx.axes, ctx.keepdims, ctx.in_shape = _axes("mean", axis, a.ndim), keepdims, a.shape
         ctx.count = 1
         for ax in ctx.axes:
             ctx.count *= a.shape[ax]
@@ -57,7 +53,7 @@ class Max(Function):
     """Maximum over axes; ties share the gradient equally (like PyTorch's ``amax``)."""
 
     def forward(ctx, a, axis=None, keepdims=False):
-        ctx.axes, ctx.keepdims = _axes(axis, a.ndim), keepdims
+        ctx.axes, ctx.keepdims = _axes("max", axis, a.ndim), keepdims
         y = a.max(axis=ctx.axes, keepdims=True)
         mask = a == y
         ctx.save_for_backward(mask)

@@ -10,6 +10,7 @@ import numpy as np
 from .. import backend
 from ..autograd import Function, Tensor
 from ..backend import array_module, scatter_add
+from ..checks import axis_index
 
 
 class Reshape(Function):
@@ -84,8 +85,8 @@ class GetItem(Function):
 
 class Concatenate(Function):
     def forward(ctx, *arrays, axis=0):
-        ctx.axis = axis
-        ctx.sizes = [a.shape[axis] for a in arrays]
+        ctx.axis = axis = axis_index("concatenate", axis, arrays[0].ndim)
+        ctx.sizes = [a.shape[axis] if a.ndim > axis else None for a in arrays]
         try:
             return array_module(arrays[0]).concatenate(arrays, axis=axis)
         except ValueError as exc:
@@ -98,9 +99,9 @@ class Concatenate(Function):
 
 class Stack(Function):
     def forward(ctx, *arrays, axis=0):
-        ctx.axis = axis
         if len({a.shape for a in arrays}) != 1:
             raise ValueError(f"stack needs tensors of one shape, got {[a.shape for a in arrays]}")
+        ctx.axis = axis = axis_index("stack", axis, arrays[0].ndim + 1)
         return array_module(arrays[0]).stack(arrays, axis=axis)
 
     def backward(ctx, g):

@@ -19,11 +19,9 @@ from .optimizer import Optimizer
 class Adam(Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  amsgrad=False, decoupled_weight_decay=False):
-        if not 0.0 <= betas[0] < 1.0 or not 0.0 <= betas[1] < 1.0:
-            raise ValueError(f"invalid betas {betas}: each must be in [0, 1)")
         if eps < 0 or weight_decay < 0:
             raise ValueError(f"eps ({eps}) and weight_decay ({weight_decay}) must be >= 0")
-        super().__init__(params, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                          amsgrad=amsgrad, decoupled_weight_decay=decoupled_weight_decay)
 
     @staticmethod

@@ -20,11 +20,9 @@ from .optimizer import Optimizer
 
 class Lion(Optimizer):
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0):
-        if not 0.0 <= betas[0] <= 1.0 or not 0.0 <= betas[1] <= 1.0:
-            raise ValueError(f"invalid betas {betas}: each must be in [0, 1]")
         if weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
-        super().__init__(params, lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+        super().__init__(params, lr=lr, betas=betas, weight_decay=weight_decay)
 
     @staticmethod
     def bytes_for(shape, itemsize, group):

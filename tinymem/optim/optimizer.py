@@ -27,6 +27,11 @@ def _groups(params):
                         f"got one Tensor of shape {tuple(params.shape)}: pass [w] or model.parameters()")
     if isinstance(params, dict):
         raise TypeError("params must be an iterable of Tensors or of dicts, got one dict: pass [group]")
+    if hasattr(params, "parameters"):
+        raise TypeError(f"params must be an iterable of Tensors, got a {type(params).__name__} module: "
+                        "pass model.parameters()")
+    if not hasattr(params, "__iter__"):
+        raise TypeError(f"params must be an iterable of Tensors or of dicts (parameter groups), got {params!r}")
     params = list(params)
     if not params:
         raise ValueError("optimizer got an empty parameter list")
@@ -84,10 +89,13 @@ class Optimizer:
                 if key in _NON_NEGATIVE and number < 0:
                     raise ValueError(f"invalid {what}: it must be >= 0")
         betas = full.get("betas")
-        if betas is not None and not (isinstance(betas, (tuple, list)) and
-                                      all(isinstance(b, numbers.Real) and 0 <= b < 1 for b in betas)):
-            # Checked per group too: a group's own betas = (0.9, 1.0) made a step NaN.
-            raise ValueError(f"invalid betas={betas!r}: each must be a number in [0, 1)")
+        if betas is not None:
+            if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+                raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+            if not all(isinstance(b, numbers.Real) and 0 <= b < 1 for b in betas):
+                # Checked per group too: a group's own betas = (0.9, 1.0) made a step NaN.
+                raise ValueError(f"invalid betas={betas!r}: each must be a number in [0, 1)")
+            full["betas"] = tuple(betas)
         if "lr" in full and (isinstance(full["lr"], bool) or not isinstance(full["lr"], numbers.Real)):
             raise ValueError(f"invalid learning rate {full['lr']!r}: it must be a number >= 0")
         return full

@@ -31,6 +31,8 @@ out here as well (``tests/planner/test_analytic_exact.py`` states the bound on w
 import math
 from collections import namedtuple
 
+from ..checks import positive_int
+
 from . import architectures as archs
 from .activations import Term, activations_per_layer, korthikanti_formula, layer_terms
 from .moments import (activation_moments, attention_backward, layer_transient, micro_batch_sizes, segments,
@@ -62,14 +64,17 @@ BUCKETS = ("parameter", "gradient", "optimizer", "activation", "workspace")
 SCHEDULES = ("none", "selective", "full", "sqrt")
 
 def _check_stack(stack):
+    if not isinstance(stack, Stack):
+        raise TypeError(f"stack must be a planner.analytic.Stack (e.g. Stack(precision='bf16', zero=2)), "
+                        f"got a {type(stack).__name__}")
     is_half(stack.precision)
     optimizer_label(stack.optimizer)
     if stack.recompute not in SCHEDULES:
         raise ValueError(f"unknown recompute {stack.recompute!r}; choose one of {', '.join(SCHEDULES)}")
     if stack.schedule not in ("gpipe", "1f1b"):
         raise ValueError(f"unknown pipeline schedule {stack.schedule!r}; choose gpipe or 1f1b")
-    if stack.pipeline < 1 or stack.ranks < 1 or stack.micro_batches < 1:
-        raise ValueError("pipeline stages, ranks and micro_batches must be >= 1")
+    for field in ("pipeline", "ranks", "micro_batches"):  # 2.5 ranks gave a number
+        positive_int(f"Stack.{field}", getattr(stack, field))
 
 
 def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
@@ -84,6 +89,7 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     """
     arch = archs.get_arch(arch)
     _check_stack(stack)
+    positive_int("batch", batch)
     if stack.pipeline > arch.layers:
         raise ValueError(f"{stack.pipeline} pipeline stages for {arch.layers} layers: each stage needs at least one")
     half = is_half(stack.precision)

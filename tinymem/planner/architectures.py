@@ -20,6 +20,8 @@ import functools
 import math
 from collections import namedtuple
 
+from ..checks import is_int
+
 Arch = namedtuple("Arch", "name layers hidden heads seq vocab ffn mlp norm bias positions tied dropout")
 Arch.__new__.__defaults__ = (None, "gelu", "layernorm", True, "learned", False, 0.0)
 
@@ -45,7 +47,7 @@ def get_arch(name_or_arch):
     """An :class:`Arch` from a name in :data:`ARCHS` (or an Arch, returned as it is)."""
     if isinstance(name_or_arch, Arch):
         return check(name_or_arch)
-    if name_or_arch not in ARCHS:
+    if not isinstance(name_or_arch, str) or name_or_arch not in ARCHS:
         raise ValueError(f"unknown architecture {name_or_arch!r}; choose one of {', '.join(ARCHS)} "
                          "or give explicit sizes (layers, hidden, heads, seq, vocab)")
     return check(ARCHS[name_or_arch])
@@ -53,8 +55,13 @@ def get_arch(name_or_arch):
 
 def custom(layers, hidden, heads, seq, vocab, ffn=None, name="custom", **layout):
     """An :class:`Arch` from explicit sizes (GPT layout unless ``layout`` says otherwise)."""
-    return check(Arch(name, int(layers), int(hidden), int(heads), int(seq), int(vocab),
-                      None if ffn is None else int(ffn), **layout))
+    sizes = dict(layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab, ffn=ffn)
+    for field, value in sizes.items():
+        try:
+            sizes[field] = None if value is None and field == "ffn" else int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: {field} must be a positive integer, got {value!r}") from None
+    return check(Arch(name, **sizes, **layout))
 
 
 def tinymem_lm(vocab, seq, hidden, heads, layers, dropout=0.0):
@@ -66,9 +73,9 @@ def tinymem_lm(vocab, seq, hidden, heads, layers, dropout=0.0):
 def check(arch):
     for field in ("layers", "hidden", "heads", "seq", "vocab"):
         value = getattr(arch, field)
-        if not isinstance(value, int) or value < 1:
+        if not is_int(value) or value < 1:
             raise ValueError(f"{arch.name}: {field} must be a positive integer, got {value!r}")
-    if arch.ffn is not None and (not isinstance(arch.ffn, int) or arch.ffn < 1):
+    if arch.ffn is not None and (not is_int(arch.ffn) or arch.ffn < 1):
         raise ValueError(f"{arch.name}: ffn must be a positive integer (or None for 4 x hidden), got {arch.ffn!r}")
     if arch.hidden % arch.heads:
         raise ValueError(f"{arch.name}: hidden size {arch.hidden} is not divisible by {arch.heads} heads")

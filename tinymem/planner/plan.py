@@ -10,6 +10,7 @@ micro-batch (a 1-sample micro-batch is a degenerate shape the probe does not ext
 import itertools
 from collections import namedtuple
 
+from ..checks import positive_int
 from ..memory import BUCKETS, format_bytes, parse_bytes
 from .probe import predict, run_probe
 from .recipe import OFFLOADS, OPTIMIZERS, PRECISIONS, Combination, supported
@@ -51,9 +52,14 @@ def plan(model, sizes, batch_size, budget, schedules=None, precisions=PRECISIONS
     """
     work = make_workload(model, sizes) if isinstance(model, str) else model
     budget = parse_bytes(budget)
+    positive_int("batch_size", batch_size)
+    for count in micro_batches or ():
+        positive_int("each of micro_batches", count)
     for what, given, known in (("checkpoint schedule", schedules, work.schedules),
                                ("precision", precisions, PRECISIONS), ("optimizer", optimizers, OPTIMIZERS),
                                ("offload", offloads, OFFLOADS)):
+        if isinstance(given, str):  # read letter by letter: unknown 'f', 'p', '1', '6'
+            raise TypeError(f"the {what}s to try are a list of names, got the string {given!r}: pass [{given!r}]")
         unknown = [g for g in given or () if g not in known]
         if unknown:
             raise ValueError(f"unknown {what} {', '.join(map(repr, unknown))}; choose from "

@@ -41,11 +41,11 @@ follow m = ceil(B / k), the largest micro-batch (exact when k divides B, an uppe
 """
 import gc
 import math
-import numbers
 from collections import namedtuple
 
 from .. import memory, random
 from ..autograd import Tensor
+from ..checks import positive_int
 from ..memory import BUCKETS
 from .moments import micro_batch_sizes
 from .recipe import TrainingStep
@@ -146,9 +146,8 @@ def predict(probe, batch_size, micro_batches=None):
     """The step's device peak at ``batch_size`` in ``micro_batches`` (default: the probed
     combination's; every k >= 2 shares the probe of k = 2): a :class:`Prediction` (bytes;
     ``by_bucket`` sums to ``total``; ``phase`` where the peak falls)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    k = probe.combo.micro_batches if micro_batches is None else micro_batches
+    positive_int("batch_size", batch_size)
+    k = probe.combo.micro_batches if micro_batches is None else positive_int("micro_batches", micro_batches)
     if (k > 1) != (probe.combo.micro_batches > 1):
         raise ValueError(f"a probe of {probe.combo.micro_batches} micro-batch(es) cannot predict k = {k}: "
                          "probe k = 1 and k >= 2 separately")

@@ -16,10 +16,10 @@ would be stored half *or* offloaded, not both) and half precision with optimizer
 fp32 masters are the state ZeRO-Offload moves, and ``MasterOptimizer`` keeps them on the device).
 """
 import contextlib
-import numbers
 from collections import namedtuple
 
 from .. import memory
+from ..checks import is_int
 from ..optim.table import CONFIGS
 from ..techniques.offload import offload_optimizer, save_on_host
 from ..techniques.microbatch import split_batch
@@ -46,7 +46,7 @@ def supported(combo):
         if value not in known:
             return f"unknown {what} {value!r}; choose one of {', '.join(map(repr, known))}"
     k = combo.micro_batches
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+    if not is_int(k) or k < 1:
         return f"micro_batches must be a positive integer, got {k!r}"
     if combo.precision != "fp32" and combo.offload != "none":
         return (f"{combo.precision} with {combo.offload} offload: half storage and offload do not "

@@ -15,6 +15,7 @@ import numpy as np
 from .. import functional as F
 from .. import backend, models, nn, random
 from ..autograd import Tensor
+from ..checks import is_int
 from ..techniques.checkpoint import checkpoint, checkpoint_sequential
 from ..techniques.precision import HalfModule
 
@@ -65,6 +66,11 @@ class Workload:
     schedules = SCHEDULES
 
     def __init__(self, sizes, device=None):
+        if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+            raise TypeError(f"{self.name} sizes must be a list of integers ({self.sizes_help}), got {sizes!r}")
+        if not all(is_int(s) for s in sizes):  # int() would truncate 4.7 to 4, silently
+            raise ValueError(f"{self.name} sizes must be integers, got {list(sizes)}; "
+                             f"{self.name} sizes are {self.sizes_help}")
         self.sizes = [int(s) for s in sizes]
         self.device = backend.check_device(device)
         if self.n_sizes is not None and len(self.sizes) != self.n_sizes:

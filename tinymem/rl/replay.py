@@ -42,6 +42,7 @@ from collections import namedtuple
 import numpy as np
 
 from .. import memory
+from ..checks import is_int, positive_int, real_number
 from . import storage as S
 
 Batch = namedtuple("Batch", "obs action reward next_obs done")
@@ -74,12 +75,15 @@ class ReplayBuffer:
 
     def __init__(self, capacity, frame_shape, frame_stack=1, storage="dedup", frame_dtype="uint8",
                  directory=None):
-        if capacity < 2:
-            raise ValueError(f"capacity must be at least 2 steps, got {capacity}")
-        if frame_stack < 1:
-            raise ValueError(f"frame_stack must be at least 1, got {frame_stack}")
-        self.capacity, self.frame_stack = int(capacity), int(frame_stack)
-        self.frame_shape, self.frame_dtype = tuple(frame_shape), np.dtype(frame_dtype)
+        if not is_int(capacity) or capacity < 2:
+            raise ValueError(f"capacity must be an integer of at least 2 steps, got {capacity!r}")
+        self.capacity, self.frame_stack = int(capacity), positive_int("frame_stack", frame_stack)
+        if not isinstance(frame_shape, (tuple, list)) or not all(is_int(n) and n >= 1 for n in frame_shape):
+            raise ValueError(f"frame_shape must be a tuple of positive sizes, e.g. (84, 84) or (4,), got {frame_shape!r}")
+        try:
+            self.frame_shape, self.frame_dtype = tuple(frame_shape), np.dtype(frame_dtype)
+        except TypeError:
+            raise TypeError(f"frame_dtype must be a NumPy dtype such as 'uint8' or 'float32', got {frame_dtype!r}") from None
         self.store = S.make_storage(storage, self.capacity, self.frame_shape, self.frame_stack,
                                     self.frame_dtype, directory)
         self.step = memory.register(np.zeros(capacity, np.int32), "workspace", "host", label="replay index")
@@ -115,6 +119,9 @@ class ReplayBuffer:
         if self.window is None:
             raise RuntimeError("call start_episode(reset_frame) before add()")
         frame = self._check_frame(frame)
+        if not is_int(action):  # NumPy: "setting an array element with a sequence"
+            raise TypeError(f"action must be an integer (a discrete action), got {action!r}")
+        real_number("reward", reward)
         self.window = np.concatenate([self.window[1:], frame[None]])
         previous = self.step[(self.written - 1) % self.capacity]
         self._write(action, reward, terminated, start=False, step=previous + 1)
@@ -149,8 +156,9 @@ class ReplayBuffer:
     def sample_numbers(self, batch_size, rng):
         """``batch_size`` slot numbers drawn uniformly from the sampleable ones (rejection: draw
         among all stored slots, redraw the few that end no transition)."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        positive_int("batch_size", batch_size)
+        if not hasattr(rng, "integers"):
+            raise TypeError(f"rng must be a NumPy Generator, e.g. np.random.default_rng(0), got {rng!r}")
         chosen = np.empty(0, np.int64)
         for _ in range(64):
             draw = rng.integers(self.oldest, max(self.written, self.oldest + 1), batch_size - chosen.size)

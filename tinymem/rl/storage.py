@@ -104,7 +104,11 @@ class DiskStorage(DedupStorage):
 
     def __init__(self, capacity, frame_shape, frame_stack, frame_dtype, directory=None):
         nbytes = capacity * self.bytes_per_slot(frame_shape, frame_stack, frame_dtype)
-        self.file = tempfile.TemporaryFile(prefix="tinymem-replay-", dir=directory)
+        try:
+            self.file = tempfile.TemporaryFile(prefix="tinymem-replay-", dir=directory)
+        except OSError as err:
+            raise ValueError(f"storage 'disk' cannot create its file in {directory!r} ({err.strerror}); pass "
+                             "an existing writable directory, or directory=None for the system temporary one") from err
         try:
             self.file.truncate(nbytes)
             self.map = mmap.mmap(self.file.fileno(), nbytes)

@@ -28,6 +28,7 @@ from math import comb
 
 from ... import autograd, backend, memory, random
 from ...autograd import Function, Tensor, no_grad
+from ...checks import positive_int
 from .segments import Segment, as_layer_list, backprop, record, replay
 
 Action = namedtuple("Action", "kind step end", defaults=(None,))
@@ -49,9 +50,8 @@ def binomial_forwards(n_steps, slots):
 
 
 def _check(n_steps, slots):
-    for name, v in (("n_steps", n_steps), ("slots", slots)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"revolve: {name} must be a positive int, got {v!r}")
+    positive_int("revolve: n_steps", n_steps)
+    positive_int("revolve: slots", slots)
 
 
 def _best_split(length, slots):

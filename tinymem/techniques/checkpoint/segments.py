@@ -191,6 +191,9 @@ def checkpoint(function, *args, preserve_rng_state=True, policy=None, **kwargs):
     outputs are kept as well (``["linear", "matmul", "conv2d"]``); backward then recomputes only
     the other ops. Memory: plus the kept outputs. Time: the recomputation minus the kept ops.
     """
+    if not callable(function):
+        raise TypeError(f"checkpoint: the first argument must be the function or Module to run, got a "
+                        f"{type(function).__name__}")
     policy = as_policy(policy)
     if kwargs:
         function = functools.partial(function, **kwargs)
@@ -230,6 +233,9 @@ class Segment:
 
 def as_layer_list(functions):
     """A list of callables from a list, a tuple or an ``nn.Sequential``."""
+    if not hasattr(functions, "__iter__"):
+        raise TypeError(f"checkpointing a sequence takes an nn.Sequential or a list of layers, got a "
+                        f"{type(functions).__name__}; wrap one layer as nn.Sequential(layer)")
     layers = list(functions)
     if not layers:
         raise ValueError("checkpointing needs at least one layer, got an empty sequence")

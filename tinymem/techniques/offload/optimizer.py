@@ -40,6 +40,9 @@ class OffloadedOptimizer(OptimizerWrapper):
             raise ValueError(f"offload_optimizer: place must be 'host' or 'disk', got {place!r}")
         if prefetch < 0:
             raise ValueError(f"offload_optimizer: prefetch must be >= 0, got {prefetch}")
+        if not hasattr(optimizer, "param_groups"):
+            raise TypeError(f"offload_optimizer wraps a tinymem optimizer (e.g. optim.Adam(model.parameters())), "
+                            f"got {type(optimizer).__name__}")
         super().__init__(optimizer)
         self.place, self.depth = place, prefetch
         optimizer.update_place = "host"

@@ -139,6 +139,9 @@ def _swap(model, kind, make):
     The new module takes the old one's slot in the parent's ordered sub-modules
     (``Module.replace_child``), so a Sequential still runs its layers in order.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"quantization works on an nn.Module (its Linear layers are swapped), got a "
+                        f"{type(model).__name__}")
     for _, parent in list(model.named_modules()):
         for name, child in list(parent.named_children()):
             if type(child) is kind:
@@ -156,6 +159,9 @@ def prepare(model, observer=MinMaxObserver):
 
 def calibrate(model, batches):
     """Run ``batches`` (Tensors or arrays, or (x, y) tuples) through ``model`` without a graph."""
+    if hasattr(batches, "shape"):  # iterating one batch would calibrate on its rows, one by one
+        raise TypeError(f"calibrate() takes an iterable of batches, got one {type(batches).__name__} of shape "
+                        f"{tuple(batches.shape)}: pass [x] or a DataLoader")
     n = 0
     with no_grad():
         for batch in batches:

@@ -30,6 +30,7 @@ import numpy as np
 
 from ... import backend
 from ...autograd import Tensor
+from ...checks import axis_index
 from .affine import EPS, check_qscheme, qparams_from_minmax, qrange, storage_dtype
 
 
@@ -149,7 +150,8 @@ class PerChannelMinMaxObserver(ObserverBase):
 
     def forward(self, x):
         xp = backend.array_module(x)
-        rows = xp.moveaxis(x, self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
+        axis = axis_index("PerChannelMinMaxObserver(ch_axis)", self.ch_axis, x.ndim)
+        rows = xp.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
         finite = xp.isfinite(rows)
         lo = xp.where(finite, rows, np.float32(np.inf)).min(axis=1)
         hi = xp.where(finite, rows, np.float32(-np.inf)).max(axis=1)
