@@ -14,7 +14,7 @@ from tinymem.distributed.pipeline import bubble_fraction
 from tinymem.memory.sampler import Monitor
 from tinymem.planner import analytic, architectures, plan, workload
 from tinymem.rl.replay import ReplayBuffer
-from tinymem.techniques import quantization as Q
+from tinymem.techniques import precision, quantization as Q
 from tinymem.techniques.checkpoint import checkpoint, checkpoint_sequential
 from tinymem.techniques.offload import offload_optimizer
 
@@ -98,6 +98,12 @@ CASES = {
     "checkpoint_sequential of a Linear": (lambda: checkpoint_sequential(nn.Linear(2, 2), 1, tm.randn(1, 2)), TypeError,
                                           "takes an nn.Sequential or a list of layers, got a Linear"),
     # TypeError "'int' object is not callable", raised from inside the recomputation Function
+    # AttributeError 'NoneType' object has no attribute 'param_groups' / 'parameters'
+    "GradScaler step of None": (lambda: precision.GradScaler().step(None), TypeError, "GradScaler takes the optimizer, got NoneType"),
+    "half of a function": (lambda: precision.half(lambda x: x), TypeError, "half\\(\\) takes a Module, got function"),
+    # 2.5 was refused by its own check; a string raised int()'s ValueError
+    "GradScaler growth_interval as a string": (lambda: precision.GradScaler(growth_interval="10"), ValueError,
+                                               "growth_interval must be a positive integer, got '10'"),
     "checkpoint of a number": (lambda: checkpoint(5, tm.randn(2, requires_grad=True)), TypeError,
                                "checkpoint: the first argument must be the function or Module"),
     # AttributeError "'NoneType' object has no attribute 'update_place'"

@@ -113,7 +113,7 @@ def task_check(args, comm):
         states[name] = full_state(name, strategy, model, comm)
         own = strategy.optimizer.state_bytes() if strategy.optimizer is not None else 0
         result["optimizer_bytes"][name] = comm.comm.gather(own, root=0)
-        del strategy, model
+        strategy = model = None  # free both before the next strategy is built
         gc.collect()
     frozen = _check_frozen(sizes, dtype, x, y, comm, args.steps)
     ring = Communicator(comm.comm, timeout=comm.timeout, algorithm="ring")
@@ -123,7 +123,7 @@ def task_check(args, comm):
         for _ in range(args.steps):
             strategy.step(x, y, F.cross_entropy)
         states[name + "_ring"] = full_state(name, strategy, model, comm)
-        del strategy, model
+        strategy = model = None  # free both before the next strategy is built
     result["ring_collectives"] = check_ring(comm)
     if comm.rank == 0:
         for name in RING_CHECKED:
@@ -216,7 +216,7 @@ def task_measure(args, comm):
                 "textbook_sent": textbook_sent(name, strategy, params, args.batch, 4, comm.size),
                 "step_seconds": seconds, "largest_unit_bytes": largest_layer}
         records += comm.comm.gather(mine, root=0) or []
-        del strategy, model
+        strategy = model = None  # free both before the next strategy is built
     if comm.rank == 0:
         print("RESULT " + json.dumps({"world_size": comm.size, "sizes": sizes, "params": params,
                                       "batch": args.batch, "micro_batches": args.micro_batches,

@@ -49,6 +49,7 @@ import numpy as np
 
 from ... import backend
 from ...autograd import Tensor
+from ...checks import positive_int
 
 _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
 
@@ -73,8 +74,7 @@ class GradScaler:
                 raise ValueError(f"growth_factor must be >= 1.0 (1.0 disables growth), got {growth_factor}")
             if not 0.0 < backoff_factor <= 1.0:
                 raise ValueError(f"backoff_factor must be in (0, 1] (1.0 disables backoff), got {backoff_factor}")
-            if int(growth_interval) != growth_interval or growth_interval < 1:
-                raise ValueError(f"growth_interval must be a positive integer, got {growth_interval}")
+            positive_int("growth_interval", growth_interval)
         self._enabled = bool(enabled)
         self._scale = np.float32(init_scale)
         self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
@@ -218,4 +218,7 @@ class GradScaler:
         self._growth_tracker = int(state_dict["_growth_tracker"])
 
     def _state(self, optimizer):
+        if not hasattr(optimizer, "param_groups"):  # None, or the model passed by mistake
+            raise TypeError(f"GradScaler takes the optimizer, got {type(optimizer).__name__}; "
+                            "call scaler.step(optimizer) / scaler.unscale_(optimizer)")
         return self._per_optimizer.setdefault(id(optimizer), {"stage": _READY, "found_inf": None})

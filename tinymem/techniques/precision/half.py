@@ -240,6 +240,8 @@ def half(model, optimizer=None, dtype="float16"):
     no masters: use that form for inference only.
     """
     fmt = get_format(dtype)
+    if not isinstance(model, Module):
+        raise TypeError(f"half() takes a Module, got {type(model).__name__}")
     params = model.parameters()
     for p in params:
         if p.dtype != np.float32:
