@@ -104,6 +104,17 @@ CASES = {
     # 2.5 was refused by its own check; a string raised int()'s ValueError
     "GradScaler growth_interval as a string": (lambda: precision.GradScaler(growth_interval="10"), ValueError,
                                                "growth_interval must be a positive integer, got '10'"),
+    # NumPy's "operands could not be broadcast"; a weight of shape (1,) was broadcast silently
+    "layer_norm weight of another length": (lambda: F.layer_norm(x23(), 3, tm.randn(4), tm.randn(4)), ValueError,
+                                            r"layer_norm: weight of shape \(4,\) for normalized_shape \(3,\)"),
+    "layer_norm bias of shape (1,)": (lambda: F.layer_norm(x23(), 3, tm.randn(3), tm.randn(1)), ValueError,
+                                      r"layer_norm: bias of shape \(1,\)"),
+    # built silently, refused only at the first forward
+    "GELU('none')": (lambda: nn.GELU("none"), ValueError, "approximate='none'"),
+    # FileNotFoundError naming the temporary file, TypeError from os.fspath
+    "save into a missing folder": (lambda: tm.save({"a": 1}, "/nonexistent-tinymem/dir/f.tm"), FileNotFoundError,
+                                   "the folder /nonexistent-tinymem/dir does not exist"),
+    "save to None": (lambda: tm.save({"a": 1}, None), TypeError, "path to write must be a str or os.PathLike, got NoneType"),
     "checkpoint of a number": (lambda: checkpoint(5, tm.randn(2, requires_grad=True)), TypeError,
                                "checkpoint: the first argument must be the function or Module"),
     # AttributeError "'NoneType' object has no attribute 'update_place'"

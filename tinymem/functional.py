@@ -109,9 +109,14 @@ def relu(x):
 
 def gelu(x, approximate="tanh"):
     """GELU with the tanh approximation (PyTorch's ``approximate='tanh'``)."""
-    if approximate != "tanh":
-        raise ValueError("tinymem implements gelu(approximate='tanh') only (NumPy has no erf)")
+    check_gelu(approximate)
     return E.GELU.apply(x)
+
+
+def check_gelu(approximate):
+    if approximate != "tanh":
+        raise ValueError(f"tinymem implements gelu(approximate='tanh') only (NumPy has no erf), "
+                         f"got approximate={approximate!r}")
 
 
 def where(condition, a, b):
@@ -214,6 +219,10 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(x.shape[-ndim:]) != shape:
         raise ValueError(f"layer_norm: input of shape {x.shape} does not end in {shape}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t.shape) != shape:  # else NumPy's broadcast error, or a silent broadcast
+            raise ValueError(f"layer_norm: {name} of shape {tuple(t.shape)} for normalized_shape {shape}; "
+                             f"it must have shape {shape}")
     return NL.LayerNorm.apply(x, weight, bias, normalized_ndim=ndim, eps=eps)
 
 

@@ -125,8 +125,12 @@ def write_atomically(path, write, suffix=""):
     it over ``path``: a reader sees the old file or the whole new one, never half of it, and the
     temporary file is removed when anything fails. A new file gets the usual permissions (0666
     less the umask); an overwritten one keeps its own."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"the path to write must be a str or os.PathLike, got {type(path).__name__}")
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):  # else the error names the temporary file, not the folder
+        raise FileNotFoundError(f"cannot write {path}: the folder {folder} does not exist; create it first")
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:

@@ -13,6 +13,7 @@ class GELU(Module):
 
     def __init__(self, approximate="tanh"):
         super().__init__()
+        F.check_gelu(approximate)  # at construction, not at the first forward
         self.approximate = approximate
 
     def forward(self, x):
