@@ -88,3 +88,10 @@ def test_a_recomputation_policy_tinymem_lacks_is_refused_not_guessed():
         exactness.combination(Stack(recompute="selective"))
     with pytest.raises(ValueError, match="MPI"):
         exactness.combination(Stack(zero=2, ranks=4))
+
+
+def test_one_token_chunked_attention_merges_its_heads_in_a_view():
+    # seq = 1: the heads' output transposed is still contiguous, so the output projection's
+    # saved input is a view of the attention output the ledger already counts (was 4·N·h more
+    # per layer: 96 B here).
+    check((1, 1, 6, 2, 2), 2, 3, Stack(attention="chunked"))
