@@ -147,6 +147,15 @@ def test_a_7b_model_fits_eight_80gb_gpus_once_the_optimizer_state_is_sharded():
     assert not next(r for r in rows if r.name == "+ full recompute").fits
 
 
+def test_pipeline_rows_on_one_gpu_still_say_how_many_stages_would_fit():
+    # On one GPU the pipeline rows' Stack has one stage: their fewest count grows the stages
+    # (was None, "no count does", though 7 stages of llama-7b fit 24 GB).
+    rows, _ = fits.plan_arch("llama-7b", 1, 24e9)
+    pipe = next(r for r in rows if r.name == "bf16 + full recompute, 1F1B pipeline")
+    stages = pipe.stack._replace(pipeline=2)
+    assert pipe.fewest_gpus == fits.fewest_gpus(architectures.get_arch("llama-7b"), 1, stages, 24e9) == 7
+
+
 def test_recomputation_costs_a_third_more_and_selective_far_less():
     arch = architectures.get_arch("gpt3-175b")
     full = fits.relative_time(arch, 1, Stack("bf16", recompute="full"))
