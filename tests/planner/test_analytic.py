@@ -116,6 +116,20 @@ def test_breakdown_peak_is_its_largest_moment_and_buckets_cover_every_moment():
         analytic.breakdown("gpt2", 1, Stack(recompute="some"))
 
 
+def test_a_pipeline_stage_holds_its_layers_and_the_busier_end_of_the_model():
+    """The first stage holds the token and position tables, the last the final norm and the
+    head (for a tied head, a copy of the token table): counted by hand from the shapes."""
+    for name in ("gpt3-175b", "llama-7b"):
+        arch = architectures.get_arch(name)
+        h, v, s = arch.hidden, arch.vocab, arch.seq
+        first = v * h + (s * h if arch.positions == "learned" else 0)
+        last = (2 * h if arch.norm == "layernorm" else h) + v * h  # final norm, head (tied or not)
+        for p in (2, 8):
+            stage = math.ceil(arch.layers / p) * architectures.layer_parameter_count(arch) + max(first, last)
+            result = analytic.breakdown(arch, p, Stack("bf16", recompute="full", pipeline=p, micro_batches=p))
+            assert result.buckets["parameter"] == 2 * stage, (name, p)
+
+
 def test_gpt3_175b_does_not_fit_eight_80gb_gpus_and_needs_more_with_each_stack():
     rows, proposal = fits.plan_arch("gpt3-175b", 8, 80e9)
     assert proposal is None
@@ -131,6 +145,15 @@ def test_a_7b_model_fits_eight_80gb_gpus_once_the_optimizer_state_is_sharded():
     rows, proposal = fits.plan_arch("llama-7b", 8, 80e9)
     assert proposal is not None and proposal.stack.zero >= 1
     assert not next(r for r in rows if r.name == "+ full recompute").fits
+
+
+def test_pipeline_rows_on_one_gpu_still_say_how_many_stages_would_fit():
+    # On one GPU the pipeline rows' Stack has one stage: their fewest count grows the stages
+    # (was None, "no count does", though 7 stages of llama-7b fit 24 GB).
+    rows, _ = fits.plan_arch("llama-7b", 1, 24e9)
+    pipe = next(r for r in rows if r.name == "bf16 + full recompute, 1F1B pipeline")
+    stages = pipe.stack._replace(pipeline=2)
+    assert pipe.fewest_gpus == fits.fewest_gpus(architectures.get_arch("llama-7b"), 1, stages, 24e9) == 7
 
 
 def test_recomputation_costs_a_third_more_and_selective_far_less():

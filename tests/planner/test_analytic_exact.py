@@ -88,3 +88,11 @@ def test_a_recomputation_policy_tinymem_lacks_is_refused_not_guessed():
         exactness.combination(Stack(recompute="selective"))
     with pytest.raises(ValueError, match="MPI"):
         exactness.combination(Stack(zero=2, ranks=4))
+
+
+def test_chunked_attention_with_one_token_or_width_one_heads_merges_its_heads_in_a_view():
+    # seq = 1 or a head width of 1: merging the heads of the output needs no copy, so the output
+    # projection's saved input is a view of the attention output the ledger already counts (was
+    # 4·N·h more per layer: 96 B and 72 B here).
+    check((1, 1, 6, 2, 2), 2, 3, Stack(attention="chunked"))
+    check((7, 3, 3, 3, 1), 3, 4, Stack(attention="chunked", recompute="sqrt", micro_batches=2))

@@ -100,8 +100,9 @@ def layer_terms(seq, batch, hidden, heads, mode="tinymem", recompute="none", att
         rows.append(term("attention weights", "a·b·s²", a * b * s * s))
     elif attention == "chunked":
         rows += [term("attention output", "N·h", n * h), term("attention log-sum-exp", "b·a·s", b * a * s)]
-    if attention == "chunked" and a == 1 and storage == "fp32":
-        # One head: merging the heads is a view of the saved output, which the ledger counts once.
+    if attention == "chunked" and 1 in (a, s, h // a) and storage == "fp32":
+        # One head, one token or heads of width one: merging the heads is a view of the saved
+        # output, which the ledger counts once.
         rows.append(Term("output projection input (a view of the output)", "0", 0))
     else:
         rows.append(term("output projection input", "N·h", n * h))

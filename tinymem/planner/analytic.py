@@ -99,9 +99,11 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     n_layer = archs.layer_parameter_count(arch)
     p, ranks, zero = stack.pipeline, stack.ranks, stack.zero
     stage_layers = math.ceil(arch.layers / p)
-    if p > 1:  # the busier end stage: embeddings on the first, final norm and head on the last
-        ends = n - arch.layers * n_layer
-        n_stage = stage_layers * n_layer + max(arch.vocab * arch.hidden, ends - arch.vocab * arch.hidden)
+    if p > 1:  # the busier end stage: token and position tables on the first, final norm and
+        # head on the last (a tied head needs the token table there too, as Megatron copies it)
+        first = _embedding_count(arch)
+        last = n - arch.layers * n_layer - first + (arch.vocab * arch.hidden if arch.tied else 0)
+        n_stage = stage_layers * n_layer + max(first, last)
         stage_shapes = [(n_stage,)]
     else:
         n_stage, stage_shapes = n, shapes

@@ -32,6 +32,10 @@ UTILIZATION = 0.5        # a good large-model run reaches about half of peak
 PCIE = 25e9              # PCIe 4.0 x16, one direction, achieved
 HOST_BANDWIDTH = 100e9   # host memory bandwidth the CPU optimizer streams through
 
+# The rows of :func:`stacks` that grow pipeline stages, not data-parallel ranks (on one GPU
+# their Stack has one stage, like a data-parallel one).
+PIPELINES = ("bf16 + full recompute, 1F1B pipeline", "... + int8 saved tensors")
+
 Row = namedtuple("Row", "name stack breakdown fits fewest_gpus time")
 Row.__doc__ = """One stack on the machine asked about: its :class:`~.analytic.Breakdown` at the
 GPU count given, whether its peak fits, the fewest GPUs with which it fits (None: no count
@@ -50,8 +54,8 @@ def stacks(gpus, micro_batches=None):
                          ("+ optimizer on the host", {"offload": True})):
         out.append((name, out[-1][1]._replace(**change)))
     full = out[3][1]
-    out.append(("bf16 + full recompute, 1F1B pipeline", full._replace(ranks=1, pipeline=gpus, micro_batches=m)))
-    out.append(("... + int8 saved tensors", out[-1][1]._replace(storage="int8")))
+    out.append((PIPELINES[0], full._replace(ranks=1, pipeline=gpus, micro_batches=m)))
+    out.append((PIPELINES[1], out[-1][1]._replace(storage="int8")))
     return out
 
 
@@ -124,11 +128,15 @@ def run(arch, batch, stack, mode="tinymem"):
     return analytic.breakdown(arch, batch * stack.micro_batches, stack, mode)
 
 
-def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20):
+def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, stages=None):
     """The fewest GPUs with which ``stack``'s peak fits ``gpu_memory`` (None when none up to
-    ``limit`` does). Data-parallel stacks grow their ranks; pipeline stacks their stages."""
+    ``limit`` does). Data-parallel stacks grow their ranks; pipeline stacks their stages
+    (``stages``: grow the stages; default, when ``stack`` has more than one)."""
+    arch = archs.get_arch(arch)
+    stages = stack.pipeline > 1 if stages is None else stages
+
     def fits(count):
-        grown = stack._replace(pipeline=count) if stack.pipeline > 1 else stack._replace(ranks=count)
+        grown = stack._replace(pipeline=count) if stages else stack._replace(ranks=count)
         if grown.pipeline > arch.layers:
             return False
         if grown.pipeline > 1:
@@ -137,7 +145,7 @@ def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20):
 
     if fits(1):
         return 1
-    top = min(limit, arch.layers) if stack.pipeline > 1 else limit
+    top = min(limit, arch.layers) if stages else limit
     if not fits(top):
         return None
     low, high = 1, top  # fits(high), not fits(low)
@@ -160,7 +168,8 @@ def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=Non
             continue
         result = run(arch, batch, stack, mode)
         rows.append(Row(name, stack, result, result.peak <= gpu_memory,
-                        fewest_gpus(arch, batch, stack, gpu_memory, mode), relative_time(arch, batch, stack)))
+                        fewest_gpus(arch, batch, stack, gpu_memory, mode, stages=name in PIPELINES),
+                        relative_time(arch, batch, stack)))
     best = None
     for stack in candidates(gpus, micro_batches):
         if stack.pipeline > arch.layers:
