@@ -96,3 +96,11 @@ def test_chunked_attention_with_one_token_or_width_one_heads_merges_its_heads_in
     # 4·N·h more per layer: 96 B and 72 B here).
     check((1, 1, 6, 2, 2), 2, 3, Stack(attention="chunked"))
     check((7, 3, 3, 3, 1), 3, 4, Stack(attention="chunked", recompute="sqrt", micro_batches=2))
+
+
+def test_chunked_attention_backward_is_in_the_workspace_bound():
+    # Chunked attention's backward was not modelled (0 bytes): its saved q, k, v, output and
+    # log-sum-exp released beside the gradients put the ledger's workspace past the closed
+    # form plus the transient bound (76 B against 32 + 40; 776 B against 288 + 480).
+    check((2, 1, 1, 1, 1), 1, 2, Stack(optimizer="SGD", recompute="sqrt", attention="chunked"))
+    check((6, 2, 2, 1, 3), 3, 2, Stack(optimizer="SGD", recompute="full", attention="chunked"))

@@ -114,17 +114,23 @@ def layer_transient(arch, batch, held, stack, backend="gpu"):
 
 
 def attention_backward(arch, batch, held, stack, backend="gpu"):
-    """Workspace while plain attention runs its backward: the saved q, k, v and weights are
-    released beside the gradients flowing (4·c·N·h, the targets 8·B·s, two scalars) and the
-    gradient of the attention output c·N·h: S(3·N·h) + S(a·b·s²) + 5·c·N·h + 8·B·s + 8, S the
-    stored bytes. The largest op's workspace of a plain Transformer's step as the ledger counts
-    it (an op's own temporaries, such as the softmax gradient, are the allocator's)."""
-    if stack.attention != "plain" or stack.recompute == "selective":
+    """Workspace while attention runs its backward: the saved q, k, v and weights are released
+    beside the gradients flowing (4·c·N·h, the targets 8·B·s, two scalars) and the gradient of
+    the attention output c·N·h: S(3·N·h) + S(a·b·s²) + 5·c·N·h + 8·B·s + 8, S the stored
+    bytes. Chunked attention saves the output and one log-sum-exp per row instead of the
+    weights: S(4·N·h) + S(a·b·s) in place of the first two terms. The largest op's workspace
+    of a Transformer's step as the ledger counts it (an op's own temporaries, such as the
+    softmax gradient or a chunk's scores, are the allocator's)."""
+    if stack.recompute == "selective":
         return 0
     half, storage = is_half(stack.precision), storage_of(stack)
     c = 4 if backend == "numpy" or not half else 2
     n = batch * arch.seq
-    released = stored_bytes(3 * n * arch.hidden, storage) + stored_bytes(arch.heads * batch * arch.seq ** 2, storage)
+    if stack.attention == "chunked":  # no weights: the output and one log-sum-exp per row instead
+        saved = 4 * n * arch.hidden, arch.heads * batch * arch.seq
+    else:
+        saved = 3 * n * arch.hidden, arch.heads * batch * arch.seq ** 2
+    released = sum(stored_bytes(count, storage) for count in saved)
     return released + 5 * c * n * arch.hidden + 8 * held * arch.seq + 8
 
 
