@@ -43,6 +43,9 @@ class OffloadedOptimizer(OptimizerWrapper):
         if not hasattr(optimizer, "param_groups"):
             raise TypeError(f"offload_optimizer wraps a tinymem optimizer (e.g. optim.Adam(model.parameters())), "
                             f"got {type(optimizer).__name__}")
+        if not hasattr(optimizer, "update_parameter"):  # a MasterOptimizer would never see its grads
+            raise TypeError(f"offload_optimizer wraps the optimizer itself, got a {type(optimizer).__name__}; "
+                            "with half precision, offload first: half(model, offload_optimizer(opt))")
         super().__init__(optimizer)
         self.place, self.depth = place, prefetch
         optimizer.update_place = "host"
