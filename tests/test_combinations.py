@@ -42,3 +42,28 @@ def test_offloading_the_master_optimizer_is_refused():
     _, opt = precision.half(model, tm.optim.Adam(model.parameters()), "bfloat16")
     with pytest.raises(TypeError, match=r"half\(model, offload_optimizer\(opt\)\)"):
         offload.offload_optimizer(opt)
+
+
+def test_int8_saved_tensor_decoded_in_backward_is_in_the_ledger():
+    """The float32 decode of a compressed saved tensor was not in the ledger (half's decode
+    is): a 4-byte-per-value array live during backward that no bucket held."""
+    from tinymem import memory
+    from tinymem.autograd import Function
+    from tinymem.techniques.quantization import compress_saved_activations
+
+    where = []
+
+    class SavesInput(Function):
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a * 2
+
+        def backward(ctx, g):
+            where.append(memory.locate(ctx.saved_tensors[0]))  # a raw array
+            return g * 2
+
+    x = tm.tensor(np.linspace(0, 1, 4096, dtype=np.float32), requires_grad=True)
+    with compress_saved_activations(8):
+        y = SavesInput.apply(x * 1.0)
+    y.sum().backward()
+    assert where == [("workspace", "device")]
