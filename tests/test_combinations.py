@@ -1,4 +1,6 @@
 """Techniques combined: each pair must train as the simpler run does (bit for bit where exact)."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,15 @@ from tinymem.techniques import offload, precision
 def _data():
     rng = np.random.default_rng(0)
     return tm.tensor(rng.standard_normal((8, 6)).astype(np.float32)), rng.integers(0, 3, 8)
+
+
+@contextlib.contextmanager
+def _offloader(place):
+    """``offload_optimizer`` at ``place``, closed afterwards (no file or thread outlives the test)."""
+    made = []
+    yield lambda opt: made.append(offload.offload_optimizer(opt, place=place)) or made[-1]
+    for opt in made:
+        opt.close()
 
 
 def _half_weights(dtype, wrap_optimizer, steps=3):
@@ -30,7 +41,8 @@ def test_half_model_with_an_offloaded_optimizer_trains_as_without_offload(place)
     """half(model, offload_optimizer(opt)) raised AttributeError (MasterOptimizer re-keys the
     state through the wrapper, whose ``state`` had no setter)."""
     plain = _half_weights("bfloat16", lambda opt: opt)
-    offloaded = _half_weights("bfloat16", lambda opt: offload.offload_optimizer(opt, place=place))
+    with _offloader(place) as wrap:
+        offloaded = _half_weights("bfloat16", wrap)
     for a, b in zip(plain, offloaded):
         np.testing.assert_array_equal(a, b)
 
@@ -67,3 +79,27 @@ def test_int8_saved_tensor_decoded_in_backward_is_in_the_ledger():
         y = SavesInput.apply(x * 1.0)
     y.sum().backward()
     assert where == [("workspace", "device")]
+
+
+def _recommender_weights(wrap_optimizer, steps=3):
+    tm.manual_seed(0)
+    model = tm.models.Recommender([50, 30], embedding_dim=8, hidden=16, sparse=True)
+    opt = wrap_optimizer(tm.optim.RowWiseAdagrad(model.parameters(), lr=0.1))
+    rng = np.random.default_rng(0)
+    bags, y = [rng.integers(0, 50, (8, 3)), rng.integers(0, 30, (8, 2))], rng.integers(0, 2, 8)
+    for _ in range(steps):
+        opt.zero_grad()
+        F.cross_entropy(model(bags), y).backward()
+        opt.step()
+    return [p.numpy() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("place", ["host", "disk"])
+def test_offloaded_rowwise_adagrad_takes_sparse_embedding_gradients(place):
+    """A row-sparse gradient raised DeviceError ("device 'cuda' needs CuPy") on its way down to
+    the host: device_of took the RowSparse object for a CuPy array."""
+    plain = _recommender_weights(lambda opt: opt)
+    with _offloader(place) as wrap:
+        offloaded = _recommender_weights(wrap)
+    for a, b in zip(plain, offloaded):
+        np.testing.assert_array_equal(a, b)

@@ -28,6 +28,7 @@ import numpy as np
 from ... import backend, memory
 from ...autograd import Tensor
 from ...optim.optimizer import OptimizerWrapper
+from ...sparse import RowSparse
 from .prefetch import Worker
 from .store import DiskStore, _File, _Pending
 
@@ -128,6 +129,8 @@ class OffloadedOptimizer(OptimizerWrapper):
         return entry[1]
 
     def _down(self, grad):
+        if getattr(grad, "is_sparse", False):  # a row-sparse gradient goes down as its two arrays
+            return RowSparse(self._down(grad.indices), self._down(grad.values), grad.shape)
         located = memory.locate(grad)
         if located is not None and located[1] != "device":
             return grad
