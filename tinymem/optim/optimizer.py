@@ -259,3 +259,8 @@ class OptimizerWrapper:
     def state(self):
         return self.optimizer.state
 
+    @state.setter
+    def state(self, value):
+        # A wrapper wrapped again (half() around an offloaded optimizer re-keys the state).
+        self.optimizer.state = value
+

@@ -28,6 +28,7 @@ import numpy as np
 from ... import backend, memory
 from ...autograd import Tensor
 from ...optim.optimizer import OptimizerWrapper
+from ...sparse import RowSparse
 from .prefetch import Worker
 from .store import DiskStore, _File, _Pending
 
@@ -43,6 +44,9 @@ class OffloadedOptimizer(OptimizerWrapper):
         if not hasattr(optimizer, "param_groups"):
             raise TypeError(f"offload_optimizer wraps a tinymem optimizer (e.g. optim.Adam(model.parameters())), "
                             f"got {type(optimizer).__name__}")
+        if not hasattr(optimizer, "update_parameter"):  # a MasterOptimizer would never see its grads
+            raise TypeError(f"offload_optimizer wraps the optimizer itself, got a {type(optimizer).__name__}; "
+                            "with half precision, offload first: half(model, offload_optimizer(opt))")
         super().__init__(optimizer)
         self.place, self.depth = place, prefetch
         optimizer.update_place = "host"
@@ -125,6 +129,8 @@ class OffloadedOptimizer(OptimizerWrapper):
         return entry[1]
 
     def _down(self, grad):
+        if getattr(grad, "is_sparse", False):  # a row-sparse gradient goes down as its two arrays
+            return RowSparse(self._down(grad.indices), self._down(grad.values), grad.shape)
         located = memory.locate(grad)
         if located is not None and located[1] != "device":
             return grad
