@@ -103,3 +103,11 @@ def test_offloaded_rowwise_adagrad_takes_sparse_embedding_gradients(place):
         offloaded = _recommender_weights(wrap)
     for a, b in zip(plain, offloaded):
         np.testing.assert_array_equal(a, b)
+
+
+def test_half_refuses_sparse_embedding_gradients_up_front():
+    # It failed inside backward: 'RowSparse' object has no attribute 'size' (float16), or a
+    # TypeError naming RowSparse (bfloat16).
+    model = tm.nn.Sequential(tm.nn.EmbeddingBag(10, 4, sparse=True), tm.nn.Linear(4, 2))
+    with pytest.raises(TypeError, match="half\\(\\) does not support sparse embedding gradients \\(0\\)"):
+        precision.half(model, tm.optim.SGD(model.parameters(), lr=0.1), "bfloat16")

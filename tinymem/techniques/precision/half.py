@@ -242,6 +242,10 @@ def half(model, optimizer=None, dtype="float16"):
     fmt = get_format(dtype)
     if not isinstance(model, Module):
         raise TypeError(f"half() takes a Module, got {type(model).__name__}")
+    sparse = [name for name, m in model.named_modules() if getattr(m, "sparse", False) is True]
+    if sparse:  # its RowSparse gradient has no half codec, and would fail inside backward
+        raise TypeError(f"half() does not support sparse embedding gradients ({', '.join(sparse)}); "
+                        "build the embeddings with sparse=False, or keep the model float32")
     params = model.parameters()
     for p in params:
         if p.dtype != np.float32:
