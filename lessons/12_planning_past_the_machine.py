@@ -96,12 +96,14 @@ print_table(rows)
 # `optim/table.py`), activations. `tests/planner/test_analytic_exact.py` draws random sizes
 # for 16 technique stacks and asserts this. The step's peak and the workspace agree within a
 # stated bound (`analytic.transient_bound`): between the modelled moments, an op's output lives
-# beside its inputs, in backward an op's incoming gradient beside the gradients it returns, and
-# a residual array or two more than at the moment are alive.
+# beside its inputs, in backward an op's incoming gradient beside the gradients it returns and
+# the op's own buffers (GELU's and LayerNorm's backward register theirs as workspace), and a
+# residual array or two more than at the moment are alive.
 #
-# Two things the ledger cannot see, and neither does the closed form: an op's own temporaries
-# (softmax's gradient in attention backward, GELU's tanh), which the allocator sees; and, on a
-# GPU, the CUDA context, the allocator's fragmentation and the communication buffers.
+# Two things the ledger cannot see, and neither does the closed form: the temporaries of an op
+# that does not register them (softmax's gradient in attention backward), which the allocator
+# sees; and, on a GPU, the CUDA context, the allocator's fragmentation and the communication
+# buffers.
 #
 # ## 3. What the paper counts
 #

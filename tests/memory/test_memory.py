@@ -67,6 +67,25 @@ def test_ledger_peak_agrees_with_tracemalloc_on_a_width_512_step():
         f"ledger peak growth {ledger:,} B vs tracemalloc {measured:,} B\n{t.table()}")
 
 
+@pytest.mark.parametrize("activation,layernorm,dropout", [("gelu", False, 0.0), ("relu", True, 0.0),
+                                                          ("gelu", True, 0.1)], ids=["gelu", "layernorm", "gelu+ln+dropout"])
+def test_ledger_peak_agrees_with_tracemalloc_with_gelu_layernorm_and_dropout(activation, layernorm, dropout):
+    """GELU's and LayerNorm's backward and Dropout's draws made arrays of the activation's size
+    that no bucket held: tracemalloc measured 28% (GELU), 29% (LayerNorm), 43% (both) above the
+    ledger on this step. They are now registered as workspace (and fewer: in place)."""
+    model = tm.models.MLP([64, 512, 512, 10], activation=activation, layernorm=layernorm, dropout=dropout)
+    opt = tm.optim.Adam(model.parameters())
+    x, y = _data(256, 64, 10)
+    _step(model, x, y, opt)
+    model.zero_grad()
+    gc.collect()
+    with memory.track() as t:
+        _step(model, x, y, opt)
+    ledger, measured = t.peak_delta(), t.measured_peak()
+    assert abs(measured - ledger) <= 0.05 * ledger, (
+        f"ledger peak growth {ledger:,} B vs tracemalloc {measured:,} B\n{t.table()}")
+
+
 def _step_peak(loss_fn):
     """Ledger and tracemalloc peaks of building ``loss_fn()`` and its backward."""
     gc.collect()

@@ -2,11 +2,12 @@
 
 For every single-machine technique combination the parameter, gradient, optimizer and
 activation buckets' peaks equal the ledger's to the byte. The workspace bucket and the step's
-peak agree within ``analytic.transient_bound`` (two outputs of the largest op plus two residual
-arrays, three op outputs with int8 storage): the closed form evaluates the step at a few
-moments (the last layer's output, the loss, a recomputation, the optimizer step), and between
-them an op's output can live beside its inputs, an op's incoming gradient beside the ones it
-returns, and a residual array or two.
+peak agree within ``analytic.transient_bound`` (three outputs of the largest op plus two
+residual arrays, four op outputs with int8 storage): the closed form evaluates the step at a
+few moments (the last layer's output, the loss, a recomputation, the optimizer step), and
+between them an op's output can live beside its inputs, an op's incoming gradient beside the
+ones it returns and its own workspace (GELU's and LayerNorm's backward buffers), and a residual
+array or two.
 """
 import random
 

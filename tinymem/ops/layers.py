@@ -7,7 +7,7 @@ Memory of each (B rows, D features, float32 = 4 bytes):
 - ``embedding``: saves the indices (8·N); the gradient is a dense table (``embedding_bag`` with
   ``sparse=True`` gives a row-sparse one).
 """
-from .. import random
+from .. import memory, random
 from ..autograd import Function
 from ..backend import array_module, device_of, scatter_add
 
@@ -65,27 +65,63 @@ class LayerNorm(Function):
             raise ValueError(f"layer_norm: eps must be > 0, got {eps}")
         axes = tuple(range(x.ndim - normalized_ndim, x.ndim))
         mean = x.mean(axis=axes, keepdims=True)
-        centered = x - mean
-        var = (centered * centered).mean(axis=axes, keepdims=True)
+        # Two arrays of x's size, counted as workspace while they are temporaries: the centred
+        # values, made x-hat in place (and saved), and their squares, whose buffer then holds
+        # the output. The same arithmetic in the same order as the plain formulas, which make
+        # five such arrays.
+        xhat = memory.register(x - mean)
+        squares = memory.register(xhat * xhat)
+        var = squares.mean(axis=axes, keepdims=True)
         rstd = (1.0 / xp.sqrt(var + eps)).astype(x.dtype)
-        xhat = centered * rstd
+        xhat *= rstd
         ctx.axes = axes
         ctx.save_for_backward(xhat, rstd, weight)
-        y = xhat * weight if weight is not None else xhat
-        return y + bias if bias is not None else y
+        if weight is None and bias is None:
+            return xhat
+        y = squares
+        if weight is None:
+            y[...] = xhat
+        elif xp.result_type(xhat, weight) == y.dtype:
+            xp.multiply(xhat, weight, out=y)
+        else:  # a weight of a wider dtype: the output takes its dtype, as NumPy would promote
+            y = xhat * weight
+        if bias is not None:
+            if xp.result_type(y, bias) == y.dtype:
+                y += bias
+            else:
+                y = y + bias
+        return y
 
     def backward(ctx, g):
+        """gx = rstd·(ĝ - mean(ĝ) - x̂·sum(ĝ·x̂)/n) with ĝ = g·weight, gw = sum(g·x̂), gb = sum(g).
+        Workspace: ĝ and one product buffer of x's size (the plain formulas make four more)."""
         xhat, rstd, weight = ctx.saved_tensors
         axes = ctx.axes
         lead = tuple(range(g.ndim - len(axes)))
-        gw = (g * xhat).sum(axis=lead) if weight is not None and ctx.needs_input_grad[1] else None
+        want_gw = weight is not None and ctx.needs_input_grad[1]
         gb = g.sum(axis=lead) if len(ctx.needs_input_grad) > 2 and ctx.needs_input_grad[2] else None
-        gxhat = g * weight if weight is not None else g
         n = 1
         for a in axes:
             n *= g.shape[a]
-        gx = rstd * (gxhat - gxhat.mean(axis=axes, keepdims=True)
-                     - xhat * (gxhat * xhat).sum(axis=axes, keepdims=True) / n)
+        if not (g.dtype == xhat.dtype == rstd.dtype and (weight is None or weight.dtype == g.dtype)):
+            # Mixed dtypes: the formulas as written, so that NumPy promotes as it would.
+            gw = (g * xhat).sum(axis=lead) if want_gw else None
+            gxhat = g * weight if weight is not None else g
+            gx = rstd * (gxhat - gxhat.mean(axis=axes, keepdims=True)
+                         - xhat * (gxhat * xhat).sum(axis=axes, keepdims=True) / n)
+            return gx, gw, gb
+        xp = array_module(g)
+        work = memory.register(g * xhat)  # g·x̂ for gw, then ĝ·x̂, then x̂·sum(ĝ·x̂)/n
+        gw = work.sum(axis=lead) if want_gw else None
+        gxhat = memory.register(g * weight) if weight is not None else g
+        xp.multiply(gxhat, xhat, out=work)
+        dot = work.sum(axis=axes, keepdims=True)
+        xp.multiply(xhat, dot, out=work)
+        work /= n
+        # The gradient returned, counted now: it exists beside the two buffers above.
+        gx = memory.register(gxhat - gxhat.mean(axis=axes, keepdims=True))
+        gx -= work
+        gx *= rstd
         return gx, gw, gb
 
 
@@ -97,14 +133,19 @@ class Dropout(Function):
     """
 
     def forward(ctx, x, p=0.5):
-        keep = random.rand(x.shape, device_of(x)) >= p
+        # The uniform draws are a workspace array of x's size until the mask is made.
+        keep = memory.register(random.rand(x.shape, device_of(x))) >= p
         ctx.scale = 1.0 / (1.0 - p)
         ctx.save_for_backward(keep)
-        return x * keep * x.dtype.type(ctx.scale)
+        out = x * keep
+        out *= x.dtype.type(ctx.scale)  # in place: (x * keep) * scale would make one more array
+        return out
 
     def backward(ctx, g):
         (keep,) = ctx.saved_tensors
-        return g * keep * g.dtype.type(ctx.scale)
+        out = g * keep
+        out *= g.dtype.type(ctx.scale)
+        return out
 
 
 class Embedding(Function):

@@ -139,11 +139,12 @@ def transient_bound(arch, batch, stack, backend="gpu"):
 
     An op's output exists beside its inputs before the next op frees them, and in backward an
     op's incoming gradient beside the gradients it returns (and a parameter's new gradient
-    beside its ``.grad`` while the two are added), and a residual stream has an array or two
-    more alive than at the moments above: at most two outputs of the largest op,
-    max(c·N·f, 4·N·V, 4·a·b·s², 4·n_max), plus two residual arrays 2·c·N·h; with int8 storage a
-    saved tensor also exists in the compute dtype while it is packed (one more op output).
-    Bytes."""
+    beside its ``.grad`` while the two are added) and the op's own workspace (GELU's backward
+    keeps one buffer of its input's size beside the two, LayerNorm's two of N·h), and a
+    residual stream has an array or two more alive than at the moments above: at most three
+    outputs of the largest op, max(c·N·f, 4·N·V, 4·a·b·s², 4·n_max), plus two residual arrays
+    2·c·N·h; with int8 storage a saved tensor also exists in the compute dtype while it is
+    packed (one more op output). Bytes."""
     arch = archs.get_arch(arch)
     half = is_half(stack.precision)
     c = 4 if backend == "numpy" or not half else 2
@@ -151,4 +152,4 @@ def transient_bound(arch, batch, stack, backend="gpu"):
     n, h = m * arch.seq, arch.hidden
     n_max = max(math.prod(s) for _, s in archs.parameter_shapes(arch))
     largest = max(c * n * archs.ffn(arch), 4 * n * arch.vocab, 4 * arch.heads * m * arch.seq ** 2, 4 * n_max)
-    return largest * (3 if storage_of(stack) == "int8" else 2) + 2 * c * n * h
+    return largest * (4 if storage_of(stack) == "int8" else 3) + 2 * c * n * h
