@@ -86,6 +86,32 @@ def test_ledger_peak_agrees_with_tracemalloc_with_gelu_layernorm_and_dropout(act
         f"ledger peak growth {ledger:,} B vs tracemalloc {measured:,} B\n{t.table()}")
 
 
+@pytest.mark.parametrize("bits", [8, 4])
+def test_ledger_peak_agrees_with_tracemalloc_with_compressed_saved_activations(bits):
+    """compress and decompress made float32 copies and masks of each saved tensor that no bucket
+    held: tracemalloc measured 27% (8 bits) and 18% (4 bits) above the ledger on this step; now
+    14% and 10% (what is left: the per-group arrays and the in-place ops' buffering)."""
+    from tinymem.techniques.quantization import compress_saved_activations
+    model = tm.models.MLP([512] * 5)
+    opt = tm.optim.Adam(model.parameters())
+    x, y = _data(512, 512, 512)
+
+    def step():
+        with compress_saved_activations(bits):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        model.zero_grad()
+
+    step()
+    gc.collect()
+    with memory.track() as t:
+        step()
+    ledger, measured = t.peak_delta(), t.measured_peak()
+    assert abs(measured - ledger) <= 0.20 * ledger, (
+        f"ledger peak growth {ledger:,} B vs tracemalloc {measured:,} B\n{t.table()}")
+
+
 def _step_peak(loss_fn):
     """Ledger and tracemalloc peaks of building ``loss_fn()`` and its backward."""
     gc.collect()

@@ -71,14 +71,17 @@ def compress(x, bits=8, group_size=256, stochastic=False, keep_sign=True):
     if group_size < 1 or group_size % per_byte:
         raise ValueError(f"group_size must be a positive multiple of {per_byte} for {bits}-bit codes")
     xp = backend.array_module(x)
-    flat = x.reshape(-1).astype(np.float32)
+    # The temporaries are registered as workspace while they live (a float32 copy of x, made the
+    # codes' values in place, and a few masks and per-group arrays): the ledger then sees what
+    # compressing costs for a moment beside the tensor being compressed.
+    flat = memory.register(x.reshape(-1).astype(np.float32))  # astype copies: ours to overwrite
     pad = -flat.size % group_size
     if pad:
         fill = flat[-1:] if flat.size else xp.zeros(1, np.float32)
-        flat = xp.concatenate([flat, xp.broadcast_to(fill, (pad,))])
+        flat = memory.register(xp.concatenate([flat, xp.broadcast_to(fill, (pad,))]))
     groups = flat.reshape(-1, group_size)
     special = (None, None)
-    finite = xp.isfinite(groups)
+    finite = memory.register(xp.isfinite(groups))
     if not bool(finite.all()):
         # An inf would make its group's step inf and every code of the group 0 or NaN. Its
         # group is quantized over its finite values, and each NaN/inf is kept aside exactly
@@ -87,13 +90,13 @@ def compress(x, bits=8, group_size=256, stochastic=False, keep_sign=True):
         special = (where.astype(np.int64), flat[where].astype(x.dtype))
         lows = xp.where(finite, groups, np.float32(np.inf)).min(axis=1, keepdims=True)
         lows = xp.where(xp.isfinite(lows), lows, np.float32(0))
-        groups = xp.where(finite, groups, lows)
+        groups = memory.register(xp.where(finite, groups, lows))
     mins = groups.min(axis=1, keepdims=True)
     top = groups.max(axis=1, keepdims=True)
     levels = 2 ** bits - 1
     if keep_sign:
-        above = groups > mins
-        low = xp.where(above, groups, top).min(axis=1, keepdims=True)
+        above = memory.register(groups > mins)
+        low = memory.register(xp.where(above, groups, top)).min(axis=1, keepdims=True)
         steps = (top - low) / np.float32(levels - 1)
         steps = xp.where(steps > 0, steps, np.float32(1.0)).astype(np.float32)
         starts = (low - steps).astype(np.float32)  # code 1 decodes to ``low``
@@ -101,18 +104,25 @@ def compress(x, bits=8, group_size=256, stochastic=False, keep_sign=True):
         steps = (top - mins) / np.float32(levels)
         steps = xp.where(steps > 0, steps, np.float32(1.0)).astype(np.float32)
         starts = mins
-    v = (groups - starts) / steps
+    v = groups  # x's float32 copy becomes the codes' values, in place (same operations as
+    v -= starts  # (groups - starts) / steps, without two more arrays of x's size)
+    v /= steps
     if stochastic:
-        v = xp.floor(v + random.rand(v.shape, backend.device_of(v)))
+        v += memory.register(random.rand(v.shape, backend.device_of(v)))
+        xp.floor(v, out=v)
     else:
-        v = xp.rint(v)
+        xp.rint(v, out=v)
     if keep_sign:
-        v = xp.where(above, xp.clip(v, 1, levels), 0)
-    codes = xp.clip(v, 0, levels).astype(np.uint8).reshape(-1, per_byte)
+        xp.clip(v, 1, levels, out=v)
+        v *= above  # 0 where x is its group's minimum
+    codes = xp.clip(v, 0, levels, out=v).astype(np.uint8).reshape(-1, per_byte)
     if per_byte > 1:
+        memory.register(codes)  # one byte per value until packed
         shifts = (xp.arange(per_byte, dtype=np.uint8) * bits).astype(np.uint8)
-        # The codes occupy disjoint bits, so their sum is their bitwise or (CuPy has no or.reduce).
-        codes = (codes << shifts).sum(axis=1).astype(np.uint8)
+        codes <<= shifts
+        # The codes occupy disjoint bits, so their sum is their bitwise or (CuPy has no or.reduce);
+        # it fits a byte, so it is summed in one (NumPy would widen it to 8 bytes per packed byte).
+        codes = codes.sum(axis=1, dtype=np.uint8)
     return CompressedTensor(codes.reshape(-1), starts.reshape(-1), steps.reshape(-1),
                             mins.reshape(-1) if keep_sign else None, x.shape, x.dtype, bits, special)
 
@@ -124,13 +134,21 @@ def decompress(c):
     codes = c.codes
     if per_byte > 1:
         shifts = (xp.arange(per_byte, dtype=np.uint8) * c.bits).astype(np.uint8)
-        codes = (codes[:, None] >> shifts) & np.uint8(2 ** c.bits - 1)
+        codes = memory.register(codes[:, None] >> shifts)  # one byte per value while decoding
+        codes &= np.uint8(2 ** c.bits - 1)
     codes = codes.reshape(c.steps.size, -1)
-    groups = codes.astype(np.float32) * c.steps[:, None] + c.starts[:, None]
+    # One float32 array of the tensor's size, counted as workspace, computed in place (the same
+    # operations as codes * steps + starts), and returned itself when the dtype is float32.
+    groups = memory.register(codes.astype(np.float32))
+    groups *= c.steps[:, None]
+    groups += c.starts[:, None]
     if c.mins is not None:
-        groups = xp.where(codes == 0, c.mins[:, None], groups)
+        minimum = memory.register(codes == 0)  # one byte per value
+        xp.copyto(groups, xp.broadcast_to(c.mins[:, None], groups.shape), where=minimum)
     n = int(np.prod(c.shape))
-    out = groups.reshape(-1)[:n].astype(c.dtype)
+    out = groups.reshape(-1)[:n]
+    if out.dtype != c.dtype:
+        out = out.astype(c.dtype)
     if c.special_index is not None:
         out[c.special_index] = c.special_value
     return out.reshape(c.shape)
