@@ -15,7 +15,7 @@ it uses the same batch statistics, which do not depend on the running ones.
 Memory saved for backward: the normalised input x-hat (B·C·H·W elements) and 1/std (C), plus
 the weight (a parameter). In evaluation only 1/std and the weight are needed.
 """
-from .. import autograd
+from .. import autograd, memory
 from ..autograd import Function
 from ..backend import array_module
 
@@ -45,8 +45,12 @@ class BatchNorm2d(Function):
                 raise ValueError(f"batch_norm2d: training needs more than one value per channel, "
                                  f"got input of shape {x.shape}")
             mean = x.mean(axis=_AXES)
-            centered = x - _channel(mean)
-            var = (centered * centered).mean(axis=_AXES)
+            # Two arrays of x's size, counted as workspace while they are temporaries (the plain
+            # formulas make five): the centred values, made x-hat in place below, and their
+            # squares, whose buffer then holds the output. Same operations, same order.
+            xhat = memory.register(x - _channel(mean))
+            squares = memory.register(xhat * xhat)
+            var = squares.mean(axis=_AXES)
             if running_mean is not None and not autograd.is_recomputing():
                 running_mean *= 1 - momentum
                 running_mean += momentum * mean.astype(running_mean.dtype)
@@ -56,24 +60,53 @@ class BatchNorm2d(Function):
             if running_mean is None:
                 raise ValueError("batch_norm2d: evaluation needs running statistics")
             mean, var = running_mean.astype(x.dtype), running_var.astype(x.dtype)
-            centered = x - _channel(mean)
+            xhat = memory.register(x - _channel(mean))
+            squares = None
         rstd = (1.0 / xp.sqrt(var + eps)).astype(x.dtype)
-        xhat = centered * _channel(rstd)
-        del centered
+        xhat *= _channel(rstd)
         gw = len(ctx.needs_input_grad) > 1 and ctx.needs_input_grad[1]
         ctx.save_for_backward(xhat if training or gw else None, rstd, weight)
-        y = xhat * _channel(weight) if weight is not None else xhat
-        return y + _channel(bias) if bias is not None else y
+        if weight is None and bias is None:
+            return xhat
+        y = squares if squares is not None else memory.register(xp.empty_like(xhat))
+        if weight is None:
+            y[...] = xhat
+        elif xp.result_type(xhat, weight) == y.dtype:
+            xp.multiply(xhat, _channel(weight), out=y)
+        else:  # a weight of a wider dtype: the output takes its dtype, as NumPy would promote
+            y = xhat * _channel(weight)
+        if bias is not None:
+            if xp.result_type(y, bias) == y.dtype:
+                y += _channel(bias)
+            else:
+                y = y + _channel(bias)
+        return y
 
     def backward(ctx, g):
+        """Training: gx = rstd·(ĝ - mean(ĝ) - x̂·mean(ĝ·x̂)) with ĝ = g·weight, means per channel.
+        Workspace: ĝ and one product buffer of x's size beside the gradient returned (the plain
+        formulas make four more); with mixed dtypes the formulas as written."""
         xhat, rstd, weight = ctx.saved_tensors
         needs = ctx.needs_input_grad
-        gw = (g * xhat).sum(axis=_AXES) if weight is not None and needs[1] else None
+        want_gw = weight is not None and needs[1]
         gb = g.sum(axis=_AXES) if len(needs) > 2 and needs[2] else None
-        gxhat = g * _channel(weight) if weight is not None else g
-        if ctx.training:
-            gx = _channel(rstd) * (gxhat - _channel(gxhat.mean(axis=_AXES))
-                                   - xhat * _channel((gxhat * xhat).mean(axis=_AXES)))
-        else:
-            gx = gxhat * _channel(rstd)
+        same = xhat is not None and g.dtype == xhat.dtype == rstd.dtype and (weight is None or weight.dtype == g.dtype)
+        if not (ctx.training and same):
+            gw = (g * xhat).sum(axis=_AXES) if want_gw else None
+            gxhat = g * _channel(weight) if weight is not None else g
+            if ctx.training:
+                gx = _channel(rstd) * (gxhat - _channel(gxhat.mean(axis=_AXES))
+                                       - xhat * _channel((gxhat * xhat).mean(axis=_AXES)))
+            else:
+                gx = gxhat * _channel(rstd)
+            return gx, gw, gb
+        xp = array_module(g)
+        work = memory.register(g * xhat)  # g·x̂ for gw, then ĝ·x̂, then x̂·mean(ĝ·x̂)
+        gw = work.sum(axis=_AXES) if want_gw else None
+        gxhat = memory.register(g * _channel(weight)) if weight is not None else g
+        xp.multiply(gxhat, xhat, out=work)
+        xp.multiply(xhat, _channel(work.mean(axis=_AXES)), out=work)
+        gx = memory.register(gxhat - _channel(gxhat.mean(axis=_AXES)))  # the gradient returned
+        gx -= work
+        gx *= _channel(rstd)
         return gx, gw, gb

@@ -67,7 +67,7 @@ def _padded_blocks(xp, x, ph, pw, blocks):
     for b0, b1, r0, r1 in blocks:
         if x is not None and padded[0] != b0:
             part = x[b0:b1]
-            padded = (b0, xp.pad(part, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else part)
+            padded = (b0, memory.register(xp.pad(part, ((0, 0), (0, 0), (ph, ph), (pw, pw)))) if ph or pw else part)
         yield b0, b1, r0, r1, padded[1]
 
 
@@ -118,12 +118,13 @@ class Conv2d(Function):
         kh, kw, sh, sw, ph, pw, out_h, out_w = ctx.geometry
         o, c = weight.shape[:2]
         w2 = weight.reshape(o, -1)
-        y = xp.empty((x.shape[0], o, out_h, out_w), x.dtype)
+        y = memory.register(xp.empty((x.shape[0], o, out_h, out_w), x.dtype))  # the output, filled by blocks
         blocks = _blocks(x.shape[0], out_h, c * kh * kw * out_w)
         for b0, b1, r0, r1, xpad in _padded_blocks(xp, x, ph, pw, blocks):
             cols = _im2col(xp, xpad, kh, kw, sh, sw, r0, r1, out_w)
-            out = w2 @ cols.reshape(w2.shape[1], -1)
+            out = memory.register(w2 @ cols.reshape(w2.shape[1], -1))
             y[b0:b1, :, r0:r1] = out.reshape(o, b1 - b0, r1 - r0, out_w).transpose(1, 0, 2, 3)
+            del cols, out  # before the next band's: else two column blocks live at once
         if bias is not None:
             y += bias.reshape(1, -1, 1, 1)
         return y
@@ -135,12 +136,12 @@ class Conv2d(Function):
         kh, kw, sh, sw, ph, pw, out_h, out_w = ctx.geometry
         bsz, c, h, w = ctx.x_shape
         o = g.shape[1]
-        gx = xp.empty(ctx.x_shape, g.dtype) if needs[0] else None
+        gx = memory.register(xp.empty(ctx.x_shape, g.dtype)) if needs[0] else None  # filled by blocks
         gw = xp.zeros((o, c * kh * kw), g.dtype) if needs[1] else None
         w2 = weight.reshape(o, -1) if needs[0] else None
         blocks = _blocks(bsz, out_h, c * kh * kw * out_w)
         for b0, b1, r0, r1, xpad in _padded_blocks(xp, x, ph, pw, blocks):
-            gblock = g[b0:b1, :, r0:r1].transpose(1, 0, 2, 3).reshape(o, -1)
+            gblock = memory.register(g[b0:b1, :, r0:r1].transpose(1, 0, 2, 3).reshape(o, -1))  # a copy
             if needs[1]:
                 cols = _im2col(xp, xpad, kh, kw, sh, sw, r0, r1, out_w)
                 gw += gblock @ cols.reshape(gw.shape[1], -1).T
@@ -149,7 +150,7 @@ class Conv2d(Function):
                 gcols = (w2.T @ gblock).reshape(c, kh, kw, b1 - b0, r1 - r0, out_w)
                 memory.register(gcols, "workspace")
                 if r0 == 0:  # the bands of a sample run top to bottom into one padded gradient
-                    gpad = xp.zeros((b1 - b0, c, h + 2 * ph, w + 2 * pw), g.dtype)
+                    gpad = memory.register(xp.zeros((b1 - b0, c, h + 2 * ph, w + 2 * pw), g.dtype))
                 for i in range(kh):
                     top = i + sh * r0
                     for j in range(kw):
@@ -157,5 +158,7 @@ class Conv2d(Function):
                              j:j + sw * (out_w - 1) + 1:sw] += gcols[:, i, j].transpose(1, 0, 2, 3)
                 if r1 == out_h:
                     gx[b0:b1] = gpad[:, :, ph:ph + h, pw:pw + w]
+                del gcols
+            del gblock
         gb = g.sum(axis=(0, 2, 3)) if len(needs) > 2 and needs[2] else None
         return gx, (gw.reshape(o, c, kh, kw) if gw is not None else None), gb
