@@ -18,6 +18,7 @@ the weight (a parameter). In evaluation only 1/std and the weight are needed.
 from .. import autograd, memory
 from ..autograd import Function
 from ..backend import array_module
+from .layers import scale_shift
 
 _AXES = (0, 2, 3)
 
@@ -68,19 +69,9 @@ class BatchNorm2d(Function):
         ctx.save_for_backward(xhat if training or gw else None, rstd, weight)
         if weight is None and bias is None:
             return xhat
-        y = squares if squares is not None else memory.register(xp.empty_like(xhat))
-        if weight is None:
-            y[...] = xhat
-        elif xp.result_type(xhat, weight) == y.dtype:
-            xp.multiply(xhat, _channel(weight), out=y)
-        else:  # a weight of a wider dtype: the output takes its dtype, as NumPy would promote
-            y = xhat * _channel(weight)
-        if bias is not None:
-            if xp.result_type(y, bias) == y.dtype:
-                y += _channel(bias)
-            else:
-                y = y + _channel(bias)
-        return y
+        out = squares if squares is not None else memory.register(xp.empty_like(xhat))
+        return scale_shift(xp, xhat, None if weight is None else _channel(weight),
+                           None if bias is None else _channel(bias), out)
 
     def backward(ctx, g):
         """Training: gx = rstd·(ĝ - mean(ĝ) - x̂·mean(ĝ·x̂)) with ĝ = g·weight, means per channel.

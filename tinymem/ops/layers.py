@@ -54,6 +54,25 @@ class Linear(Function):
         return gx, gw, gb
 
 
+def scale_shift(xp, xhat, weight, bias, out):
+    """``xhat * weight + bias`` (either may be None) written into ``out``, a buffer of xhat's
+    shape and dtype the caller is done with, so the output costs no new array. A weight or bias
+    of a wider dtype gives a new array instead, promoted as NumPy would. Shared by the norms."""
+    y = out
+    if weight is None:
+        y[...] = xhat
+    elif xp.result_type(xhat, weight) == y.dtype:
+        xp.multiply(xhat, weight, out=y)
+    else:
+        y = xhat * weight
+    if bias is not None:
+        if xp.result_type(y, bias) == y.dtype:
+            y += bias
+        else:
+            y = y + bias
+    return y
+
+
 class LayerNorm(Function):
     """Normalise over the last dimensions, then scale and shift. Saves x-hat and 1/std."""
 
@@ -78,19 +97,7 @@ class LayerNorm(Function):
         ctx.save_for_backward(xhat, rstd, weight)
         if weight is None and bias is None:
             return xhat
-        y = squares
-        if weight is None:
-            y[...] = xhat
-        elif xp.result_type(xhat, weight) == y.dtype:
-            xp.multiply(xhat, weight, out=y)
-        else:  # a weight of a wider dtype: the output takes its dtype, as NumPy would promote
-            y = xhat * weight
-        if bias is not None:
-            if xp.result_type(y, bias) == y.dtype:
-                y += bias
-            else:
-                y = y + bias
-        return y
+        return scale_shift(xp, xhat, weight, bias, out=squares)
 
     def backward(ctx, g):
         """gx = rstd·(ĝ - mean(ĝ) - x̂·sum(ĝ·x̂)/n) with ĝ = g·weight, gw = sum(g·x̂), gb = sum(g).
