@@ -12,8 +12,10 @@ import tinymem.functional as F
 from conftest import requires_torch
 from gradcheck import numeric_grads, tinymem_grads, torch_grads
 
-TARGETS = np.array([2, 0, 1, 2])
-EMB_IDX = np.array([[0, 2, 2], [4, 1, 0]])
+# As tuples, made arrays at each use: an array handed to an op is registered in the ledger while
+# it lives, and a module-level one would live (and be counted) for the rest of the test session.
+TARGETS = (2, 0, 1, 2)
+EMB_IDX = ((0, 2, 2), (4, 1, 0))
 
 
 def _tF():
@@ -69,9 +71,9 @@ OPS = {
     "softmax_last": (F.softmax, lambda a: a.softmax(-1), [(3, 5)], None),
     "softmax_axis0": (lambda a: F.softmax(a, axis=0), lambda a: a.softmax(0), [(3, 5)], None),
     "log_softmax": (F.log_softmax, lambda a: a.log_softmax(-1), [(3, 5)], None),
-    "cross_entropy": (lambda a: F.cross_entropy(a, TARGETS), lambda a: _tF().cross_entropy(
+    "cross_entropy": (lambda a: F.cross_entropy(a, np.array(TARGETS)), lambda a: _tF().cross_entropy(
         a, __import__("torch").tensor(TARGETS)), [(4, 3)], None),
-    "cross_entropy_sum": (lambda a: F.cross_entropy(a, TARGETS, reduction="sum"), lambda a: _tF().cross_entropy(
+    "cross_entropy_sum": (lambda a: F.cross_entropy(a, np.array(TARGETS), reduction="sum"), lambda a: _tF().cross_entropy(
         a, __import__("torch").tensor(TARGETS), reduction="sum"), [(4, 3)], None),
     "mse_loss": (F.mse_loss, lambda a, b: _tF().mse_loss(a, b), [(3, 4), (3, 4)], None),
     "huber_loss": (F.huber_loss, lambda a, b: _tF().huber_loss(a, b), [(3, 4), (3, 4)], "away_kink"),
@@ -82,7 +84,7 @@ OPS = {
     "linear": (F.linear, lambda x, w, b: _tF().linear(x, w, b), [(2, 3, 4), (5, 4), (5,)], None),
     "layer_norm": (lambda x, w, b: F.layer_norm(x, 4, w, b), lambda x, w, b: _tF().layer_norm(x, (4,), w, b),
                    [(3, 4), (4,), (4,)], None),
-    "embedding": (lambda w: F.embedding(EMB_IDX, w), lambda w: _tF().embedding(__import__("torch").tensor(EMB_IDX), w),
+    "embedding": (lambda w: F.embedding(np.array(EMB_IDX), w), lambda w: _tF().embedding(__import__("torch").tensor(EMB_IDX), w),
                   [(5, 3)], None),
 }
 
