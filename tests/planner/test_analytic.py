@@ -135,7 +135,10 @@ def test_gpt3_175b_does_not_fit_eight_80gb_gpus_and_needs_more_with_each_stack()
     assert proposal is None
     needs = {r.name: r.fewest_gpus for r in rows}
     assert needs["fp32 + Adam, data parallel"] is None  # 16 bytes per parameter on every GPU
-    assert needs["+ ZeRO-3"] > needs["+ optimizer on the host"] > 8
+    # ZeRO-Offload fits 8 GPUs by formula (2n/8 of half weights), but tinymem cannot build half
+    # precision with the optimizer on the host, so it is shown and not proposed.
+    offload = next(r for r in rows if r.stack.offload == "zero-offload")
+    assert needs["+ ZeRO-3"] > 8 >= offload.fewest_gpus and offload.refused
     zero3 = next(r for r in rows if r.name == "+ ZeRO-3")
     fewer = analytic.breakdown("gpt3-175b", 1, zero3.stack._replace(ranks=zero3.fewest_gpus - 1)).peak
     assert fewer > 80e9 >= analytic.breakdown("gpt3-175b", 1, zero3.stack._replace(ranks=zero3.fewest_gpus)).peak

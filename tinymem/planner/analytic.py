@@ -1,13 +1,16 @@
 """The closed-form memory of one training step of a decoder-only Transformer, bucket by bucket.
 
 Each term is written once, here or in :mod:`.activations` (saved tensors, layer by layer).
-With n parameters (the largest one n_max), N ranks, w = 4 bytes in fp32 and 2 in fp16/bf16:
+With n parameters (the largest one n_max), N ranks, w = 4 bytes in fp32 and 2 in fp16/bf16
+(the precision's widths come from :mod:`.precision`, looked up once per breakdown):
 
     parameter   w·n                          ZeRO-3: w·n/N (+ one gathered layer during its use)
     gradient    w·n                          ZeRO-2/3: w·n/N (+ one layer in flight)
                 + w·n_max with k > 1 micro-batches (the sum is a new array before the old goes)
                 + 4·n of fp32 master gradients during the step of a half model (tinymem's
-                  ``MasterOptimizer``; mode "korthikanti" follows the ZeRO paper's 2 bytes)
+                  ``MasterOptimizer``; ZeRO-1/2/3: 4·n/N, a rank upcasts its own shard only;
+                  mode "korthikanti" follows the ZeRO paper's 2 bytes)
+                ZeRO-Offload: one layer's gradients on their way to the host, w·n_layer
     optimizer   the optimizer's state by its own formula (``optim.table``: Adam 8·n, SGD
                 momentum 4·n, Adam8bit ~2·n, Adafactor 4·(rows + columns) per matrix)
                 + 4·n of fp32 masters with fp16/bf16;  ZeRO-1/2/3: /N;  offloaded: 0 (host)
@@ -35,9 +38,10 @@ from ..checks import positive_int
 
 from . import architectures as archs
 from .activations import Term, activations_per_layer, korthikanti_formula, layer_terms
-from .moments import (activation_moments, attention_backward, layer_transient, micro_batch_sizes, segments,
-                      total, transient_bound)
-from .sharding import (PRECISIONS, SCRATCH, divide, is_half, model_states, parameter_total, optimizer_bytes, optimizer_label,
+from .moments import (activation_moments, attention_backward, compute_bytes, layer_transient, micro_batch_sizes,
+                      segments, total, transient_bound)
+from .precision import PRECISIONS, width
+from .sharding import (SCRATCH, divide, model_states, offload_kind, optimizer_bytes, optimizer_label, parameter_total,
                        pipeline_in_flight, scratch_bytes)
 
 __all__ = ["Stack", "Breakdown", "breakdown", "model_states", "PRECISIONS", "activations_per_layer", "korthikanti_formula",
@@ -49,11 +53,12 @@ Stack = namedtuple("Stack", "precision optimizer recompute attention storage zer
                             "schedule micro_batches offload")
 Stack.__new__.__defaults__ = ("fp32", "Adam", "none", "plain", None, 0, 1, 1, "1f1b", 1, False)
 Stack.__doc__ = """One way to train: ``precision`` fp32 | fp16 | bf16 (half weights, gradients and
-saved tensors, fp32 masters); ``optimizer`` a label of ``optim.table.CONFIGS``; ``recompute``
+saved tensors, fp32 masters) | bf16-pure (no masters; :mod:`.precision`); ``optimizer`` a label of ``optim.table.CONFIGS``; ``recompute``
 none | selective | full | sqrt; ``attention`` plain | chunked; ``storage`` of saved tensors (None:
 the precision's; int8); ``zero`` stage 0-3 over ``ranks`` data-parallel ranks; ``pipeline``
 stages with ``schedule`` gpipe | 1f1b; ``micro_batches`` per step (accumulated, or fed to the
-pipeline); ``offload`` the optimizer state (and masters) to the host."""
+pipeline); ``offload``: False, "optimizer" (True: tinymem's ``offload_optimizer``, the state
+and masters on the host) or "zero-offload" (the gradients stream there too)."""
 
 Breakdown = namedtuple("Breakdown", "arch batch stack mode buckets peak moment moments host terms")
 Breakdown.__doc__ = """``buckets``: each bucket's peak per device (bytes); ``peak``: the largest
@@ -67,7 +72,8 @@ def _check_stack(stack):
     if not isinstance(stack, Stack):
         raise TypeError(f"stack must be a planner.analytic.Stack (e.g. Stack(precision='bf16', zero=2)), "
                         f"got a {type(stack).__name__}")
-    is_half(stack.precision)
+    width(stack.precision)
+    offload_kind(stack.offload)
     optimizer_label(stack.optimizer)
     if stack.recompute not in SCHEDULES:
         raise ValueError(f"unknown recompute {stack.recompute!r}; choose one of {', '.join(SCHEDULES)}")
@@ -92,9 +98,9 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     positive_int("batch", batch)
     if stack.pipeline > arch.layers:
         raise ValueError(f"{stack.pipeline} pipeline stages for {arch.layers} layers: each stage needs at least one")
-    half = is_half(stack.precision)
-    w = 2 if half else 4
-    shapes = [s for _, s in archs.parameter_shapes(arch)]
+    wd = width(stack.precision)
+    w, kind = wd.weight, offload_kind(stack.offload)
+    shapes = archs.shape_counts(arch)
     n = parameter_total(shapes)
     n_layer = archs.layer_parameter_count(arch)
     p, ranks, zero = stack.pipeline, stack.ranks, stack.zero
@@ -104,20 +110,24 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
         first = _embedding_count(arch)
         last = n - arch.layers * n_layer - first + (arch.vocab * arch.hidden if arch.tied else 0)
         n_stage = stage_layers * n_layer + max(first, last)
-        stage_shapes = [(n_stage,)]
+        stage_shapes = {(n_stage,): 1}
     else:
         n_stage, stage_shapes = n, shapes
-    states = model_states(stage_shapes, zero, ranks, stack.optimizer, "mixed" if half else "fp32", stack.offload)
+    states = model_states(stage_shapes, zero, ranks, stack.optimizer, wd, stack.offload)
     P, G, O = states["parameter"], states["gradient"], states["optimizer"]
+    masters_named = " + fp32 masters" if wd.master else ""
     terms = [("parameter", Term("weights", f"{w}·n", P)), ("gradient", Term("gradients", f"{w}·n", G)),
-             ("optimizer", Term(f"{optimizer_label(stack.optimizer)} state" + (" + fp32 masters" if half else ""),
-                                "optim.table" + (" + 4·n" if half else ""), O))]
+             ("optimizer", Term(f"{optimizer_label(stack.optimizer)} state" + masters_named,
+                                "optim.table" + (f" + {wd.master}·n" if wd.master else ""), O))]
     if zero >= 3:  # one layer gathered in full while it computes
         P += w * n_layer
         terms.append(("parameter", Term("one gathered layer", f"{w}·n_layer", w * n_layer)))
-    masters = divide(4 * n_stage, ranks if zero >= 2 else 1) if half and mode == "tinymem" else 0
+    # The fp32 gradients the update reads: each rank needs its own shard's only, from ZeRO-1 on
+    # (a stage-1 rank reduces the half gradients and upcasts its shard); on the host when offloaded.
+    masters = (divide(wd.master_gradient * n_stage, ranks if zero >= 1 else 1)
+               if wd.master_gradient and mode == "tinymem" and kind is None else 0)
     if masters:
-        terms.append(("gradient", Term("fp32 master gradients (step)", "4·n", masters)))
+        terms.append(("gradient", Term("fp32 master gradients (step)", f"{wd.master_gradient}·n", masters)))
     moments = _moments(arch, batch, stack, mode, backend, P, G, O, masters, n_layer, stage_layers, shapes)
     buckets = {b: max(mo[b] for mo in moments.values()) for b in BUCKETS}
     attention = attention_backward(arch, max(micro_batch_sizes(batch, stack.micro_batches)), batch, stack, backend)
@@ -125,7 +135,10 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     if stack.micro_batches > 1 and p == 1:  # accumulating: a new sum exists before the old is freed
         largest = max(math.prod(s) for s in stage_shapes)
         buckets["gradient"] = max(buckets["gradient"], G + w * largest)
-    if zero >= 2:  # one layer's full gradient and its flat copy while it is reduce-scattered
+    if kind == "zero-offload":  # a layer's gradients on their way to the host
+        buckets["gradient"] += w * n_layer
+        terms.append(("gradient", Term("one layer streamed to the host", f"{w}·n_layer", w * n_layer)))
+    elif zero >= 2:  # one layer's full gradient and its flat copy while it is reduce-scattered
         buckets["gradient"] += 2 * w * n_layer
         terms.append(("gradient", Term("one layer reduced", f"2·{w}·n_layer", 2 * w * n_layer)))
     worst = max(micro_batch_sizes(batch, stack.micro_batches))
@@ -137,7 +150,7 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
                                     moments["optimizer step"]["workspace"])))
     name, top = max(moments.items(), key=lambda kv: sum(kv[1].values()))
     host = states.get("host", 0)
-    if stack.offload and not half:  # the host master copy of each device parameter
+    if kind == "optimizer" and not wd.master:  # offload_optimizer's host master of each parameter
         host += 4 * n_stage / (ranks if zero else 1)
     return Breakdown(arch, batch, stack, mode, buckets, sum(top.values()), name, moments, host, terms)
 
@@ -146,12 +159,13 @@ def _moments(arch, batch, stack, mode, backend, P, G, O, masters, n_layer, stage
     """``{moment: {bucket: bytes}}``: the end of the last layer, the loss, the recomputation of
     the last checkpointed segment (for the first micro-batch, with no gradients yet, and for a
     later one), and the optimizer step."""
-    p, half = stack.pipeline, is_half(stack.precision)
-    w = 2 if half else 4
+    p, wd = stack.pipeline, width(stack.precision)
+    w = wd.weight
     sizes = micro_batch_sizes(batch, stack.micro_batches)
     in_flight = pipeline_in_flight(0, p, stack.micro_batches, stack.schedule)
     compute = 4 if backend == "numpy" else None
     shards = stack.ranks if stack.zero >= 2 else 1  # ZeRO-2/3 reduce-scatter each layer's gradients
+    streamed = offload_kind(stack.offload) == "zero-offload"  # ZeRO-Offload sends them to the host
     moments = {}
     for later, m in [(False, sizes[0])] + ([(True, max(sizes[1:]))] if len(sizes) > 1 else []):
         act = activation_moments(arch, m, stack, mode, compute, batch, stage_layers)
@@ -172,15 +186,14 @@ def _moments(arch, batch, stack, mode, backend, P, G, O, masters, n_layer, stage
             kept, size, last = segments(stage_layers, stack.recompute)
             per_input = act["recompute"][-2].bytes // kept
             head_side = parameter_total(shapes) - n_layer * arch.layers - _embedding_count(arch)
-            flowing = 4 * (4 if backend == "numpy" or not half else 2) * m * arch.seq * arch.hidden \
-                + 8 * batch * arch.seq + 8
+            flowing = 4 * compute_bytes(stack, backend) * m * arch.seq * arch.hidden + 8 * batch * arch.seq + 8
             for j, where in ((kept - 1, "last"), (0, "first")):
                 done = head_side + n_layer * (last + (kept - 1 - j) * size)
                 moments[f"recompute ({where} segment){suffix}"] = dict(
-                    parameter=P, gradient=g if (later or p > 1) else divide(w * done, shards), optimizer=O,
+                    parameter=P, gradient=g if (later or p > 1 or streamed) else divide(w * done, shards), optimizer=O,
                     activation=waiting + total(act["recompute"]) - (kept - 1 - j) * per_input,
                     workspace=flowing)
-    scratch = 0 if stack.offload else max(scratch_bytes(stack.optimizer, s) for s in set(shapes))
+    scratch = 0 if stack.offload else max(scratch_bytes(stack.optimizer, s) for s in shapes)
     moments["optimizer step"] = dict(parameter=P, gradient=G + masters, optimizer=O, activation=0,
                                      workspace=16 * batch * arch.seq + scratch)
     return moments

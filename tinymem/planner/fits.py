@@ -12,38 +12,51 @@ Time cost, relative to plain training on the same GPUs (a model, not a measureme
               2·b·s·(4h² + 3hf) per layer instead of 24·b·s·h²); a step is 3F (backward = 2F)
     recompute full: + L layers' forward; sqrt: + the checkpointed layers'; selective: + the
               attention core, L·4·b·s²·h (Korthikanti et al. 2022)
-    offload   gradients down and weights up over PCIe (w·n/N bytes each way, ``pcie`` B/s) and
-              the host update (16·n/N bytes read and written at ``host_bandwidth``), not overlapped
+    offload   ZeRO-Offload: gradients down and weights up over PCIe (w·n/N bytes each way,
+              ``pcie`` B/s) and the host update (Adam reads an fp32 gradient, master, m and v and
+              writes back the last three: 28·n/N bytes at ``host_bandwidth``), not overlapped
     pipeline  the bubble: (m + p - 1)/m of the time of m micro-batches
     seconds   3F / (``gpu_flops`` · ``utilization``) per micro-batch: fp32 (TF32) at half the
               rate of fp16/bf16, so plain fp32 training is the 1.0 and mixed precision 0.5
 
 Data-parallel and ZeRO communication are assumed hidden behind compute (they are not modelled);
-int8 storage of saved tensors is counted as free in time.
+int8 storage of saved tensors is counted as free in time, and so is the choice of optimizer on the
+device (8-bit Adam's and Adafactor's update is a small share of a large model's step).
+
+The proposal is never a stack tinymem refuses to build: :func:`refusal` asks the probe planner's
+rules (:func:`tinymem.planner.recipe.supported`), so half precision with the optimizer on the
+host is shown (its numbers are what ZeRO-Offload needs) but not proposed.
 """
 from collections import namedtuple
 
 from . import analytic
 from . import architectures as archs
 from .analytic import Stack
+from .precision import width
+from .recipe import Combination, supported
+from .sharding import offload_kind
 
 GPU_FLOPS = {"fp32": 156e12, "half": 312e12}  # A100 dense: TF32 and bf16/fp16 tensor cores
 UTILIZATION = 0.5        # a good large-model run reaches about half of peak
 PCIE = 25e9              # PCIe 4.0 x16, one direction, achieved
 HOST_BANDWIDTH = 100e9   # host memory bandwidth the CPU optimizer streams through
+HOST_STEP_BYTES = 28     # per parameter: Adam reads gradient, master, m, v and writes the last three
 
 # The rows of :func:`stacks` that grow pipeline stages, not data-parallel ranks (on one GPU
 # their Stack has one stage, like a data-parallel one).
 PIPELINES = ("bf16 + full recompute, 1F1B pipeline", "... + int8 saved tensors")
 
-Row = namedtuple("Row", "name stack breakdown fits fewest_gpus time")
+Row = namedtuple("Row", "name stack breakdown fits fewest_gpus time refused")
+Row.__new__.__defaults__ = (None,)
 Row.__doc__ = """One stack on the machine asked about: its :class:`~.analytic.Breakdown` at the
 GPU count given, whether its peak fits, the fewest GPUs with which it fits (None: no count
-does), and its step time relative to plain fp32 training."""
+does), its step time relative to plain fp32 training, and why tinymem would refuse to build it
+(None: it builds)."""
 
 
 def stacks(gpus, micro_batches=None):
-    """``[(name, Stack)]``: each the previous one plus one technique (the last two branch)."""
+    """``[(name, Stack)]``: each the previous one plus one technique (the last rows branch from
+    "+ full recompute": other optimizers and precisions, and the pipelines)."""
     m = micro_batches or 4 * gpus
     base = Stack("fp32", "Adam", ranks=gpus)
     out = [("fp32 + Adam, data parallel", base)]
@@ -51,24 +64,40 @@ def stacks(gpus, micro_batches=None):
                          ("+ selective recompute", {"recompute": "selective"}),
                          ("+ full recompute", {"recompute": "full"}),
                          ("+ ZeRO-1", {"zero": 1}), ("+ ZeRO-2", {"zero": 2}), ("+ ZeRO-3", {"zero": 3}),
-                         ("+ optimizer on the host", {"offload": True})):
+                         ("+ ZeRO-Offload (gradients, optimizer on the host)", {"offload": "zero-offload"})):
         out.append((name, out[-1][1]._replace(**change)))
     full = out[3][1]
+    out.append(("bf16 + full recompute, 8-bit Adam", full._replace(optimizer="Adam8bit")))
+    out.append(("bf16 + full recompute, Adafactor", full._replace(optimizer="Adafactor")))
+    out.append(("pure bf16 (no masters) + full recompute, 8-bit Adam",
+                full._replace(precision="bf16-pure", optimizer="Adam8bit")))
     out.append((PIPELINES[0], full._replace(ranks=1, pipeline=gpus, micro_batches=m)))
     out.append((PIPELINES[1], out[-1][1]._replace(storage="int8")))
     return out
 
 
+def refusal(stack):
+    """Why tinymem would not build ``stack`` (None: it would), by the probe planner's rules
+    (:func:`tinymem.planner.recipe.supported`); pure bf16 is judged as bf16, the half storage it
+    shares."""
+    precision = {"mixed": "fp16", "bf16-pure": "bf16"}.get(stack.precision, stack.precision)
+    combo = Combination("none", precision, analytic.optimizer_label(stack.optimizer),
+                        "optimizer" if stack.offload else "none", 1)
+    return supported(combo)
+
+
 def candidates(gpus, micro_batches=None):
-    """Every combination the proposal is chosen from: fp32 or bf16, recompute none, selective or
-    full, ZeRO 0-3 over the GPUs, the optimizer on the device or the host; and 1F1B pipelines
-    over the GPUs (bf16, full recompute, plain or int8 saved tensors)."""
+    """Every combination the proposal is chosen from: fp32, bf16 or pure bf16; Adam, 8-bit Adam
+    or Adafactor; recompute none, selective or full; ZeRO 0-3 over the GPUs; the optimizer on the
+    device or ZeRO-Offload; and 1F1B pipelines over the GPUs (bf16, full recompute, plain or int8
+    saved tensors). In order of preference: at equal time the first wins."""
     out = []
-    for precision in ("fp32", "bf16"):
-        for recompute in ("none", "selective", "full"):
-            for zero in range(4):
-                for offload in (False, True):
-                    out.append(Stack(precision, "Adam", recompute, zero=zero, ranks=gpus, offload=offload))
+    for precision in ("fp32", "bf16", "bf16-pure"):
+        for optimizer in ("Adam", "Adam8bit", "Adafactor"):
+            for recompute in ("none", "selective", "full"):
+                for zero in range(4):
+                    for offload in (False, "zero-offload"):
+                        out.append(Stack(precision, optimizer, recompute, zero=zero, ranks=gpus, offload=offload))
     if gpus > 1:
         pipe = Stack("bf16", "Adam", "full", pipeline=gpus, micro_batches=micro_batches or 4 * gpus)
         out += [pipe, pipe._replace(storage="int8")]
@@ -77,7 +106,9 @@ def candidates(gpus, micro_batches=None):
 
 def describe(stack):
     """A short name: ``bf16, selective recompute, ZeRO-2, optimizer on the host``."""
-    parts = [stack.precision]
+    parts = ["pure bf16 (no masters)" if stack.precision == "bf16-pure" else stack.precision]
+    if stack.optimizer != "Adam":
+        parts.append({"Adam8bit": "8-bit Adam"}.get(stack.optimizer, stack.optimizer))
     if stack.recompute != "none":
         parts.append(f"{stack.recompute} recompute")
     if stack.storage == "int8":
@@ -85,7 +116,7 @@ def describe(stack):
     if stack.zero:
         parts.append(f"ZeRO-{stack.zero}")
     if stack.offload:
-        parts.append("optimizer on the host")
+        parts.append({"zero-offload": "ZeRO-Offload"}.get(offload_kind(stack.offload), "optimizer on the host"))
     if stack.pipeline > 1:
         parts.append(f"{stack.schedule.upper()} pipeline x{stack.pipeline}")
     return ", ".join(parts)
@@ -110,14 +141,13 @@ def relative_time(arch, batch, stack, gpu_flops=GPU_FLOPS, utilization=UTILIZATI
     if stack.recompute == "selective":
         extra = arch.layers * 4 * batch * arch.seq ** 2 * arch.hidden
     compute = 3 * forward + extra
-    rate = gpu_flops["fp32" if stack.precision == "fp32" else "half"] * utilization
+    rate = gpu_flops["fp32" if width(stack.precision).compute == 4 else "half"] * utilization
     seconds = compute / rate * stack.micro_batches
     if stack.pipeline > 1:  # each rank runs 1/p of the layers, with a bubble of p - 1 slots
         seconds = seconds / stack.pipeline * (stack.micro_batches + stack.pipeline - 1) / stack.micro_batches
     if stack.offload:
         n = archs.parameter_count(arch) / (stack.ranks if stack.zero else 1) / stack.pipeline
-        w = 2 if stack.precision != "fp32" else 4
-        seconds += 2 * w * n / pcie + 2 * 16 * n / host_bandwidth
+        seconds += 2 * width(stack.precision).weight * n / pcie + HOST_STEP_BYTES * n / host_bandwidth
     plain = 3 * forward / (gpu_flops["fp32"] * utilization) * stack.micro_batches / stack.pipeline
     return seconds / plain
 
@@ -169,10 +199,10 @@ def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=Non
         result = run(arch, batch, stack, mode)
         rows.append(Row(name, stack, result, result.peak <= gpu_memory,
                         fewest_gpus(arch, batch, stack, gpu_memory, mode, stages=name in PIPELINES),
-                        relative_time(arch, batch, stack)))
+                        relative_time(arch, batch, stack), refusal(stack)))
     best = None
     for stack in candidates(gpus, micro_batches):
-        if stack.pipeline > arch.layers:
+        if stack.pipeline > arch.layers or refusal(stack):
             continue
         result = run(arch, batch, stack, mode)
         if result.peak <= gpu_memory:
@@ -194,7 +224,7 @@ def table(rows, gpus, gpu_memory):
                     "host": gb(r.breakdown.host), "peak GB": gb(r.breakdown.peak),
                     f"fits {gpus}x{gpu_memory / 1e9:.0f}GB": "yes" if r.fits else "no",
                     "fewest GPUs": "-" if r.fewest_gpus is None else r.fewest_gpus,
-                    "time x": f"{r.time:.2f}"})
+                    "time x": f"{r.time:.2f}", "tinymem builds it": "no" if r.refused else "yes"})
     return out
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import architectures as archs
 from .activations import Term, layer_terms, stored_bytes
-from .sharding import is_half
+from .precision import width
 
 def micro_batch_sizes(batch, micro_batches):
     """Sizes of the micro-batches ``batch`` splits into (``techniques.microbatch.split_batch``)."""
@@ -54,9 +54,13 @@ def head_terms(arch, batch, held, storage, loss_storage, mode):
 
 
 def storage_of(stack):
-    if stack.storage is not None:
-        return stack.storage
-    return "fp32" if stack.precision == "fp32" else ("fp16" if stack.precision == "mixed" else stack.precision)
+    """How saved tensors are stored: the Stack's ``storage`` (int8), else its precision's."""
+    return width(stack.precision).storage if stack.storage is None else stack.storage
+
+
+def compute_bytes(stack, backend="gpu"):
+    """Bytes per value an op computes in: the precision's on a GPU, float32 on NumPy."""
+    return 4 if backend == "numpy" else width(stack.precision).compute
 
 
 def activation_moments(arch, batch, stack, mode="tinymem", compute=None, held=None, layers=None):
@@ -73,7 +77,7 @@ def activation_moments(arch, batch, stack, mode="tinymem", compute=None, held=No
                    ffn=archs.ffn(arch), mlp=arch.mlp, norm=arch.norm, dropout=arch.dropout)
     layer = total(layer_terms(arch.seq, batch, arch.hidden, arch.heads, recompute=per_layer, **options))
     if compute is None:  # the compute dtype follows the precision, whatever the storage
-        compute = 2 if is_half(stack.precision) else 4
+        compute = width(stack.precision).compute
     kept_input = total(layer_terms(arch.seq, batch, arch.hidden, arch.heads, recompute="full",
                                     compute=compute, **options))
     kept, size, last = segments(layers, stack.recompute)
@@ -101,8 +105,8 @@ def layer_transient(arch, batch, held, stack, backend="gpu"):
     5·c·N·h; 4 with one layer), the targets (8·B·s) and, when saved tensors are stored below the compute dtype,
     the MLP's last input in the compute dtype (c·N·f); on NumPy a half layer also holds its
     upcast fc2 weights (4·(f·h + h)) while that Linear runs."""
-    half, storage = is_half(stack.precision), storage_of(stack)
-    c = 4 if backend == "numpy" or not half else 2
+    storage, c = storage_of(stack), compute_bytes(stack, backend)
+    half = width(stack.precision).weight == 2
     n, h, f = batch * arch.seq, arch.hidden, archs.ffn(arch)
     copies = 5 if arch.layers > 1 else 4  # with one layer its input is the embedding output
     out = copies * c * n * h + 8 * held * arch.seq
@@ -123,8 +127,7 @@ def attention_backward(arch, batch, held, stack, backend="gpu"):
     softmax gradient or a chunk's scores, are the allocator's)."""
     if stack.recompute == "selective":
         return 0
-    half, storage = is_half(stack.precision), storage_of(stack)
-    c = 4 if backend == "numpy" or not half else 2
+    storage, c = storage_of(stack), compute_bytes(stack, backend)
     n = batch * arch.seq
     if stack.attention == "chunked":  # no weights: the output and one log-sum-exp per row instead
         saved = 4 * n * arch.hidden, arch.heads * batch * arch.seq
@@ -146,10 +149,9 @@ def transient_bound(arch, batch, stack, backend="gpu"):
     2·c·N·h; with int8 storage a saved tensor also exists in the compute dtype while it is
     packed (one more op output). Bytes."""
     arch = archs.get_arch(arch)
-    half = is_half(stack.precision)
-    c = 4 if backend == "numpy" or not half else 2
+    c = compute_bytes(stack, backend)
     m = max(micro_batch_sizes(batch, stack.micro_batches))
     n, h = m * arch.seq, arch.hidden
-    n_max = max(math.prod(s) for _, s in archs.parameter_shapes(arch))
+    n_max = max(math.prod(s) for s in archs.shape_counts(arch))
     largest = max(c * n * archs.ffn(arch), 4 * n * arch.vocab, 4 * arch.heads * m * arch.seq ** 2, 4 * n_max)
     return largest * (4 if storage_of(stack) == "int8" else 3) + 2 * c * n * h

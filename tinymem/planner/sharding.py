@@ -8,7 +8,9 @@ in the optimizer bucket), per rank (Rajbhandari et al. 2020):
     ZeRO-1          w·n + w·n + S/N
     ZeRO-2          w·n + w·n/N + S/N
     ZeRO-3          w·n/N + w·n/N + S/N
-    offload         the S part lives on the host (ZeRO-Offload), sharded the same way
+    offload         "optimizer": S on the host (tinymem's offload_optimizer), sharded the same
+                    way; "zero-offload": S, fp32 gradients and masters on the host, and the
+                    half gradients stream there as backward makes them (0 on the device)
 
 Mixed-precision Adam is the ZeRO paper's 2 + 2 + 12 = 16 bytes per parameter: 7.5B parameters
 on 64 GPUs take 120, 31.4, 16.6 and 1.9 GB per GPU for stages 0 to 3.
@@ -18,10 +20,11 @@ import math
 
 import numpy as np
 
+from ..checks import positive_int
 from ..optim.table import CONFIGS, group_for
+from . import precision as widths
 from .states import optimizer_state_bytes
 
-PRECISIONS = ("fp32", "fp16", "bf16")
 # Temporaries the size of one parameter that an update holds at once (each optimizer's file
 # counts them with ``scratch``); Adam8bit: 24 bytes per element of one chunk of at most
 # ``Adam8bit.CHUNK`` elements (m, v, Adam's two, which quantizing reuses, and an int64 index).
@@ -51,30 +54,33 @@ def optimizer_label(name):
     raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(CONFIGS)}")
 
 
-def is_half(precision):
-    if precision == "mixed":
-        return True
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; choose fp32, fp16, bf16 or mixed")
-    return precision != "fp32"
+def shape_counts(params):
+    """``params`` (a list of shapes, or ``{shape: how many}``) as ``{shape: how many}``."""
+    if isinstance(params, dict):
+        return params
+    counts = {}
+    for shape in params:
+        counts[tuple(shape)] = counts.get(tuple(shape), 0) + 1
+    return counts
 
 
-def optimizer_bytes(optimizer, params):
-    """Optimizer-state bytes for ``params``: a parameter count, or a list of shapes (needed by
-    optimizers whose state depends on the shape: Adafactor, GaLore)."""
+def optimizer_bytes(optimizer, params, itemsize=4):
+    """Optimizer-state bytes for ``params``: a parameter count, a list of shapes or
+    ``{shape: how many}`` (shapes are needed by optimizers whose state depends on them:
+    Adafactor, GaLore), its values ``itemsize`` bytes each."""
     label = optimizer_label(optimizer)
     if not isinstance(params, (int, float, np.integer)):
-        return _state_bytes(label, tuple(tuple(s) for s in params))
+        return _state_bytes(label, tuple(sorted(shape_counts(params).items())), itemsize)
     side = 1 << 10
     if optimizer_state_bytes(label, [(side, side)]) != optimizer_state_bytes(label, [(side * side,)]):
         raise ValueError(f"{label}'s state depends on the parameter shapes: pass the shapes "
-                         "(architectures.parameter_shapes) instead of a count")
-    return optimizer_state_bytes(label, [(int(params),)])
+                         "(architectures.shape_counts) instead of a count")
+    return optimizer_state_bytes(label, [(parameter_total(params),)], itemsize)
 
 
 @functools.lru_cache(maxsize=256)
-def _state_bytes(label, shapes):
-    return optimizer_state_bytes(label, list(shapes))
+def _state_bytes(label, counts, itemsize):
+    return optimizer_state_bytes(label, dict(counts), itemsize)
 
 
 def divide(nbytes, parts):
@@ -83,9 +89,12 @@ def divide(nbytes, parts):
 
 
 def parameter_total(params):
+    """How many values: ``params`` a count, a list of shapes or ``{shape: how many}``."""
     if isinstance(params, (int, float, np.integer)):
+        if isinstance(params, bool) or params < 0 or not float(params).is_integer():
+            raise ValueError(f"a parameter count must be a whole number >= 0, got {params!r}")
         return int(params)
-    return sum(math.prod(s) for s in params)
+    return sum(math.prod(s) * c for s, c in shape_counts(params).items())
 
 
 def _sharded(nbytes, ranks, units, per_element):
@@ -96,25 +105,42 @@ def _sharded(nbytes, ranks, units, per_element):
     return sum(-(-u // ranks) for u in units) * per_element
 
 
+def offload_kind(offload):
+    """None, "optimizer" (tinymem's ``offload_optimizer``: state and an fp32 master on the
+    host, gradients made and kept on the device until the step) or "zero-offload" (ZeRO-Offload,
+    Ren et al. 2021: each layer's gradients stream to the host as backward makes them; fp32
+    gradients, masters and state live there, and the update runs on the CPU)."""
+    if offload is False or offload is None:
+        return None
+    if offload is True or offload == "optimizer":
+        return "optimizer"
+    if offload == "zero-offload":
+        return offload
+    raise ValueError(f"unknown offload {offload!r}; choose False, 'optimizer' (or True) or 'zero-offload'")
+
+
 def model_states(params, stage=0, ranks=1, optimizer="adam", precision="mixed", offload=False, units=None):
     """Model-state bytes per rank: ``{"parameter", "gradient", "optimizer"}`` (and ``"host"``).
 
-    ``params``: a count or a list of shapes; ``stage``: ZeRO stage 0 (data parallel) to 3;
-    ``precision``: fp32 (4 + 4 bytes + state) or mixed/fp16/bf16 (2 + 2 + 4 of masters + state:
-    the ZeRO paper's 16 bytes with Adam); ``offload``: state and masters on the host
-    (ZeRO-Offload), sharded the same way. ``units``: element counts of the flat buffers ZeRO
-    shards (tinymem pads each to a multiple of N, and stages 1-2 keep the padded full buffer)
-    for the exact bytes of a real run.
+    ``params``: a count, a list of shapes or ``{shape: how many}``; ``stage``: ZeRO stage 0
+    (data parallel) to 3; ``precision``: a name of :data:`.precision.WIDTHS` (fp32: 4 + 4 bytes
+    + state; mixed/fp16/bf16: 2 + 2 + 4 of masters + state, the ZeRO paper's 16 bytes with
+    Adam; bf16-pure: 2 + 2 + the state in bf16); ``offload``: see :func:`offload_kind` (the
+    state and masters, and with "zero-offload" the gradients, live on the host, sharded the
+    same way). ``units``: element counts of the flat buffers ZeRO shards (tinymem pads each to
+    a multiple of N, and stages 1-2 keep the padded full buffer) for the exact bytes of a real
+    run.
 
     7.5B parameters on 64 GPUs, mixed Adam: 120, 31.4, 16.6, 1.9 GB for stages 0-3.
     """
     if stage not in (0, 1, 2, 3):
         raise ValueError(f"ZeRO stage must be 0, 1, 2 or 3, got {stage!r}")
-    if ranks < 1:
-        raise ValueError(f"ranks must be >= 1, got {ranks}")
+    ranks = positive_int("ranks", ranks)
+    kind = offload_kind(offload)
     n = parameter_total(params)
-    w = 2 if is_half(precision) else 4
-    state = optimizer_bytes(optimizer, params) + (4 * n if w == 2 else 0)
+    width = widths.width(precision)
+    w = width.weight
+    state = optimizer_bytes(optimizer, params, width.state) + width.master * n
     per_element = state / n if n else 0
     # tinymem's ZeRO-1/2 keep every unit's parameters in one padded flat buffer.
     full = w * sum(-(-u // ranks) * ranks for u in units) if units is not None and stage in (1, 2) else w * n
@@ -122,8 +148,11 @@ def model_states(params, stage=0, ranks=1, optimizer="adam", precision="mixed", 
            "gradient": _sharded(w * n, ranks, units, w) if stage >= 2 else w * n,
            "optimizer": _sharded(state, ranks, units, per_element) if stage >= 1 else state}
     out = {k: int(v) if float(v).is_integer() else v for k, v in out.items()}
-    if offload:
+    if kind == "optimizer":
         out["host"], out["optimizer"] = out["optimizer"], 0
+    elif kind == "zero-offload":  # fp32 gradients, and an fp32 master of every weight, on the host
+        extra = divide(4 * n + (0 if width.master else 4 * n), ranks if stage >= 1 else 1)
+        out["host"], out["optimizer"], out["gradient"] = out["optimizer"] + extra, 0, 0
     return out
 
 

@@ -33,12 +33,15 @@ def buffer_bytes(module):
     return sum(int(v.nbytes) for m in module.modules() for v in m._extra_state().values() if v.ndim)
 
 
-def optimizer_state_bytes(label, shapes):
-    """State bytes ``CONFIGS[label]`` keeps for parameters of ``shapes`` (float32)."""
+def optimizer_state_bytes(label, shapes, itemsize=4):
+    """State bytes ``CONFIGS[label]`` keeps for parameters of ``shapes`` (values of ``itemsize``
+    bytes: 4 for float32). ``shapes``: a list of shapes, or ``{shape: how many}`` (a model of a
+    million identical layers is a few distinct shapes: this costs the same at any depth)."""
     cls, options = CONFIGS[label]
     group = group_for(cls, options)
-    state = sum(cls.bytes_for(s, 4, group) for s in shapes)
-    if any(math.prod(s) >= group.get("min_8bit_size", math.inf) for s in shapes):
+    counted = shapes.items() if isinstance(shapes, dict) else [(s, 1) for s in shapes]
+    state = sum(count * cls.bytes_for(s, itemsize, group) for s, count in counted)
+    if any(math.prod(s) >= group.get("min_8bit_size", math.inf) for s, _ in counted):
         state += cls.MAP_BYTES  # the quantization maps, once per optimizer
     return state
 
