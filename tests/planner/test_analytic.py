@@ -97,12 +97,22 @@ def test_tinymem_mode_counts_every_saved_tensor_of_the_block():
     assert activations.stored_bytes(1000, "int8") == 268 * math.ceil(1000 / 256)
 
 
-def test_korthikanti_mode_refuses_a_llama_layer_and_says_what_is_missing():
-    llama = architectures.get_arch("llama-7b")
-    with pytest.raises(ValueError, match="swiglu MLP and rmsnorm: use mode='tinymem'"):
-        analytic.breakdown(llama, 1, Stack("bf16"), mode="korthikanti")
-    swiglu = activations.layer_terms(2048, 1, 4096, 32, mlp="swiglu", norm="rmsnorm", ffn=11008, storage="bf16")
-    assert any("SiLU" in t.name for t in swiglu)
+def test_korthikanti_mode_counts_a_llama_layer_by_the_papers_rules():
+    """16-bit values, no dropout masks (LLaMA trains without dropout), SwiGLU's four s·b·f
+    tensors, RMSNorm's input as LayerNorm's: 16·sbh + 8·sbf + 2·as²b; grouped-query attention
+    saves k and v of s·b·kv values (kv = 8 heads of 128 for LLaMA-2 70B)."""
+    s, b = 2048, 1
+    for name, kv in (("llama-7b", 4096), ("llama2-70b", 1024)):
+        arch = architectures.get_arch(name)
+        h, a, f = arch.hidden, arch.heads, arch.ffn
+        terms = activations.layer_terms(s, b, h, a, mode="korthikanti", ffn=f, mlp="swiglu", norm="rmsnorm",
+                                        kv_heads=architectures.kv_heads(arch))
+        expected = 12 * s * b * h + 4 * s * b * kv + 8 * s * b * f + 2 * a * s * s * b
+        assert sum(t.bytes for t in terms) == expected, name
+    result = analytic.breakdown("llama2-70b", 1, Stack("bf16", recompute="full"), mode="korthikanti")
+    assert result.peak > 0
+    tinymem = activations.layer_terms(2048, 1, 4096, 32, mlp="swiglu", norm="rmsnorm", ffn=11008, storage="bf16")
+    assert any("SiLU" in t.name for t in tinymem)
 
 
 # -- the breakdown and the stacks -------------------------------------------------------------------

@@ -25,6 +25,11 @@ the a·s²·b terms go); ``"full"`` (only the layer input is kept: 2·sbh in the
 in tinymem the input in the compute dtype, saved past any storage hook: ``compute`` bytes per
 value). How many layers are recomputed, and the head of the model, are in :mod:`.analytic`.
 
+In mode "korthikanti" a LLaMA-style layer follows the paper's rules (16-bit values; it trains
+without dropout, so no masks; SwiGLU saves 4·2·sbf; RMSNorm its input as LayerNorm does);
+grouped-query attention saves k and v of s·b·kv values (kv = kv_heads·h/a); a mixture of experts
+saves its MLP tensors top_k times and the router's probabilities.
+
 SwiGLU MLPs and RMSNorm (LLaMA) are counted as the equivalent tinymem ops would save them: a fused
 SiLU saving its input (PyTorch's F.silu), and RMSNorm saving x-hat and 1/rms like LayerNorm;
 tinymem has no such layers, so these terms are not checked against the ledger. Rotary position
@@ -33,6 +38,8 @@ embeddings rotate q and k into new arrays that attention saves instead of the un
 """
 import math
 from collections import namedtuple
+
+from ..checks import is_int, positive_int
 
 Term = namedtuple("Term", "name formula bytes")
 Term.__doc__ = "One saved tensor (or group): its name, its size as a formula, its bytes."
@@ -69,19 +76,39 @@ def _check(mode, recompute, attention, storage):
             raise ValueError(f"unknown {what} {value!r}; choose one of {', '.join(allowed)}")
 
 
+def _sizes(seq, batch, hidden, heads, kv_heads, ffn, experts, top_k, tensor_parallel):
+    """The sizes as ints, refused with a message when one is not a positive integer or the
+    heads do not split the hidden size (7 heads of 768 gave numbers, heads 0 divided by zero)."""
+    named = dict(seq=seq, batch=batch, hidden=hidden, heads=heads, experts=experts, top_k=top_k,
+                 tensor_parallel=tensor_parallel, kv_heads=heads if kv_heads is None else kv_heads,
+                 ffn=4 * hidden if ffn is None and is_int(hidden) else ffn)
+    sizes = {k: positive_int(k, v) for k, v in named.items()}
+    if sizes["hidden"] % sizes["heads"]:
+        raise ValueError(f"hidden size {hidden} is not divisible by {heads} heads: each head has hidden/heads values")
+    if sizes["heads"] % sizes["kv_heads"]:
+        raise ValueError(f"{kv_heads} kv heads do not divide {heads} query heads (grouped-query attention)")
+    if sizes["top_k"] > sizes["experts"]:
+        raise ValueError(f"top_k ({top_k}) cannot exceed the {experts} experts")
+    return sizes
+
+
 def layer_terms(seq, batch, hidden, heads, mode="tinymem", recompute="none", attention="plain",
                 storage="fp32", compute=None, ffn=None, mlp="gelu", norm="layernorm", dropout=0.0,
-                tensor_parallel=1, sequence_parallel=False):
+                tensor_parallel=1, sequence_parallel=False, kv_heads=None, experts=1, top_k=1):
     """The saved tensors of one layer as :class:`Term` rows (see the module docstring).
 
     ``compute``: bytes per value of the layer input that full recomputation keeps (default: 4
     for fp32 and int8 storage, 2 for fp16/bf16; tinymem on NumPy computes in float32, so 4).
+    ``kv_heads``: grouped-query attention saves k and v of N·kv·h/a values each; ``experts`` and
+    ``top_k``: each token's MLP tensors top_k times, and the router's probabilities N·E.
     """
     _check(mode, recompute, attention, storage)
-    s, b, h, a = int(seq), int(batch), int(hidden), int(heads)
-    f = 4 * h if ffn is None else int(ffn)
+    z = _sizes(seq, batch, hidden, heads, kv_heads, ffn, experts, top_k, tensor_parallel)
+    s, b, h, a, f = z["seq"], z["batch"], z["hidden"], z["heads"], z["ffn"]
+    kv = z["kv_heads"] * (h // a)  # width of k and of v
     if mode == "korthikanti":
-        return _korthikanti(s, b, h, a, recompute, tensor_parallel, sequence_parallel, mlp, norm)
+        return _korthikanti(s, b, h, a, kv, f, recompute, z["tensor_parallel"], sequence_parallel, mlp,
+                            z["top_k"], z["experts"])
     if tensor_parallel != 1 or sequence_parallel:
         raise ValueError("tensor and sequence parallelism are modelled in mode='korthikanti' only "
                          "(tinymem has no tensor-parallel layers)")
@@ -94,8 +121,8 @@ def layer_terms(seq, batch, hidden, heads, mode="tinymem", recompute="none", att
         return Term(name, formula, stored_bytes(count, storage))
 
     rows = [term("norm1 x-hat", "N·h", n * h), term("norm1 1/std", "N", n),
-            term("attention projection input", "N·h", n * h)]
-    rows += [term(f"attention {x}", "N·h", n * h) for x in "qkv"]
+            term("attention projection input", "N·h", n * h), term("attention q", "N·h", n * h)]
+    rows += [term(f"attention {x}", "N·h" if kv == h else "N·kv·h/a", n * kv) for x in "kv"]
     if attention == "plain" and recompute != "selective":
         rows.append(term("attention weights", "a·b·s²", a * b * s * s))
     elif attention == "chunked":
@@ -108,42 +135,55 @@ def layer_terms(seq, batch, hidden, heads, mode="tinymem", recompute="none", att
         rows.append(term("output projection input", "N·h", n * h))
     rows += [term("norm2 x-hat", "N·h", n * h),
              term("norm2 1/std", "N", n)]
+    k = z["top_k"]
+    routed = "" if k == 1 else f" (x{k} experts)"
     if mlp == "gelu":
-        rows += [term("fc1 input", "N·h", n * h), term("GELU input", "N·f", n * f),
-                 term("fc2 input", "N·f", n * f)]
+        mlp_rows = [("fc1 input", "N·h", n * h), ("GELU input", "N·f", n * f), ("fc2 input", "N·f", n * f)]
     else:
-        rows += [term("gate/up input", "N·h", n * h), term("SiLU input (gate output)", "N·f", n * f),
-                 term("SiLU output", "N·f", n * f), term("up output", "N·f", n * f),
-                 term("down input", "N·f", n * f)]
+        mlp_rows = [("gate/up input", "N·h", n * h), ("SiLU input (gate output)", "N·f", n * f),
+                    ("SiLU output", "N·f", n * f), ("up output", "N·f", n * f), ("down input", "N·f", n * f)]
+    rows += [Term(name + routed, (f"{k}·" if k > 1 else "") + formula, k * stored_bytes(count, storage))
+             for name, formula, count in mlp_rows]
+    if z["experts"] > 1:
+        rows.append(term("router probabilities", "N·E", n * z["experts"]))
     if dropout:
         rows.append(Term("MLP dropout mask", "N·h (1 byte)", n * h))
     return rows
 
 
-def _korthikanti(s, b, h, a, recompute, t, sp, mlp, norm):
-    if mlp != "gelu" or norm != "layernorm":
-        raise ValueError("mode='korthikanti' counts the paper's GPT layer (GELU MLP, LayerNorm, "
-                         f"dropout); this layer has a {mlp} MLP and {norm}: use mode='tinymem'")
-    if t < 1:
-        raise ValueError(f"tensor_parallel must be >= 1, got {t}")
+def _korthikanti(s, b, h, a, kv, f, recompute, t, sp, mlp, top_k, experts):
+    """Korthikanti et al.'s 16-bit count; for a LLaMA-style layer (SwiGLU, RMSNorm, no dropout)
+    the same rules: every saved tensor 2 bytes a value, no dropout masks, SwiGLU's four N·f
+    tensors (SiLU input and output, up output, down input), grouped-query k and v of N·kv."""
     sbh = s * b * h
     out = t if sp else 1  # what lies outside the tensor-parallel region: split only by sequence parallelism
     if recompute == "full":
-        return [Term("layer input", "2·sbh", 2 * sbh)]
-    rows = [Term("attention: QKV input", "2sbh", 2 * sbh / out),
-            Term("attention: Q and K", "4sbh", 4 * sbh / t)]
+        return [Term("layer input", "2·sbh", 2 * sbh / out)]
+    gpt = mlp == "gelu"
+    rows = [Term("attention: QKV input", "2sbh", 2 * sbh / out)]
+    if kv == h:
+        rows.append(Term("attention: Q and K", "4sbh", 4 * sbh / t))
+    else:
+        rows.append(Term("attention: Q and K (grouped)", "2sbh + 2sb·kv", (2 * sbh + 2 * s * b * kv) / t))
     if recompute != "selective":
-        rows += [Term("attention: softmax output", "2as²b", 2 * a * s * s * b / t),
-                 Term("attention: softmax dropout mask", "as²b", a * s * s * b / t),
-                 Term("attention: softmax dropout output", "2as²b", 2 * a * s * s * b / t)]
-    rows += [Term("attention: V", "2sbh", 2 * sbh / t),
-             Term("attention: projection input", "2sbh", 2 * sbh / t),
-             Term("attention: dropout mask", "sbh", sbh / out),
-             Term("MLP: fc1 input", "2sbh", 2 * sbh / out),
-             Term("MLP: GELU input", "8sbh", 8 * sbh / t),
-             Term("MLP: fc2 input", "8sbh", 8 * sbh / t),
-             Term("MLP: dropout mask", "sbh", sbh / out),
-             Term("LayerNorm inputs (2)", "4sbh", 4 * sbh / out)]
+        rows.append(Term("attention: softmax output", "2as²b", 2 * a * s * s * b / t))
+        if gpt:
+            rows += [Term("attention: softmax dropout mask", "as²b", a * s * s * b / t),
+                     Term("attention: softmax dropout output", "2as²b", 2 * a * s * s * b / t)]
+    rows += [Term("attention: V", "2sbh" if kv == h else "2sb·kv", 2 * s * b * kv / t),
+             Term("attention: projection input", "2sbh", 2 * sbh / t)]
+    if gpt:
+        rows += [Term("attention: dropout mask", "sbh", sbh / out), Term("MLP: fc1 input", "2sbh", 2 * sbh / out),
+                 Term("MLP: GELU input", "8sbh", top_k * 2 * s * b * f / t),
+                 Term("MLP: fc2 input", "8sbh", top_k * 2 * s * b * f / t),
+                 Term("MLP: dropout mask", "sbh", sbh / out)]
+    else:
+        rows += [Term("MLP: gate/up input", "2sbh", 2 * sbh / out),
+                 Term("MLP: SiLU input and output, up output, down input", f"{top_k}·8sbf",
+                      top_k * 8 * s * b * f / t)]
+    if experts > 1:
+        rows.append(Term("MLP: router probabilities", "2sbE", 2 * s * b * experts / out))
+    rows.append(Term("LayerNorm inputs (2)" if gpt else "RMSNorm inputs (2)", "4sbh", 4 * sbh / out))
     return rows
 
 

@@ -74,7 +74,8 @@ def activation_moments(arch, batch, stack, mode="tinymem", compute=None, held=No
     storage = storage_of(stack)
     per_layer = "selective" if stack.recompute == "selective" else "none"
     options = dict(mode=mode, attention=stack.attention, storage="fp16" if mode == "korthikanti" else storage,
-                   ffn=archs.ffn(arch), mlp=arch.mlp, norm=arch.norm, dropout=arch.dropout)
+                   ffn=archs.ffn(arch), mlp=arch.mlp, norm=arch.norm, dropout=arch.dropout,
+                   kv_heads=archs.kv_heads(arch), experts=arch.experts, top_k=arch.top_k)
     layer = total(layer_terms(arch.seq, batch, arch.hidden, arch.heads, recompute=per_layer, **options))
     if compute is None:  # the compute dtype follows the precision, whatever the storage
         compute = width(stack.precision).compute
