@@ -188,35 +188,9 @@ def cmd_plan(args):
 
 
 def cmd_plan_arch(args):
-    """The closed form at any size: bytes per bucket per stack, the fewest GPUs, the time cost."""
-    from .memory import parse_bytes
-    from .planner import architectures, fits
+    from .planner import command
 
-    try:
-        if args.arch:
-            arch = architectures.get_arch(args.arch)
-            if args.ffn is not None:
-                raise ValueError("--ffn sets an explicit architecture's MLP width; with --arch the width is the architecture's")
-            if args.seq is not None:
-                arch = architectures.check(arch._replace(seq=args.seq))
-        else:
-            missing = [f"--{n}" for n in ("layers", "hidden", "heads", "seq", "vocab") if getattr(args, n) is None]
-            if missing:
-                raise ValueError(f"explicit sizes need {', '.join(missing)} too")
-            arch = architectures.custom(args.layers, args.hidden, args.heads, args.seq, args.vocab, args.ffn)
-        memory = parse_bytes(args.gpu_memory)
-        batch = 1 if args.batch is None else args.batch
-        if batch < 1 or (args.micro_batches is not None and args.micro_batches < 1):
-            raise ValueError(f"--batch and --micro-batches must be >= 1, got {batch} and {args.micro_batches}")
-        rows, proposal = fits.plan_arch(arch, args.gpus, memory, batch, args.mode, args.micro_batches)
-    except ValueError as exc:
-        print(f"tinymem plan: {exc}", file=sys.stderr)
-        return 2
-    print(f"per GPU, micro-batch of {batch} sequence(s) of {arch.seq} tokens, mode {args.mode} "
-          "(GB = 10^9 B; fewest GPUs: data-parallel ranks, or pipeline stages for the pipeline rows)")
-    print_table(fits.table(rows, args.gpus, memory))
-    print(fits.summary(arch, rows, proposal, args.gpus, memory))
-    return 0 if proposal is not None else 1
+    return command.plan_arch(args, print_table)
 
 
 def cmd_monitor(args):
@@ -328,6 +302,7 @@ def build_parser():
                     help="closed form: micro-batches per pipeline step (default 4 x GPUs)")
     pl.add_argument("--mode", default="tinymem", choices=["tinymem", "korthikanti"],
                     help="closed form: count tinymem's saved tensors, or Korthikanti et al.'s")
+    _plan_arguments(pl)
     pl.add_argument("--budget", default=None, help="device budget, e.g. 64MB (default: none)")
     pl.add_argument("--schedules", nargs="+", metavar="S", help="restrict: none sqrt block")
     pl.add_argument("--precisions", nargs="+", metavar="P", help="restrict: fp32 fp16 bf16")
@@ -348,6 +323,12 @@ def build_parser():
     mon.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     mon.set_defaults(fn=cmd_monitor)
     return parser
+
+
+def _plan_arguments(parser):
+    from .planner import command
+
+    command.add_arguments(parser)
 
 
 def _archs():

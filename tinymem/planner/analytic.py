@@ -58,7 +58,8 @@ none | selective | full | sqrt; ``attention`` plain | chunked; ``storage`` of sa
 the precision's; int8); ``zero`` stage 0-3 over ``ranks`` data-parallel ranks; ``pipeline``
 stages with ``schedule`` gpipe | 1f1b; ``micro_batches`` per step (accumulated, or fed to the
 pipeline); ``offload``: False, "optimizer" (True: tinymem's ``offload_optimizer``, the state
-and masters on the host) or "zero-offload" (the gradients stream there too)."""
+and masters on the host), "zero-offload" (the gradients stream there too) or
+"zero-offload-params" (ZeRO-3 only: the half weights wait there as well)."""
 
 Breakdown = namedtuple("Breakdown", "arch batch stack mode buckets peak moment moments host terms")
 Breakdown.__doc__ = """``buckets``: each bucket's peak per device (bytes); ``peak``: the largest
@@ -101,18 +102,10 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     wd = width(stack.precision)
     w, kind = wd.weight, offload_kind(stack.offload)
     shapes = archs.shape_counts(arch)
-    n = parameter_total(shapes)
     n_layer = archs.layer_parameter_count(arch)
     p, ranks, zero = stack.pipeline, stack.ranks, stack.zero
     stage_layers = math.ceil(arch.layers / p)
-    if p > 1:  # the busier end stage: token and position tables on the first, final norm and
-        # head on the last (a tied head needs the token table there too, as Megatron copies it)
-        first = _embedding_count(arch)
-        last = n - arch.layers * n_layer - first + (arch.vocab * arch.hidden if arch.tied else 0)
-        n_stage = stage_layers * n_layer + max(first, last)
-        stage_shapes = {(n_stage,): 1}
-    else:
-        n_stage, stage_shapes = n, shapes
+    n_stage, stage_shapes = stage_parameters(arch, p)
     states = model_states(stage_shapes, zero, ranks, stack.optimizer, wd, stack.offload)
     P, G, O = states["parameter"], states["gradient"], states["optimizer"]
     masters_named = " + fp32 masters" if wd.master else ""
@@ -135,7 +128,7 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     if stack.micro_batches > 1 and p == 1:  # accumulating: a new sum exists before the old is freed
         largest = max(math.prod(s) for s in stage_shapes)
         buckets["gradient"] = max(buckets["gradient"], G + w * largest)
-    if kind == "zero-offload":  # a layer's gradients on their way to the host
+    if kind in ("zero-offload", "zero-offload-params"):  # a layer's gradients on their way to the host
         buckets["gradient"] += w * n_layer
         terms.append(("gradient", Term("one layer streamed to the host", f"{w}·n_layer", w * n_layer)))
     elif zero >= 2:  # one layer's full gradient and its flat copy while it is reduce-scattered
@@ -155,6 +148,23 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     return Breakdown(arch, batch, stack, mode, buckets, sum(top.values()), name, moments, host, terms)
 
 
+def stage_parameters(arch, stages=1):
+    """``(count, {shape: how many})`` of the parameters one pipeline stage holds: the whole model
+    with one stage; else ceil(L/p) layers and the busier end (token and position tables on the
+    first stage, final norm and head on the last: a tied head needs the token table there too,
+    as Megatron copies it), as one flat shape."""
+    arch = archs.get_arch(arch)
+    shapes = archs.shape_counts(arch)
+    n = parameter_total(shapes)
+    if stages == 1:
+        return n, shapes
+    n_layer = archs.layer_parameter_count(arch)
+    first = _embedding_count(arch)
+    last = n - arch.layers * n_layer - first + (arch.vocab * arch.hidden if arch.tied else 0)
+    n_stage = math.ceil(arch.layers / stages) * n_layer + max(first, last)
+    return n_stage, {(n_stage,): 1}
+
+
 def _moments(arch, batch, stack, mode, backend, P, G, O, masters, n_layer, stage_layers, shapes):
     """``{moment: {bucket: bytes}}``: the end of the last layer, the loss, the recomputation of
     the last checkpointed segment (for the first micro-batch, with no gradients yet, and for a
@@ -165,7 +175,7 @@ def _moments(arch, batch, stack, mode, backend, P, G, O, masters, n_layer, stage
     in_flight = pipeline_in_flight(0, p, stack.micro_batches, stack.schedule)
     compute = 4 if backend == "numpy" else None
     shards = stack.ranks if stack.zero >= 2 else 1  # ZeRO-2/3 reduce-scatter each layer's gradients
-    streamed = offload_kind(stack.offload) == "zero-offload"  # ZeRO-Offload sends them to the host
+    streamed = offload_kind(stack.offload) in ("zero-offload", "zero-offload-params")  # sent to the host
     moments = {}
     for later, m in [(False, sizes[0])] + ([(True, max(sizes[1:]))] if len(sizes) > 1 else []):
         act = activation_moments(arch, m, stack, mode, compute, batch, stage_layers)

@@ -38,6 +38,7 @@ GPT2_VOCAB = 50257
 ARCHS = {
     "gpt2": Arch("gpt2", 12, 768, 12, 1024, GPT2_VOCAB, tied=True),
     "gpt2-xl": Arch("gpt2-xl", 48, 1600, 25, 1024, GPT2_VOCAB, tied=True),
+    "gpt3-1.3b": Arch("gpt3-1.3b", 24, 2048, 16, 2048, GPT2_VOCAB, tied=True),
     "gpt3-2.7b": Arch("gpt3-2.7b", 32, 2560, 32, 2048, GPT2_VOCAB, tied=True),
     "gpt3-6.7b": Arch("gpt3-6.7b", 32, 4096, 32, 2048, GPT2_VOCAB, tied=True),
     "gpt3-13b": Arch("gpt3-13b", 40, 5120, 40, 2048, GPT2_VOCAB, tied=True),

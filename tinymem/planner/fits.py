@@ -29,7 +29,7 @@ host is shown (its numbers are what ZeRO-Offload needs) but not proposed.
 """
 from collections import namedtuple
 
-from . import analytic
+from . import analytic, conventions
 from . import architectures as archs
 from .analytic import Stack
 from .precision import width
@@ -116,7 +116,8 @@ def describe(stack):
     if stack.zero:
         parts.append(f"ZeRO-{stack.zero}")
     if stack.offload:
-        parts.append({"zero-offload": "ZeRO-Offload"}.get(offload_kind(stack.offload), "optimizer on the host"))
+        parts.append({"zero-offload": "ZeRO-Offload", "zero-offload-params": "ZeRO-Offload + parameters on the host"}
+                     .get(offload_kind(stack.offload), "optimizer on the host"))
     if stack.pipeline > 1:
         parts.append(f"{stack.schedule.upper()} pipeline x{stack.pipeline}")
     return ", ".join(parts)
@@ -152,13 +153,13 @@ def relative_time(arch, batch, stack, gpu_flops=GPU_FLOPS, utilization=UTILIZATI
     return seconds / plain
 
 
-def run(arch, batch, stack, mode="tinymem"):
+def run(arch, batch, stack, mode="tinymem", convention="tinymem"):
     """:func:`analytic.breakdown` with micro-batches of ``batch`` sequences (``stack.micro_batches``
-    of them per step)."""
-    return analytic.breakdown(arch, batch * stack.micro_batches, stack, mode)
+    of them per step), its model states counted by ``convention`` (:mod:`.conventions`)."""
+    return conventions.apply(analytic.breakdown(arch, batch * stack.micro_batches, stack, mode), convention)
 
 
-def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, stages=None):
+def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, stages=None, convention="tinymem"):
     """The fewest GPUs with which ``stack``'s peak fits ``gpu_memory`` (None when none up to
     ``limit`` does). Data-parallel stacks grow their ranks; pipeline stacks their stages
     (``stages``: grow the stages; default, when ``stack`` has more than one)."""
@@ -171,7 +172,7 @@ def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, s
             return False
         if grown.pipeline > 1:
             grown = grown._replace(micro_batches=max(grown.micro_batches, grown.pipeline))
-        return run(arch, batch, grown, mode).peak <= gpu_memory
+        return run(arch, batch, grown, mode, convention).peak <= gpu_memory
 
     if fits(1):
         return 1
@@ -185,7 +186,7 @@ def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, s
     return high
 
 
-def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=None):
+def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=None, convention="tinymem"):
     """The stacks of :func:`stacks` for ``arch`` on ``gpus`` GPUs of ``gpu_memory`` bytes, and
     the proposal: of all :func:`candidates`, the fitting one with the smallest time (or None).
     Returns ``(rows, proposal)``, both :class:`Row` (the proposal's fewest GPUs is ``gpus``)."""
@@ -196,15 +197,16 @@ def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=Non
     for name, stack in stacks(gpus, micro_batches):
         if stack.pipeline > arch.layers:
             continue
-        result = run(arch, batch, stack, mode)
+        result = run(arch, batch, stack, mode, convention)
         rows.append(Row(name, stack, result, result.peak <= gpu_memory,
-                        fewest_gpus(arch, batch, stack, gpu_memory, mode, stages=name in PIPELINES),
+                        fewest_gpus(arch, batch, stack, gpu_memory, mode, stages=name in PIPELINES,
+                                    convention=convention),
                         relative_time(arch, batch, stack), refusal(stack)))
     best = None
     for stack in candidates(gpus, micro_batches):
         if stack.pipeline > arch.layers or refusal(stack):
             continue
-        result = run(arch, batch, stack, mode)
+        result = run(arch, batch, stack, mode, convention)
         if result.peak <= gpu_memory:
             row = Row(describe(stack), stack, result, True, gpus, relative_time(arch, batch, stack))
             if best is None or row.time < best.time:

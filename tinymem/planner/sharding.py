@@ -109,14 +109,17 @@ def offload_kind(offload):
     """None, "optimizer" (tinymem's ``offload_optimizer``: state and an fp32 master on the
     host, gradients made and kept on the device until the step) or "zero-offload" (ZeRO-Offload,
     Ren et al. 2021: each layer's gradients stream to the host as backward makes them; fp32
-    gradients, masters and state live there, and the update runs on the CPU)."""
+    gradients, masters and state live there, and the update runs on the CPU) or
+    "zero-offload-params" (ZeRO-3's ``offload_param`` as well: the half weights wait on the host
+    too, and each layer is fetched while it computes)."""
     if offload is False or offload is None:
         return None
     if offload is True or offload == "optimizer":
         return "optimizer"
-    if offload == "zero-offload":
+    if offload in ("zero-offload", "zero-offload-params"):
         return offload
-    raise ValueError(f"unknown offload {offload!r}; choose False, 'optimizer' (or True) or 'zero-offload'")
+    raise ValueError(f"unknown offload {offload!r}; choose False, 'optimizer' (or True), 'zero-offload' "
+                     "or 'zero-offload-params'")
 
 
 def model_states(params, stage=0, ranks=1, optimizer="adam", precision="mixed", offload=False, units=None):
@@ -150,9 +153,13 @@ def model_states(params, stage=0, ranks=1, optimizer="adam", precision="mixed", 
     out = {k: int(v) if float(v).is_integer() else v for k, v in out.items()}
     if kind == "optimizer":
         out["host"], out["optimizer"] = out["optimizer"], 0
-    elif kind == "zero-offload":  # fp32 gradients, and an fp32 master of every weight, on the host
+    elif kind is not None:  # fp32 gradients, and an fp32 master of every weight, on the host
         extra = divide(4 * n + (0 if width.master else 4 * n), ranks if stage >= 1 else 1)
         out["host"], out["optimizer"], out["gradient"] = out["optimizer"] + extra, 0, 0
+        if kind == "zero-offload-params":
+            if stage != 3:
+                raise ValueError(f"offloading the parameters is ZeRO-3's offload_param: stage 3, got stage {stage}")
+            out["host"], out["parameter"] = out["host"] + out["parameter"], 0
     return out
 
 

@@ -1,0 +1,83 @@
+"""``tinymem plan --arch ...``: the closed form on the command line (its own flags, the table of
+stacks, ``--explain``'s term-by-term account), registered by :mod:`tinymem.cli`."""
+import sys
+
+from ..memory import parse_bytes
+from . import architectures, conventions, fits
+
+
+def add_arguments(parser):
+    """The closed form's flags beyond the sizes (``tinymem.cli`` adds those)."""
+    parser.add_argument("--convention", default="tinymem", choices=conventions.CONVENTIONS,
+                        help="closed form: count model states as tinymem holds them (default), as DeepSpeed's "
+                        "estimators do, or as the ZeRO paper does")
+    parser.add_argument("--explain", action="store_true",
+                        help="closed form: the proposal term by term (bytes per parameter, divided by, GB per GPU)")
+
+
+def arch_from(args):
+    """The :class:`~.architectures.Arch` the flags name (``--arch``, or explicit sizes)."""
+    if args.arch:
+        arch = architectures.get_arch(args.arch)
+        if args.ffn is not None:
+            raise ValueError("--ffn sets an explicit architecture's MLP width; with --arch the width is the architecture's")
+        return architectures.check(arch._replace(seq=args.seq)) if args.seq is not None else arch
+    missing = [f"--{n}" for n in ("layers", "hidden", "heads", "seq", "vocab") if getattr(args, n) is None]
+    if missing:
+        raise ValueError(f"explicit sizes need {', '.join(missing)} too")
+    return architectures.custom(args.layers, args.hidden, args.heads, args.seq, args.vocab, args.ffn)
+
+
+def plan_arch(args, print_table):
+    """The closed form at any size: bytes per bucket per stack, the fewest GPUs, the time cost."""
+    try:
+        arch = arch_from(args)
+        memory = parse_bytes(args.gpu_memory)
+        batch = 1 if args.batch is None else args.batch
+        if batch < 1 or (args.micro_batches is not None and args.micro_batches < 1):
+            raise ValueError(f"--batch and --micro-batches must be >= 1, got {batch} and {args.micro_batches}")
+        rows, proposal = fits.plan_arch(arch, args.gpus, memory, batch, args.mode, args.micro_batches,
+                                        args.convention)
+    except ValueError as exc:
+        print(f"tinymem plan: {exc}", file=sys.stderr)
+        return 2
+    print(f"per GPU, micro-batch of {batch} sequence(s) of {arch.seq} tokens, mode {args.mode}, convention "
+          f"{args.convention} (GB = 10^9 B; fewest GPUs: data-parallel ranks, or pipeline stages for the pipeline rows)")
+    print_table(fits.table(rows, args.gpus, memory))
+    print(fits.summary(arch, rows, proposal, args.gpus, memory))
+    if args.explain:
+        chosen = proposal or min((r for r in rows if r.fewest_gpus is not None),
+                                 key=lambda r: (r.fewest_gpus, r.time), default=None)
+        if chosen is not None:
+            print()
+            for line in explain(arch, chosen, args.convention, print_table):
+                print(line)
+    return 0 if proposal is not None else 1
+
+
+def explain(arch, row, convention, print_table):
+    """Print ``row``'s model states term by term under ``convention``, then the other terms of
+    its peak; returns the closing lines (the same stack in the other conventions)."""
+    stack = row.stack
+    print(f"== --explain: {fits.describe(stack)}; {stack.ranks} data-parallel rank(s) x {stack.pipeline} pipeline "
+          f"stage(s); convention {convention} (bytes per parameter; GB = 10^9 B per GPU)")
+    parameters = fits.analytic.stage_parameters(arch, stack.pipeline)
+    table = conventions.rows(arch, stack, convention, parameters)
+    n_layer, big = architectures.layer_parameter_count(arch), architectures.largest_module(arch)
+    counts = {parameters[0]: "n", n_layer: "n_layer", big: "n_big"}
+    out = [{"term": r.term, "bucket": r.bucket, "B/param": f"{r.per_parameter:.3g}", "divided by": r.divisor,
+            "of": counts.get(r.count, r.count), "GB": f"{conventions.row_bytes(r) / 1e9:.2f}", "where": r.place}
+           for r in table]
+    b = row.breakdown.buckets
+    for bucket in ("activation", "workspace"):
+        out.append({"term": f"{bucket}s (the bucket's own peak)", "bucket": bucket, "B/param": "-",
+                    "divided by": "-", "of": "-", "GB": f"{b[bucket] / 1e9:.2f}", "where": "device"})
+    print_table(out)
+    lines = [f"n = {parameters[0]:,} parameters per data-parallel group; peak {row.breakdown.peak / 1e9:.2f} GB "
+             f"at '{row.breakdown.moment}', host {row.breakdown.host / 1e9:.1f} GB per GPU"]
+    others = []
+    for other in conventions.CONVENTIONS:
+        states = conventions.device_bytes(conventions.rows(arch, stack, other, parameters))
+        others.append(f"{other} {states / 1e9:.2f} GB")
+    lines.append("model states of this stack per GPU, the sum of the device rows, by convention: " + ", ".join(others))
+    return lines
