@@ -9,7 +9,7 @@ With n parameters (the largest one n_max), N ranks, w = 4 bytes in fp32 and 2 in
                 + w·n_max with k > 1 micro-batches (the sum is a new array before the old goes)
                 + 4·n of fp32 master gradients during the step of a half model (tinymem's
                   ``MasterOptimizer``; ZeRO-1/2/3: 4·n/N, a rank upcasts its own shard only;
-                  mode "korthikanti" follows the ZeRO paper's 2 bytes)
+                  the ZeRO paper counts none: convention "zero-paper", :mod:`.conventions`)
                 ZeRO-Offload: one layer's gradients on their way to the host, w·n_layer
     optimizer   the optimizer's state by its own formula (``optim.table``: Adam 8·n, SGD
                 momentum 4·n, Adam8bit ~2·n, Adafactor 4·(rows + columns) per matrix)
@@ -50,8 +50,8 @@ __all__ = ["Stack", "Breakdown", "breakdown", "model_states", "PRECISIONS", "act
            "scratch_bytes", "SCRATCH"]
 
 Stack = namedtuple("Stack", "precision optimizer recompute attention storage zero ranks pipeline "
-                            "schedule micro_batches offload")
-Stack.__new__.__defaults__ = ("fp32", "Adam", "none", "plain", None, 0, 1, 1, "1f1b", 1, False)
+                            "schedule micro_batches offload tensor sequence_parallel")
+Stack.__new__.__defaults__ = ("fp32", "Adam", "none", "plain", None, 0, 1, 1, "1f1b", 1, False, 1, False)
 Stack.__doc__ = """One way to train: ``precision`` fp32 | fp16 | bf16 (half weights, gradients and
 saved tensors, fp32 masters) | bf16-pure (no masters; :mod:`.precision`); ``optimizer`` a label of ``optim.table.CONFIGS``; ``recompute``
 none | selective | full | sqrt; ``attention`` plain | chunked; ``storage`` of saved tensors (None:
@@ -59,7 +59,10 @@ the precision's; int8); ``zero`` stage 0-3 over ``ranks`` data-parallel ranks; `
 stages with ``schedule`` gpipe | 1f1b; ``micro_batches`` per step (accumulated, or fed to the
 pipeline); ``offload``: False, "optimizer" (True: tinymem's ``offload_optimizer``, the state
 and masters on the host), "zero-offload" (the gradients stream there too) or
-"zero-offload-params" (ZeRO-3 only: the half weights wait there as well)."""
+"zero-offload-params" (ZeRO-3 only: the half weights wait there as well); ``tensor`` t
+tensor-parallel ranks (Megatron: each layer's matrices split t ways) with ``sequence_parallel``
+(the norms' and dropouts' activations split too). A GPU holds 1/(t·p) of the model; ``ranks``
+data-parallel copies of that make ranks·t·p GPUs in all."""
 
 Breakdown = namedtuple("Breakdown", "arch batch stack mode buckets peak moment moments host terms")
 Breakdown.__doc__ = """``buckets``: each bucket's peak per device (bytes); ``peak``: the largest
@@ -80,17 +83,20 @@ def _check_stack(stack):
         raise ValueError(f"unknown recompute {stack.recompute!r}; choose one of {', '.join(SCHEDULES)}")
     if stack.schedule not in ("gpipe", "1f1b"):
         raise ValueError(f"unknown pipeline schedule {stack.schedule!r}; choose gpipe or 1f1b")
-    for field in ("pipeline", "ranks", "micro_batches"):  # 2.5 ranks gave a number
+    for field in ("pipeline", "ranks", "micro_batches", "tensor"):  # 2.5 ranks gave a number
         positive_int(f"Stack.{field}", getattr(stack, field))
+    if stack.sequence_parallel and stack.tensor == 1:
+        raise ValueError("sequence parallelism splits activations over the tensor-parallel ranks: "
+                         "give Stack.tensor > 1 with it")
 
 
 def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     """The step's memory per device for ``arch`` trained with ``stack`` on ``batch`` sequences
     per data-parallel rank (split into ``stack.micro_batches``); a :class:`Breakdown`.
 
-    ``mode``: "tinymem" counts what tinymem's Transformer saves and tinymem's mixed precision
-    (fp32 master gradients during the step); "korthikanti" counts activations as Korthikanti
-    et al. and model states as the ZeRO paper. ``backend``: "gpu" computes in the precision's
+    ``mode``: "tinymem" counts what tinymem's Transformer saves; "korthikanti" counts
+    activations as Korthikanti et al. (model states are tinymem's in both: the ZeRO paper's and
+    DeepSpeed's counts are :mod:`.conventions`). ``backend``: "gpu" computes in the precision's
     dtype; "numpy" (tinymem on the CPU) computes in fp32, so checkpointed inputs are 4 bytes a
     value and a half layer upcasts its weights while it runs.
     """
@@ -99,13 +105,17 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     positive_int("batch", batch)
     if stack.pipeline > arch.layers:
         raise ValueError(f"{stack.pipeline} pipeline stages for {arch.layers} layers: each stage needs at least one")
+    kv = archs.kv_heads(arch)
+    if arch.heads % stack.tensor or (kv % stack.tensor and stack.tensor % kv):
+        raise ValueError(f"{stack.tensor} tensor-parallel ranks do not split {arch.name}'s {arch.heads} heads "
+                         f"({archs.kv_heads(arch)} kv heads) evenly")
     wd = width(stack.precision)
     w, kind = wd.weight, offload_kind(stack.offload)
     shapes = archs.shape_counts(arch)
-    n_layer = archs.layer_parameter_count(arch)
-    p, ranks, zero = stack.pipeline, stack.ranks, stack.zero
+    p, ranks, zero, t = stack.pipeline, stack.ranks, stack.zero, stack.tensor
+    n_layer = archs.layer_parameter_count(arch) / t if t > 1 else archs.layer_parameter_count(arch)
     stage_layers = math.ceil(arch.layers / p)
-    n_stage, stage_shapes = stage_parameters(arch, p)
+    n_stage, stage_shapes = stage_parameters(arch, p, t)
     states = model_states(stage_shapes, zero, ranks, stack.optimizer, wd, stack.offload)
     P, G, O = states["parameter"], states["gradient"], states["optimizer"]
     masters_named = " + fp32 masters" if wd.master else ""
@@ -118,15 +128,15 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     # The fp32 gradients the update reads: each rank needs its own shard's only, from ZeRO-1 on
     # (a stage-1 rank reduces the half gradients and upcasts its shard); on the host when offloaded.
     masters = (divide(wd.master_gradient * n_stage, ranks if zero >= 1 else 1)
-               if wd.master_gradient and mode == "tinymem" and kind is None else 0)
+               if wd.master_gradient and kind is None else 0)
     if masters:
         terms.append(("gradient", Term("fp32 master gradients (step)", f"{wd.master_gradient}·n", masters)))
-    moments = _moments(arch, batch, stack, mode, backend, P, G, O, masters, n_layer, stage_layers, shapes)
+    moments = _moments(arch, batch, stack, mode, backend, P, G, O, masters, stage_layers, shapes)
     buckets = {b: max(mo[b] for mo in moments.values()) for b in BUCKETS}
     attention = attention_backward(arch, max(micro_batch_sizes(batch, stack.micro_batches)), batch, stack, backend)
     buckets["workspace"] = max(buckets["workspace"], attention)
     if stack.micro_batches > 1 and p == 1:  # accumulating: a new sum exists before the old is freed
-        largest = max(math.prod(s) for s in stage_shapes)
+        largest = max(math.prod(s) for s in stage_shapes)  # (with t > 1: the flat shard, an upper bound)
         buckets["gradient"] = max(buckets["gradient"], G + w * largest)
     if kind in ("zero-offload", "zero-offload-params"):  # a layer's gradients on their way to the host
         buckets["gradient"] += w * n_layer
@@ -148,14 +158,18 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     return Breakdown(arch, batch, stack, mode, buckets, sum(top.values()), name, moments, host, terms)
 
 
-def stage_parameters(arch, stages=1):
+def stage_parameters(arch, stages=1, tensor=1):
     """``(count, {shape: how many})`` of the parameters one pipeline stage holds: the whole model
     with one stage; else ceil(L/p) layers and the busier end (token and position tables on the
     first stage, final norm and head on the last: a tied head needs the token table there too,
-    as Megatron copies it), as one flat shape."""
+    as Megatron copies it), as one flat shape; with ``tensor`` t ranks, 1/t of it (a flat
+    shard: Megatron splits every matrix, and the norms' few values are counted split too)."""
     arch = archs.get_arch(arch)
     shapes = archs.shape_counts(arch)
     n = parameter_total(shapes)
+    if tensor > 1:
+        n_stage = stage_parameters(arch, stages)[0]
+        return n_stage / tensor, {(math.ceil(n_stage / tensor),): 1}
     if stages == 1:
         return n, shapes
     n_layer = archs.layer_parameter_count(arch)
@@ -165,12 +179,12 @@ def stage_parameters(arch, stages=1):
     return n_stage, {(n_stage,): 1}
 
 
-def _moments(arch, batch, stack, mode, backend, P, G, O, masters, n_layer, stage_layers, shapes):
+def _moments(arch, batch, stack, mode, backend, P, G, O, masters, stage_layers, shapes):
     """``{moment: {bucket: bytes}}``: the end of the last layer, the loss, the recomputation of
     the last checkpointed segment (for the first micro-batch, with no gradients yet, and for a
     later one), and the optimizer step."""
     p, wd = stack.pipeline, width(stack.precision)
-    w = wd.weight
+    w, n_layer = wd.weight, archs.layer_parameter_count(arch)
     sizes = micro_batch_sizes(batch, stack.micro_batches)
     in_flight = pipeline_in_flight(0, p, stack.micro_batches, stack.schedule)
     compute = 4 if backend == "numpy" else None
@@ -198,7 +212,7 @@ def _moments(arch, batch, stack, mode, backend, P, G, O, masters, n_layer, stage
             head_side = parameter_total(shapes) - n_layer * arch.layers - _embedding_count(arch)
             flowing = 4 * compute_bytes(stack, backend) * m * arch.seq * arch.hidden + 8 * batch * arch.seq + 8
             for j, where in ((kept - 1, "last"), (0, "first")):
-                done = head_side + n_layer * (last + (kept - 1 - j) * size)
+                done = (head_side + n_layer * (last + (kept - 1 - j) * size)) / stack.tensor
                 moments[f"recompute ({where} segment){suffix}"] = dict(
                     parameter=P, gradient=g if (later or p > 1 or streamed) else divide(w * done, shards), optimizer=O,
                     activation=waiting + total(act["recompute"]) - (kept - 1 - j) * per_input,

@@ -13,6 +13,15 @@ def add_arguments(parser):
                         "estimators do, or as the ZeRO paper does")
     parser.add_argument("--explain", action="store_true",
                         help="closed form: the proposal term by term (bytes per parameter, divided by, GB per GPU)")
+    layout = parser.add_argument_group("one 3D layout (closed form; t x p x d GPUs, bf16, Megatron's way)")
+    layout.add_argument("--tensor-parallel", type=int, default=None, metavar="T", help="tensor-parallel ranks")
+    layout.add_argument("--pipeline", type=int, default=None, metavar="P", help="pipeline stages (1F1B)")
+    layout.add_argument("--data-parallel", type=int, default=None, metavar="D", help="data-parallel copies")
+    layout.add_argument("--sequence-parallel", action="store_true", help="split the rest of the activations too")
+    layout.add_argument("--recompute", default="selective", choices=("none", "selective", "full"),
+                        help="recomputation of the layout (default selective)")
+    layout.add_argument("--zero", type=int, default=1, choices=(0, 1, 2, 3),
+                        help="ZeRO stage over the data-parallel copies (default 1, Megatron's distributed optimizer)")
 
 
 def arch_from(args):
@@ -28,8 +37,18 @@ def arch_from(args):
     return architectures.custom(args.layers, args.hidden, args.heads, args.seq, args.vocab, args.ffn)
 
 
+def layout_stack(args):
+    """The :class:`~.analytic.Stack` of ``--tensor-parallel/--pipeline/--data-parallel``."""
+    t, p, d = (1 if v is None else v for v in (args.tensor_parallel, args.pipeline, args.data_parallel))
+    return fits.Stack("bf16", "Adam", args.recompute, zero=args.zero, ranks=d, pipeline=p, tensor=t,
+                      sequence_parallel=args.sequence_parallel,
+                      micro_batches=args.micro_batches or (4 * p if p > 1 else 1))
+
+
 def plan_arch(args, print_table):
     """The closed form at any size: bytes per bucket per stack, the fewest GPUs, the time cost."""
+    if any(v is not None for v in (args.tensor_parallel, args.pipeline, args.data_parallel)) or args.sequence_parallel:
+        return plan_layout(args, print_table)
     try:
         arch = arch_from(args)
         memory = parse_bytes(args.gpu_memory)
@@ -59,11 +78,12 @@ def explain(arch, row, convention, print_table):
     """Print ``row``'s model states term by term under ``convention``, then the other terms of
     its peak; returns the closing lines (the same stack in the other conventions)."""
     stack = row.stack
-    print(f"== --explain: {fits.describe(stack)}; {stack.ranks} data-parallel rank(s) x {stack.pipeline} pipeline "
-          f"stage(s); convention {convention} (bytes per parameter; GB = 10^9 B per GPU)")
-    parameters = fits.analytic.stage_parameters(arch, stack.pipeline)
+    print(f"== --explain: {fits.describe(stack)}; t={stack.tensor} x p={stack.pipeline} x d={stack.ranks} GPUs; "
+          f"convention {convention} (bytes per parameter; GB = 10^9 B per GPU)")
+    parameters = fits.analytic.stage_parameters(arch, stack.pipeline, stack.tensor)
     table = conventions.rows(arch, stack, convention, parameters)
-    n_layer, big = architectures.layer_parameter_count(arch), architectures.largest_module(arch)
+    n_layer = architectures.layer_parameter_count(arch) / stack.tensor
+    big = architectures.largest_module(arch) / stack.tensor
     counts = {parameters[0]: "n", n_layer: "n_layer", big: "n_big"}
     out = [{"term": r.term, "bucket": r.bucket, "B/param": f"{r.per_parameter:.3g}", "divided by": r.divisor,
             "of": counts.get(r.count, r.count), "GB": f"{conventions.row_bytes(r) / 1e9:.2f}", "where": r.place}
@@ -73,7 +93,7 @@ def explain(arch, row, convention, print_table):
         out.append({"term": f"{bucket}s (the bucket's own peak)", "bucket": bucket, "B/param": "-",
                     "divided by": "-", "of": "-", "GB": f"{b[bucket] / 1e9:.2f}", "where": "device"})
     print_table(out)
-    lines = [f"n = {parameters[0]:,} parameters per data-parallel group; peak {row.breakdown.peak / 1e9:.2f} GB "
+    lines = [f"n = {parameters[0]:,.0f} parameters per GPU's share of the model; peak {row.breakdown.peak / 1e9:.2f} GB "
              f"at '{row.breakdown.moment}', host {row.breakdown.host / 1e9:.1f} GB per GPU"]
     others = []
     for other in conventions.CONVENTIONS:
@@ -81,3 +101,27 @@ def explain(arch, row, convention, print_table):
         others.append(f"{other} {states / 1e9:.2f} GB")
     lines.append("model states of this stack per GPU, the sum of the device rows, by convention: " + ", ".join(others))
     return lines
+
+
+def plan_layout(args, print_table):
+    """One 3D layout: its buckets per GPU, whether it fits, and its terms."""
+    try:
+        arch = arch_from(args)
+        memory = parse_bytes(args.gpu_memory)
+        stack = layout_stack(args)
+        batch = 1 if args.batch is None else args.batch
+        result = fits.run(arch, batch, stack, args.mode, args.convention)
+    except ValueError as exc:
+        print(f"tinymem plan: {exc}", file=sys.stderr)
+        return 2
+    gpus = stack.tensor * stack.pipeline * stack.ranks
+    row = fits.Row(fits.describe(stack), stack, result, result.peak <= memory, None,
+                   fits.relative_time(arch, batch, stack), fits.refusal(stack))
+    print(f"{architectures.describe(arch)}\none layout on {gpus} GPUs (t={stack.tensor} x p={stack.pipeline} x "
+          f"d={stack.ranks}), micro-batch of {batch} sequence(s), mode {args.mode}, convention {args.convention}; "
+          "activations of tensor-parallel layers as Korthikanti et al. count them")
+    print_table(fits.table([row], gpus, memory))
+    print()
+    for line in explain(arch, row, args.convention, print_table):
+        print(line)
+    return 0 if row.fits else 1

@@ -52,7 +52,7 @@ def rows(arch, stack, convention="tinymem", parameters=None):
     w = wd.weight
     state = optimizer_bytes(stack.optimizer, shapes, wd.state) / n if n else 0
     label = optimizer_label(stack.optimizer)
-    n_layer = archs.layer_parameter_count(arch)
+    n_layer = archs.layer_parameter_count(arch) / stack.tensor
     host = "host" if kind else "device"
     if convention == "zero-paper":
         out = [Row("weights", "parameter", w, N if zero >= 3 else 1, n, "device"),
@@ -69,7 +69,7 @@ def rows(arch, stack, convention="tinymem", parameters=None):
                Row(f"{label} state", "optimizer", state, shard, n, host),
                Row("fp32 gradients", "gradient", 4, shard, n, host)]
         if zero >= 3:
-            big = archs.largest_module(arch)
+            big = archs.largest_module(arch) / stack.tensor
             out += [Row("largest module's weights, gathered", "parameter", w, 1, big, "device"),
                     Row("largest module's gradients", "gradient", w, 1, big, "device")]
         return out
@@ -123,7 +123,8 @@ def apply(result, convention):
     breakdown itself."""
     if convention == "tinymem":
         return result
-    table = rows(result.arch, result.stack, convention, stage_parameters(result.arch, result.stack.pipeline))
+    stack = result.stack
+    table = rows(result.arch, stack, convention, stage_parameters(result.arch, stack.pipeline, stack.tensor))
     states = totals(table)
     buckets = dict(result.buckets, **{b: states[b] for b in ("parameter", "gradient", "optimizer")})
     moment = f"{convention} model states + the activation and workspace peaks"

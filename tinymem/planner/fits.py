@@ -29,7 +29,7 @@ host is shown (its numbers are what ZeRO-Offload needs) but not proposed.
 """
 from collections import namedtuple
 
-from . import analytic, conventions
+from . import analytic, conventions, parallel
 from . import architectures as archs
 from .analytic import Stack
 from .precision import width
@@ -73,6 +73,10 @@ def stacks(gpus, micro_batches=None):
                 full._replace(precision="bf16-pure", optimizer="Adam8bit")))
     out.append((PIPELINES[0], full._replace(ranks=1, pipeline=gpus, micro_batches=m)))
     out.append((PIPELINES[1], out[-1][1]._replace(storage="int8")))
+    if gpus % parallel.MAX_TENSOR == 0:
+        t = parallel.MAX_TENSOR
+        out.append((f"bf16 + selective, tensor x{t} + sequence parallel, ZeRO-1",
+                    Stack("bf16", recompute="selective", zero=1, ranks=gpus // t, tensor=t, sequence_parallel=True)))
     return out
 
 
@@ -104,6 +108,20 @@ def candidates(gpus, micro_batches=None):
     return out
 
 
+def layouts_3d(arch, gpus, micro_batches=None):
+    """Megatron's 3D layouts over ``gpus`` (:func:`.parallel.layouts`, pure data parallel left
+    out): bf16, ZeRO-1 over the data-parallel copies, selective or full recompute, sequence
+    parallelism with tensor parallelism, 4·p micro-batches on a pipeline."""
+    out = []
+    for t, p, d in parallel.layouts(arch, gpus):
+        if t == p == 1:
+            continue
+        for recompute in ("selective", "full"):
+            out.append(Stack("bf16", "Adam", recompute, zero=1, ranks=d, pipeline=p, tensor=t, sequence_parallel=t > 1,
+                             micro_batches=(micro_batches or 4 * p) if p > 1 else 1))
+    return out
+
+
 def describe(stack):
     """A short name: ``bf16, selective recompute, ZeRO-2, optimizer on the host``."""
     parts = ["pure bf16 (no masters)" if stack.precision == "bf16-pure" else stack.precision]
@@ -118,8 +136,12 @@ def describe(stack):
     if stack.offload:
         parts.append({"zero-offload": "ZeRO-Offload", "zero-offload-params": "ZeRO-Offload + parameters on the host"}
                      .get(offload_kind(stack.offload), "optimizer on the host"))
+    if stack.tensor > 1:
+        parts.append(f"tensor x{stack.tensor}" + (" + sequence parallel" if stack.sequence_parallel else ""))
     if stack.pipeline > 1:
         parts.append(f"{stack.schedule.upper()} pipeline x{stack.pipeline}")
+    if stack.tensor > 1 or stack.pipeline > 1:
+        parts.append(f"data x{stack.ranks}")
     return ", ".join(parts)
 
 
@@ -161,8 +183,9 @@ def run(arch, batch, stack, mode="tinymem", convention="tinymem"):
 
 def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, stages=None, convention="tinymem"):
     """The fewest GPUs with which ``stack``'s peak fits ``gpu_memory`` (None when none up to
-    ``limit`` does). Data-parallel stacks grow their ranks; pipeline stacks their stages
-    (``stages``: grow the stages; default, when ``stack`` has more than one)."""
+    ``limit`` does). Data-parallel stacks grow their ranks (a copy is t·p GPUs with tensor or
+    pipeline parallelism); pipeline stacks their stages (``stages``: grow the stages; default,
+    when ``stack`` has more than one)."""
     arch = archs.get_arch(arch)
     stages = stack.pipeline > 1 if stages is None else stages
 
@@ -174,8 +197,9 @@ def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, s
             grown = grown._replace(micro_batches=max(grown.micro_batches, grown.pipeline))
         return run(arch, batch, grown, mode, convention).peak <= gpu_memory
 
+    scale = 1 if stages else stack.tensor * stack.pipeline  # GPUs per data-parallel copy
     if fits(1):
-        return 1
+        return scale
     top = min(limit, arch.layers) if stages else limit
     if not fits(top):
         return None
@@ -183,7 +207,7 @@ def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, s
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (low, mid) if fits(mid) else (mid, high)
-    return high
+    return high * scale
 
 
 def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=None, convention="tinymem"):
@@ -195,7 +219,7 @@ def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=Non
         raise ValueError(f"--gpus must be at least 1, got {gpus}")
     rows = []
     for name, stack in stacks(gpus, micro_batches):
-        if stack.pipeline > arch.layers:
+        if stack.pipeline > arch.layers or not parallel.splits(arch, stack.tensor):
             continue
         result = run(arch, batch, stack, mode, convention)
         rows.append(Row(name, stack, result, result.peak <= gpu_memory,
@@ -203,7 +227,7 @@ def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=Non
                                     convention=convention),
                         relative_time(arch, batch, stack), refusal(stack)))
     best = None
-    for stack in candidates(gpus, micro_batches):
+    for stack in candidates(gpus, micro_batches) + layouts_3d(arch, gpus, micro_batches):
         if stack.pipeline > arch.layers or refusal(stack):
             continue
         result = run(arch, batch, stack, mode, convention)

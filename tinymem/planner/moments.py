@@ -68,12 +68,18 @@ def activation_moments(arch, batch, stack, mode="tinymem", compute=None, held=No
     ``layers`` layers (default: all): ``"last layer"`` (its output just computed), ``"forward
     end"`` (the loss computed) and ``"recompute"`` (the last checkpointed segment recomputed in
     backward; empty without checkpoints), and what a micro-batch keeps while it ``"waiting"``
-    for its backward on a pipeline stage. Returns ``{moment: [Term]}``."""
+    for its backward on a pipeline stage. Returns ``{moment: [Term]}``. With tensor parallelism
+    (``stack.tensor`` > 1) the layers are counted as Korthikanti et al. count Megatron's, split
+    over the tensor-parallel ranks (and with ``sequence_parallel`` the rest too), whatever the
+    mode: tinymem has no tensor-parallel layers to count."""
     arch = archs.get_arch(arch)
     layers = arch.layers if layers is None else layers
     storage = storage_of(stack)
     per_layer = "selective" if stack.recompute == "selective" else "none"
+    if stack.tensor > 1:  # tensor-parallel layers are Megatron's: their saved tensors as Korthikanti et al. count
+        mode = "korthikanti"
     options = dict(mode=mode, attention=stack.attention, storage="fp16" if mode == "korthikanti" else storage,
+                   tensor_parallel=stack.tensor, sequence_parallel=stack.sequence_parallel,
                    ffn=archs.ffn(arch), mlp=arch.mlp, norm=arch.norm, dropout=arch.dropout,
                    kv_heads=archs.kv_heads(arch), experts=arch.experts, top_k=arch.top_k)
     layer = total(layer_terms(arch.seq, batch, arch.hidden, arch.heads, recompute=per_layer, **options))
