@@ -3,7 +3,10 @@ stacks, ``--explain``'s term-by-term account), registered by :mod:`tinymem.cli`.
 import sys
 
 from ..memory import parse_bytes
-from . import architectures, conventions, fits
+from . import architectures, conventions, fits, inference
+
+CUDA_CONTEXT = "0.5GB"  # the CUDA context, cuBLAS and cuDNN handles of a PyTorch process
+FRAGMENTATION = 0.05    # the caching allocator's blocks that are free but too small to reuse
 
 
 def add_arguments(parser):
@@ -13,6 +16,17 @@ def add_arguments(parser):
                         "estimators do, or as the ZeRO paper does")
     parser.add_argument("--explain", action="store_true",
                         help="closed form: the proposal term by term (bytes per parameter, divided by, GB per GPU)")
+    parser.add_argument("--cuda-context", default=CUDA_CONTEXT, metavar="BYTES",
+                        help=f"closed form: memory a GPU process holds before any tensor (default {CUDA_CONTEXT})")
+    parser.add_argument("--fragmentation", type=float, default=FRAGMENTATION, metavar="FRACTION",
+                        help=f"closed form: allowance for the allocator's fragmentation, a fraction of the "
+                        f"peak (default {FRAGMENTATION})")
+    infer = parser.add_argument_group("inference (closed form: --inference --arch NAME)")
+    infer.add_argument("--inference", action="store_true", help="weights, KV cache and workspace of generation")
+    infer.add_argument("--context", type=int, default=None, help="tokens of context per sequence (default: the arch's)")
+    infer.add_argument("--weights", default="bf16", choices=tuple(inference.WEIGHT_BYTES),
+                       help="storage of the weights (default bf16)")
+    infer.add_argument("--kv-cache", default="bf16", choices=("bf16", "int8"), help="storage of the KV cache")
     layout = parser.add_argument_group("one 3D layout (closed form; t x p x d GPUs, bf16, Megatron's way)")
     layout.add_argument("--tensor-parallel", type=int, default=None, metavar="T", help="tensor-parallel ranks")
     layout.add_argument("--pipeline", type=int, default=None, metavar="P", help="pipeline stages (1F1B)")
@@ -45,8 +59,36 @@ def layout_stack(args):
                       micro_batches=args.micro_batches or (4 * p if p > 1 else 1))
 
 
+def allowance(args):
+    """``(context bytes, fragmentation fraction, usable)``: what the step's peak may reach of the
+    GPU's memory once the CUDA context and fragmentation are set aside."""
+    context, fraction = parse_bytes(args.cuda_context), args.fragmentation
+    if not 0 <= fraction < 1:
+        raise ValueError(f"--fragmentation is a fraction of the peak in [0, 1), got {fraction}")
+    memory = parse_bytes(args.gpu_memory)
+    if context >= memory:
+        raise ValueError(f"--cuda-context ({args.cuda_context}) leaves nothing of --gpu-memory ({args.gpu_memory})")
+    return context, fraction, (memory - context) / (1 + fraction)
+
+
+def overhead_line(args, usable):
+    context, fraction, _ = allowance(args)
+    return (f"allowance: CUDA context {context / 1e9:.2f} GB (--cuda-context) + fragmentation {fraction:.0%} of "
+            f"the peak (--fragmentation): a step may peak at {usable / 1e9:.1f} of {args.gpu_memory} per GPU")
+
+
+def assumptions_line():
+    flops = fits.GPU_FLOPS
+    return (f"time x: step time over plain fp32 training's, modelled for an A100: {flops['fp32'] / 1e12:.0f} "
+            f"TFLOP/s TF32, {flops['half'] / 1e12:.0f} TFLOP/s bf16 (so bf16 is x0.50: an A100 ratio; an H100 "
+            f"differs), {fits.UTILIZATION:.0%} utilization, PCIe {fits.PCIE / 1e9:.0f} GB/s and host memory "
+            f"{fits.HOST_BANDWIDTH / 1e9:.0f} GB/s for ZeRO-Offload; communication not modelled")
+
+
 def plan_arch(args, print_table):
     """The closed form at any size: bytes per bucket per stack, the fewest GPUs, the time cost."""
+    if args.inference:
+        return plan_inference(args, print_table)
     if any(v is not None for v in (args.tensor_parallel, args.pipeline, args.data_parallel)) or args.sequence_parallel:
         return plan_layout(args, print_table)
     try:
@@ -55,7 +97,8 @@ def plan_arch(args, print_table):
         batch = 1 if args.batch is None else args.batch
         if batch < 1 or (args.micro_batches is not None and args.micro_batches < 1):
             raise ValueError(f"--batch and --micro-batches must be >= 1, got {batch} and {args.micro_batches}")
-        rows, proposal = fits.plan_arch(arch, args.gpus, memory, batch, args.mode, args.micro_batches,
+        usable = allowance(args)[2]
+        rows, proposal = fits.plan_arch(arch, args.gpus, usable, batch, args.mode, args.micro_batches,
                                         args.convention)
     except ValueError as exc:
         print(f"tinymem plan: {exc}", file=sys.stderr)
@@ -63,6 +106,8 @@ def plan_arch(args, print_table):
     print(f"per GPU, micro-batch of {batch} sequence(s) of {arch.seq} tokens, mode {args.mode}, convention "
           f"{args.convention} (GB = 10^9 B; fewest GPUs: data-parallel ranks, or pipeline stages for the pipeline rows)")
     print_table(fits.table(rows, args.gpus, memory))
+    print(overhead_line(args, usable))
+    print(assumptions_line())
     print(fits.summary(arch, rows, proposal, args.gpus, memory))
     if args.explain:
         chosen = proposal or min((r for r in rows if r.fewest_gpus is not None),
@@ -111,17 +156,51 @@ def plan_layout(args, print_table):
         stack = layout_stack(args)
         batch = 1 if args.batch is None else args.batch
         result = fits.run(arch, batch, stack, args.mode, args.convention)
+        usable = allowance(args)[2]
     except ValueError as exc:
         print(f"tinymem plan: {exc}", file=sys.stderr)
         return 2
     gpus = stack.tensor * stack.pipeline * stack.ranks
-    row = fits.Row(fits.describe(stack), stack, result, result.peak <= memory, None,
+    row = fits.Row(fits.describe(stack), stack, result, result.peak <= usable, None,
                    fits.relative_time(arch, batch, stack), fits.refusal(stack))
     print(f"{architectures.describe(arch)}\none layout on {gpus} GPUs (t={stack.tensor} x p={stack.pipeline} x "
           f"d={stack.ranks}), micro-batch of {batch} sequence(s), mode {args.mode}, convention {args.convention}; "
           "activations of tensor-parallel layers as Korthikanti et al. count them")
     print_table(fits.table([row], gpus, memory))
+    print(overhead_line(args, usable))
+    print(assumptions_line())
     print()
     for line in explain(arch, row, args.convention, print_table):
         print(line)
     return 0 if row.fits else 1
+
+
+def plan_inference(args, print_table):
+    """Generation: weights, KV cache, the largest layer's workspace, the allowance; accelerate's
+    ``estimate-memory`` beside it in its own convention."""
+    try:
+        arch = arch_from(args)
+        batch = 1 if args.batch is None else args.batch
+        rows = inference.plan(arch, batch, args.context, args.weights, 2 if args.kv_cache == "bf16" else 1)
+        context_bytes, fraction, usable = allowance(args)
+    except ValueError as exc:
+        print(f"tinymem plan: {exc}", file=sys.stderr)
+        return 2
+    context = arch.seq if args.context is None else args.context
+    total = sum(t.bytes for t in rows)
+    out = [{"term": t.name, "formula": t.formula, "GB": f"{t.bytes / 1e9:.3f}"} for t in rows]
+    out.append({"term": "CUDA context + fragmentation", "formula": f"{args.cuda_context} + {fraction:.0%}",
+                "GB": f"{(context_bytes + fraction * total) / 1e9:.3f}"})
+    print(f"{architectures.describe(arch)}\ninference: batch {batch}, context {context} tokens, weights "
+          f"{args.weights}, KV cache {args.kv_cache}, fused (flash) attention (GB = 10^9 B)")
+    print_table(out)
+    need = context_bytes + (1 + fraction) * total
+    memory = parse_bytes(args.gpu_memory)
+    print(f"total {need / 1e9:.2f} GB: {'fits' if total <= usable else 'does not fit'} one {args.gpu_memory} GPU; "
+          f"the KV cache grows by {inference.kv_cache_bytes(arch, batch, 1, 2 if args.kv_cache == 'bf16' else 1) / 1e6:.3f}"
+          f" MB a token")
+    theirs = inference.accelerate_estimate(arch, args.weights)
+    print(f"accelerate estimate-memory, {args.weights} row (its convention: the model without its LM head, "
+          f"units of 2^30 B): Total Size {theirs['total'] / 2 ** 30:.2f} GB, Largest Layer "
+          f"{theirs['largest_layer'] / 2 ** 30:.2f} GB; no KV cache, no workspace")
+    return 0 if need <= memory else 1
