@@ -3,7 +3,7 @@ stacks, ``--explain``'s term-by-term account), registered by :mod:`tinymem.cli`.
 import sys
 
 from ..memory import parse_bytes
-from . import architectures, conventions, fits, inference
+from . import architectures, conventions, finetune, fits, inference
 
 CUDA_CONTEXT = "0.5GB"  # the CUDA context, cuBLAS and cuDNN handles of a PyTorch process
 FRAGMENTATION = 0.05    # the caching allocator's blocks that are free but too small to reuse
@@ -21,6 +21,9 @@ def add_arguments(parser):
     parser.add_argument("--fragmentation", type=float, default=FRAGMENTATION, metavar="FRACTION",
                         help=f"closed form: allowance for the allocator's fragmentation, a fraction of the "
                         f"peak (default {FRAGMENTATION})")
+    parser.add_argument("--finetune", action="store_true",
+                        help="closed form: also LoRA and QLoRA on one GPU (frozen base, fp32 adapters with Adam)")
+    parser.add_argument("--lora-rank", type=int, default=16, help="rank of the --finetune adapters (default 16)")
     infer = parser.add_argument_group("inference (closed form: --inference --arch NAME)")
     infer.add_argument("--inference", action="store_true", help="weights, KV cache and workspace of generation")
     infer.add_argument("--context", type=int, default=None, help="tokens of context per sequence (default: the arch's)")
@@ -109,6 +112,8 @@ def plan_arch(args, print_table):
     print(overhead_line(args, usable))
     print(assumptions_line())
     print(fits.summary(arch, rows, proposal, args.gpus, memory))
+    if args.finetune:
+        print_finetune(arch, args, batch, usable, print_table)
     if args.explain:
         chosen = proposal or min((r for r in rows if r.fewest_gpus is not None),
                                  key=lambda r: (r.fewest_gpus, r.time), default=None)
@@ -204,3 +209,16 @@ def plan_inference(args, print_table):
           f"units of 2^30 B): Total Size {theirs['total'] / 2 ** 30:.2f} GB, Largest Layer "
           f"{theirs['largest_layer'] / 2 ** 30:.2f} GB; no KV cache, no workspace")
     return 0 if need <= memory else 1
+
+
+def print_finetune(arch, args, batch, usable, print_table):
+    """LoRA and QLoRA rows on one GPU (:mod:`.finetune`)."""
+    table = []
+    for r in finetune.rows(arch, args.lora_rank, batch):
+        table.append({"method": r.method, "frozen base GB": f"{r.base / 1e9:.2f}",
+                      "adapters (16 B/value) GB": f"{r.adapters / 1e9:.2f}", "activ GB": f"{r.activation / 1e9:.2f}",
+                      "work GB": f"{r.workspace / 1e9:.2f}", "peak GB": f"{r.peak / 1e9:.2f}",
+                      f"fits 1x{args.gpu_memory}": "yes" if r.peak <= usable else "no"})
+    print(f"\nfine-tuning on one GPU: rank-{args.lora_rank} adapters on every linear of the blocks, bf16 full "
+          "recompute; LoRA's base in bf16, QLoRA's adapted matrices in NF4 (4.127 bits)")
+    print_table(table)
