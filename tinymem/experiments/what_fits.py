@@ -33,7 +33,7 @@ def run(quick=False, device="cpu"):
         arch = architectures.get_arch(name)
         for gb in MEMORIES_GB:
             rows, proposal = fits.plan_arch(arch, GPUS, gb * 1e9)
-            able = [r for r in rows if r.fewest_gpus is not None]
+            able = [r for r in rows if r.fewest_gpus is not None and not r.refused]
             fewest = min(able, key=lambda r: (r.fewest_gpus, r.time)) if able else None
             grid.append({"model": name, "params": architectures.parameter_count(arch), "memory_gb": gb,
                          "stack": proposal.name if proposal else None,
@@ -45,7 +45,8 @@ def run(quick=False, device="cpu"):
     rows, _ = fits.plan_arch("gpt3-175b", GPUS, 80e9)
     bars = [{"stack": r.name, "moment": r.breakdown.moment, "buckets": r.breakdown.buckets,
              "at_peak": r.breakdown.moments[r.breakdown.moment], "peak": r.breakdown.peak,
-             "host": r.breakdown.host, "fewest_gpus": r.fewest_gpus, "time": r.time} for r in rows]
+             "host": r.breakdown.host, "fewest_gpus": r.fewest_gpus, "time": r.time,
+             "refused": r.refused} for r in rows]
     paper = [{**row, "sbh": row["terms"] / (2048 * 12288)}
              for row in activations.korthikanti_table(2048, 1, 12288, 96, tensor_parallel=8)]
     sizes, batch = ((50, 8, 16, 2, 3), 4) if quick else ((64, 32, 48, 4, 4), 6)
@@ -88,13 +89,16 @@ CLAIMS = [
     Claim("korthikanti_gpt3", "a GPT-3 175B layer keeps 114·sbh bytes without recomputation (34 + 5as/h)",
           lambda r: (r["korthikanti_gpt3"][0]["sbh"], abs(r["korthikanti_gpt3"][0]["sbh"] - 114) < 1e-9)),
 ]
-LEVELS = ["fp32", "bf16", "recompute", "ZeRO-1", "ZeRO-2", "ZeRO-3", "optimizer on the host", "pipeline"]
+LEVELS = ["fp32", "bf16", "recompute", "ZeRO-1", "ZeRO-2", "ZeRO-3", "optimizer on the host", "pipeline",
+          "tensor parallel"]
 
 
 def _level(fields):
     """The colour of a stack: how far it had to go (the last technique of :data:`LEVELS` it uses)."""
-    if fields["pipeline"] > 1:
+    if fields.get("tensor", 1) > 1:
         return len(LEVELS) - 1
+    if fields["pipeline"] > 1:
+        return LEVELS.index("pipeline")
     if fields["offload"]:
         return LEVELS.index("optimizer on the host")
     if fields["zero"]:
@@ -102,6 +106,18 @@ def _level(fields):
     if fields["recompute"] != "none":
         return LEVELS.index("recompute")
     return LEVELS.index("bf16") if fields["precision"] != "fp32" else 0
+
+
+SHORT = ((" recompute", ""), ("optimizer on the host", "offload"), ("pure bf16 (no masters)", "pure bf16"),
+         ("8-bit Adam", "Adam8"), ("tensor x", "TP"), (" + sequence parallel", "+SP"), ("1F1B pipeline x", "PP"),
+         ("data x", "DP"))
+
+
+def _short(name):
+    """A stack's name short enough for a cell."""
+    for long, short in SHORT:
+        name = name.replace(long, short)
+    return name
 
 
 def plot(records, outdir):
@@ -117,8 +133,7 @@ def plot(records, outdir):
             level = _level(cell["stack_fields"]) if cell["stack"] else None
             ax.add_patch(plots.plt.Rectangle((j, i), 1, 1, color="#d9d9d9" if level is None else colors[level],
                                              ec="white"))
-            short = cell["stack"].replace(" recompute", "").replace("optimizer on the host", "offload") \
-                if cell["stack"] else ""
+            short = _short(cell["stack"]) if cell["stack"] else ""
             parts = short.split(", ")  # two techniques a line, then the time
             text = ("\n".join(", ".join(parts[k:k + 2]) for k in range(0, len(parts), 2))
                     + f"\nx{cell['time']:.2f} time" if cell["stack"] else
@@ -135,26 +150,37 @@ def plot(records, outdir):
     ax.set_yticklabels([f"{m} ({params[m] / 1e9:.1f}B)" for m in models])
     ax.set_xlabel(f"memory per GPU ({records['config']['gpus']} GPUs)")
     ax.set_title("cheapest stack that fits (closed form, micro-batch 1; time vs fp32)", fontsize=9)
-    handles = [plots.plt.Rectangle((0, 0), 1, 1, color=c) for c in colors]
-    ax.legend(handles, LEVELS, loc="upper left", bbox_to_anchor=(0, -0.09), ncol=4, frameon=False)
+    used = sorted({_level(c["stack_fields"]) for c in records["grid"] if c["stack"]})
+    handles = [plots.plt.Rectangle((0, 0), 1, 1, color=colors[i]) for i in used]
+    ax.legend(handles, [LEVELS[i] for i in used], loc="upper left", bbox_to_anchor=(0, -0.09), ncol=4,
+              frameon=False)
+    _peak_bars(axb, records)
+    return [plots.save(fig, records, outdir, FIGURES[0])]
+
+
+def _peak_bars(axb, records):
+    """One bar per stack: the buckets at the step's peak, stacked, so a bar's height is the peak
+    (on a log axis, where 80 GB and 3,000 GB both show)."""
     bars = records["gpt3_175b"]
+    floor = 1.0  # GB: the log axis starts here; a bucket below it does not show
+    label_at = max(r["peak"] for r in bars) / 1e9 * 1.4  # one row of labels above the tallest bar
     for k, row in enumerate(bars):
-        bottom = 0.0
+        bottom = floor
         for b in BUCKETS:
-            height = row["buckets"][b] / 1e9
+            height = row["at_peak"][b] / 1e9
             axb.bar(k, height, bottom=bottom, color=plots.BUCKET_COLORS[b], width=0.7, label=b if k == 0 else None)
             bottom += height
-        axb.plot([k - 0.35, k + 0.35], [row["peak"] / 1e9] * 2, color="k", lw=1.2,
-                 label="step peak" if k == 0 else None)
         need = "never" if row["fewest_gpus"] is None else f"{row['fewest_gpus']} GPUs"
-        axb.text(k, max(bottom, row["peak"] / 1e9) + 40, f"{row['peak'] / 1e9:.0f} GB\n{need}", ha="center",
+        if row.get("refused"):
+            need += " (not built)"
+        axb.text(k, label_at, f"{row['peak'] / 1e9:.0f} GB, {need}", ha="center", va="bottom", rotation=90,
                  fontsize=plots.MIN_FONT)
     axb.axhline(80, color="#d62728", ls="--", lw=0.9, label="80 GB per GPU")
+    axb.set_yscale("log")
+    axb.set_ylim(floor, max(r["peak"] for r in bars) / 1e9 * 3e3)  # room for the labels and the legend
     axb.set_xticks(range(len(bars)))
     axb.set_xticklabels([r["stack"] for r in bars], rotation=35, ha="right", rotation_mode="anchor", fontsize=plots.MIN_FONT)
-    axb.set_ylabel("GB per GPU: each bucket's peak (bar), the step's peak (line)")
+    axb.set_ylabel("GB per GPU at the step's peak (log), split by bucket")
     axb.set_title(f"GPT-3 175B, one step on {records['config']['gpus']} GPUs per stack, "
                   "and the fewest GPUs it needs", fontsize=9)
-    axb.set_ylim(top=axb.get_ylim()[1] * 1.06)  # room for the labels over the tallest bars
-    axb.legend(loc="upper right")
-    return [plots.save(fig, records, outdir, FIGURES[0])]
+    axb.legend(loc="upper right", ncol=2)

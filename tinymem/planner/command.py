@@ -115,7 +115,7 @@ def plan_arch(args, print_table):
     if args.finetune:
         print_finetune(arch, args, batch, usable, print_table)
     if args.explain:
-        chosen = proposal or min((r for r in rows if r.fewest_gpus is not None),
+        chosen = proposal or min((r for r in rows if r.fewest_gpus is not None and not r.refused),
                                  key=lambda r: (r.fewest_gpus, r.time), default=None)
         if chosen is not None:
             print()

@@ -262,7 +262,7 @@ def summary(arch, rows, proposal, gpus, gpu_memory):
         lines.append(f"smallest stack that fits {gpus} x {gpu_memory / 1e9:.0f} GB: {proposal.name} "
                      f"(peak {proposal.breakdown.peak / 1e9:.1f} GB per GPU, time x{proposal.time:.2f})")
     else:
-        able = [r for r in rows if r.fewest_gpus is not None]
+        able = [r for r in rows if r.fewest_gpus is not None and not r.refused]
         lines.append(f"no stack fits {gpus} x {gpu_memory / 1e9:.0f} GB")
         if able:
             best = min(able, key=lambda r: (r.fewest_gpus, r.time))
