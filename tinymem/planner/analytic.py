@@ -131,7 +131,7 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
                if wd.master_gradient and kind is None else 0)
     if masters:
         terms.append(("gradient", Term("fp32 master gradients (step)", f"{wd.master_gradient}·n", masters)))
-    moments = _moments(arch, batch, stack, mode, backend, P, G, O, masters, stage_layers, shapes)
+    moments = _moments(arch, batch, stack, wd, mode, backend, P, G, O, masters, stage_layers, shapes)
     buckets = {b: max(mo[b] for mo in moments.values()) for b in BUCKETS}
     attention = attention_backward(arch, max(micro_batch_sizes(batch, stack.micro_batches)), batch, stack, backend)
     buckets["workspace"] = max(buckets["workspace"], attention)
@@ -179,12 +179,11 @@ def stage_parameters(arch, stages=1, tensor=1):
     return n_stage, {(n_stage,): 1}
 
 
-def _moments(arch, batch, stack, mode, backend, P, G, O, masters, stage_layers, shapes):
+def _moments(arch, batch, stack, wd, mode, backend, P, G, O, masters, stage_layers, shapes):
     """``{moment: {bucket: bytes}}``: the end of the last layer, the loss, the recomputation of
     the last checkpointed segment (for the first micro-batch, with no gradients yet, and for a
     later one), and the optimizer step."""
-    p, wd = stack.pipeline, width(stack.precision)
-    w, n_layer = wd.weight, archs.layer_parameter_count(arch)
+    p, w, n_layer = stack.pipeline, wd.weight, archs.layer_parameter_count(arch)
     sizes = micro_batch_sizes(batch, stack.micro_batches)
     in_flight = pipeline_in_flight(0, p, stack.micro_batches, stack.schedule)
     compute = 4 if backend == "numpy" else None
