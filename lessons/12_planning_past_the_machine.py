@@ -229,6 +229,44 @@ if os.path.exists(committed):
 #   Megatron's full recomputation checkpoints every layer. One layer of difference, unless many
 #   micro-batches wait on a pipeline stage.
 #
+# ## 7. Three ways to count the same model states
+#
+# `tinymem plan --convention tinymem|deepspeed|zero-paper --explain` prints the model states of
+# a stack as rows: bytes per parameter, divided by how many ranks, and where they live. LLaMA-2
+# 70B with bf16, full recomputation and ZeRO-3 on 64 GPUs, in each convention:
+
+# %%
+from tinymem.planner import conventions
+
+llama = architectures.get_arch("llama2-70b")
+zero3 = Stack("bf16", recompute="full", zero=3, ranks=64)
+for convention in conventions.CONVENTIONS:
+    table = conventions.rows(llama, zero3, convention)
+    print(f"{convention}: {gb(conventions.device_bytes(table))} per GPU")
+    print_table([{"term": r.term, "B/param": r.per_parameter, "divided by": r.divisor,
+                  "GB": f"{conventions.row_bytes(r) / 1e9:.2f}", "where": r.place} for r in table])
+
+# %% [markdown]
+# Term by term:
+#
+# - **Weights, fp32 masters, Adam's m and v** (2 + 4 + 8 bytes): the same in all three.
+# - **Half gradients**: tinymem and the paper keep 2 bytes per parameter (divided from ZeRO-2
+#   on). DeepSpeed's ZeRO-3 estimator counts none: it reduces each layer's half gradients into
+#   its fp32 shard as backward makes them. Its stage-1/2 estimator keeps them whole.
+# - **fp32 gradients**: tinymem's `MasterOptimizer` makes 4 bytes per parameter of them for the
+#   step (a rank its own shard from ZeRO-1 on); DeepSpeed counts its fp32 gradient partition,
+#   4 bytes too; the paper's K = 12 has masters and moments only, so it counts none.
+# - **What is in flight**: tinymem's ZeRO-3 gathers one layer's weights, and holds one layer's
+#   full gradient and its flat copy while it reduce-scatters them; DeepSpeed adds 4 bytes per
+#   parameter of its largest module (for a LLaMA, the token table or the head), half weights
+#   and half gradients; the paper counts nothing in flight.
+#
+# Which one a tinymem run measures: the `tinymem` convention. Its terms are held to the ledger
+# of real runs (`tests/planner/test_analytic_partition.py` under MPI, `test_analytic_exact.py`
+# on one machine). Use `deepspeed` to compare with what DeepSpeed's estimator prints for a
+# DeepSpeed job (`tests/planner/test_conventions.py` reproduces it within 0.1%), and
+# `zero-paper` to read the paper's table.
+#
 # ## Exercises (`lessons/exercises/ex12.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_12`)
 #
 # 1. `layer_activation_bytes(seq, batch, hidden, heads, bytes_per_value)`: derive the saved

@@ -63,9 +63,10 @@ def rows(arch, stack, convention="tinymem", parameters=None):
         shard = N if zero >= 1 else 1
         masters = wd.master or 4  # DeepSpeed's optimizer always steps an fp32 partition
         out = [Row("weights", "parameter", w, N if zero >= 3 else 1, n,
-                   "host" if kind == "zero-offload-params" else "device"),
-               Row("gradients (half, whole)", "gradient", 0 if zero >= 3 or kind else w, 1, n, "device"),
-               Row("fp32 masters", "optimizer", masters, shard, n, host),
+                   "host" if kind == "zero-offload-params" else "device")]
+        if zero < 3 and not kind:  # stage 3 and offload reduce them into the fp32 shard as they come
+            out.append(Row("half gradients, whole", "gradient", w, 1, n, "device"))
+        out += [Row("fp32 masters", "optimizer", masters, shard, n, host),
                Row(f"{label} state", "optimizer", state, shard, n, host),
                Row("fp32 gradients", "gradient", 4, shard, n, host)]
         if zero >= 3:
