@@ -105,3 +105,10 @@ def test_chunked_attention_backward_is_in_the_workspace_bound():
     # form plus the transient bound (76 B against 32 + 40; 776 B against 288 + 480).
     check((2, 1, 1, 1, 1), 1, 2, Stack(optimizer="SGD", recompute="sqrt", attention="chunked"))
     check((6, 2, 2, 1, 3), 3, 2, Stack(optimizer="SGD", recompute="full", attention="chunked"))
+
+
+def test_formula_only_stacks_are_refused_not_run_as_something_else():
+    with pytest.raises(ValueError, match="offload_optimizer keeps the gradients on the device"):
+        exactness.combination(Stack(offload="zero-offload"))
+    with pytest.raises(ValueError, match="no tensor-parallel layers"):
+        exactness.combination(Stack(tensor=2))

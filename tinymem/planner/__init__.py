@@ -9,14 +9,20 @@ combination of techniques, and propose the fastest that fits a device budget.
     plan.py       all combinations, which fit, the proposal
     verify.py     one real step: predicted against ledger against measured
 
-The closed form, for models far past this machine (GPT-3, LLaMA):
+The closed form, for models far past this machine (GPT-3, LLaMA-2/3, Mixtral):
 
-    architectures.py  GPT-2/3, LLaMA and tinymem's own shapes, parameter counts
+    architectures.py  GPT-2/3, LLaMA-1/2/3, Mixtral and tinymem's own shapes (GQA, MoE), counts
+    precision.py      each precision's bytes per weight, gradient, master, state: one value
     activations.py    saved tensors per layer: tinymem's count and Korthikanti et al.'s
     sharding.py       model states per rank: ZeRO 1-3, data parallel, offload, pipeline stages
     moments.py        the moments of a step (last layer, loss, recomputation, optimizer)
     analytic.py       breakdown(): every bucket of one step, per device
+    conventions.py    the model states term by term as tinymem, DeepSpeed and the ZeRO paper count
+    parallel.py       3D layouts (tensor x pipeline x data), Korthikanti's per-stage activations
     fits.py           technique stacks on N GPUs: which fit, fewest GPUs, time cost
+    inference.py      generation: weights at a width, the KV cache, the workspace
+    finetune.py       LoRA and QLoRA: frozen base, adapters with Adam
+    command.py        ``tinymem plan --arch``: the flags, the table, ``--explain``
     exactness.py      the closed form against the ledger on a real small TransformerLM
 
     from tinymem import planner

@@ -33,6 +33,12 @@ def combination(stack):
     if stack.zero or stack.ranks > 1 or stack.pipeline > 1:
         raise ValueError("ZeRO, data parallel and pipeline stacks run under MPI "
                          "(tinymem.distributed.worker), not in one process")
+    if stack.offload not in (False, True, "optimizer"):
+        raise ValueError(f"offload={stack.offload!r} cannot be run here: tinymem's offload_optimizer keeps the "
+                         "gradients on the device until the step (offload='optimizer'); streaming them to the "
+                         "host as ZeRO-Offload does is a formula only")
+    if stack.tensor > 1 or stack.sequence_parallel:
+        raise ValueError("tensor and sequence parallelism are formulas only: tinymem has no tensor-parallel layers")
     if stack.storage not in (None, "int8") or (stack.storage == "int8" and stack.precision != "fp32"):
         raise ValueError("storage: None (the precision's) or int8 with an fp32 model")
     combo = Combination(CHECKPOINTS[stack.recompute], stack.precision, analytic.optimizer_label(stack.optimizer),
