@@ -5,12 +5,13 @@ For any decoder shape and any stack: no bucket, peak or host total is negative; 
 not fall when the micro-batch, the sequence or the number of layers grows. (A bucket alone may
 fall with depth: with ``recompute="sqrt"`` checkpoint_sequential cuts 11 layers into 4
 segments of 2 and a plain last segment of 5, and 12 layers into 4 of 3 with a last of 3, so 12
-layers keep fewer activations than 11; the model states grow by more.)
+layers keep fewer activations than 11; in a narrow enough model the peak falls with them, so
+depth is not grown under sqrt segments.)
 """
 import sys
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tinymem.planner import activations, analytic, architectures, fits
@@ -59,6 +60,9 @@ def test_no_bucket_peak_or_host_total_is_negative(sizes, stack, batch):
 @settings(max_examples=150, deadline=None)
 @given(shapes(), stacks(), st.integers(1, 8), st.sampled_from(["batch", "seq", "layers"]))
 def test_the_peak_does_not_fall_when_batch_seq_or_layers_grow(sizes, stack, batch, grow):
+    # sqrt segments are cut afresh at each depth (see the module docstring): Hypothesis found
+    # 15 -> 16 layers of width 1 where the activations fall by more than the weights grow.
+    assume(not (grow == "layers" and stack.recompute == "sqrt"))
     arch = arch_of(sizes)
     smaller = analytic.breakdown(arch, batch, stack).peak
     if grow == "batch":
