@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tinymem.planner import activations, analytic, architectures, fits
 from tinymem.planner.analytic import Stack
+from tinymem.planner.moments import micro_batch_extremes, micro_batch_sizes
 
 BUCKETS = ("parameter", "gradient", "optimizer", "activation", "workspace")
 
@@ -104,9 +105,19 @@ def test_the_closed_form_costs_the_same_at_ten_and_a_million_layers(stack):
     assert architectures.parameter_count(deep) == outer + 10 ** 6 * architectures.layer_parameter_count(one)
 
 
-def test_a_million_layer_plan_answers():
-    rows, proposal = fits.plan_arch(architectures.custom(10 ** 6, 64, 4, 16, 100), 8, 80e9)
+def test_a_million_layer_plan_costs_about_what_a_ten_layer_plan_does():
+    """The plan bisects the stages of its pipeline rows up to the depth: log2(10^6) = 20 steps
+    against 4, so its work may grow by that, never by the depth (it did: 95 s at 10^5 layers)."""
+    def work(layers):
+        arch = architectures.custom(layers, 64, 4, 16, 100)
+        answer = []
+        calls = count_calls(lambda: answer.append(fits.plan_arch(arch, 8, 80e9)))
+        return calls, answer[0]
+
+    shallow, _ = work(10)
+    deep, (rows, proposal) = work(10 ** 6)
     assert proposal is not None and len(rows) > 8
+    assert deep < 2 * shallow, (deep, shallow)
 
 
 @pytest.mark.parametrize("call,message", [
@@ -127,3 +138,12 @@ def test_a_million_layer_plan_answers():
 def test_bad_sizes_get_a_clear_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_micro_batch_extremes_are_the_split_s_without_the_list():
+    """A million-stage pipeline feeds a million micro-batches: the closed form reads the first,
+    the largest and the largest later size by formula; here against the list itself."""
+    for batch in range(1, 160):
+        for k in range(1, batch + 1):
+            sizes = micro_batch_sizes(batch, k)
+            assert micro_batch_extremes(batch, k) == (sizes[0], max(sizes), max(sizes[1:], default=0)), (batch, k)

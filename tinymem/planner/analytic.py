@@ -38,8 +38,8 @@ from ..checks import positive_int
 
 from . import architectures as archs
 from .activations import Term, activations_per_layer, korthikanti_formula, layer_terms
-from .moments import (activation_moments, attention_backward, compute_bytes, layer_transient, micro_batch_sizes,
-                      segments, total, transient_bound)
+from .moments import (activation_moments, attention_backward, compute_bytes, layer_transient, micro_batch_extremes,
+                      micro_batch_sizes, segments, total, transient_bound)  # micro_batch_sizes: re-exported
 from .precision import PRECISIONS, width
 from .sharding import (SCRATCH, divide, model_states, offload_kind, optimizer_bytes, optimizer_label, parameter_total,
                        pipeline_in_flight, scratch_bytes)
@@ -133,7 +133,8 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
         terms.append(("gradient", Term("fp32 master gradients (step)", f"{wd.master_gradient}·n", masters)))
     moments = _moments(arch, batch, stack, wd, mode, backend, P, G, O, masters, stage_layers, shapes)
     buckets = {b: max(mo[b] for mo in moments.values()) for b in BUCKETS}
-    attention = attention_backward(arch, max(micro_batch_sizes(batch, stack.micro_batches)), batch, stack, backend)
+    worst = micro_batch_extremes(batch, stack.micro_batches)[1]
+    attention = attention_backward(arch, worst, batch, stack, backend)
     buckets["workspace"] = max(buckets["workspace"], attention)
     if stack.micro_batches > 1 and p == 1:  # accumulating: a new sum exists before the old is freed
         largest = max(math.prod(s) for s in stage_shapes)  # (with t > 1: the flat shard, an upper bound)
@@ -144,7 +145,6 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     elif zero >= 2:  # one layer's full gradient and its flat copy while it is reduce-scattered
         buckets["gradient"] += 2 * w * n_layer
         terms.append(("gradient", Term("one layer reduced", f"2·{w}·n_layer", 2 * w * n_layer)))
-    worst = max(micro_batch_sizes(batch, stack.micro_batches))
     act = activation_moments(arch, worst, stack, mode, 4 if backend == "numpy" else None, batch, stage_layers)
     for name in ("forward end", "recompute"):
         terms += [("activation", t._replace(name=f"{name}: {t.name}")) for t in act[name]]
@@ -184,13 +184,13 @@ def _moments(arch, batch, stack, wd, mode, backend, P, G, O, masters, stage_laye
     the last checkpointed segment (for the first micro-batch, with no gradients yet, and for a
     later one), and the optimizer step."""
     p, w, n_layer = stack.pipeline, wd.weight, archs.layer_parameter_count(arch)
-    sizes = micro_batch_sizes(batch, stack.micro_batches)
+    first, _, later_size = micro_batch_extremes(batch, stack.micro_batches)
     in_flight = pipeline_in_flight(0, p, stack.micro_batches, stack.schedule)
     compute = 4 if backend == "numpy" else None
     shards = stack.ranks if stack.zero >= 2 else 1  # ZeRO-2/3 reduce-scatter each layer's gradients
     streamed = offload_kind(stack.offload) in ("zero-offload", "zero-offload-params")  # sent to the host
     moments = {}
-    for later, m in [(False, sizes[0])] + ([(True, max(sizes[1:]))] if len(sizes) > 1 else []):
+    for later, m in [(False, first)] + ([(True, later_size)] if stack.micro_batches > 1 else []):
         act = activation_moments(arch, m, stack, mode, compute, batch, stage_layers)
         suffix = " (later micro-batch)" if later else ""
         g = G if later or p > 1 else 0

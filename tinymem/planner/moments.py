@@ -26,6 +26,20 @@ def micro_batch_sizes(batch, micro_batches):
     return [int(b - a) for a, b in zip(bounds, bounds[1:])]
 
 
+def micro_batch_extremes(batch, micro_batches):
+    """``(first, largest, largest after the first)`` of :func:`micro_batch_sizes`, without the
+    list (a pipeline of a million stages feeds a million micro-batches): every size is
+    floor(B/k) or ceil(B/k), the first is round(B/k) as the split rounds it, and a later one is
+    the ceiling when the later ones hold more than k - 1 floors."""
+    if not 1 <= micro_batches <= batch:
+        raise ValueError(f"micro_batches must be between 1 and the batch ({batch}), got {micro_batches}")
+    low = batch // micro_batches
+    first = int(np.round(batch / micro_batches))
+    largest = low + (batch % micro_batches > 0)
+    later = low + (batch - first > low * (micro_batches - 1)) if micro_batches > 1 else 0
+    return first, largest, later
+
+
 def segments(layers, recompute):
     """``(kept, size, last)``: checkpointed segments kept as inputs, layers per checkpointed
     segment, layers of the last segment (run plainly), as ``checkpoint_sequential`` cuts them."""
@@ -157,7 +171,7 @@ def transient_bound(arch, batch, stack, backend="gpu"):
     packed (one more op output). Bytes."""
     arch = archs.get_arch(arch)
     c = compute_bytes(stack, backend)
-    m = max(micro_batch_sizes(batch, stack.micro_batches))
+    m = micro_batch_extremes(batch, stack.micro_batches)[1]
     n, h = m * arch.seq, arch.hidden
     n_max = max(math.prod(s) for s in archs.shape_counts(arch))
     largest = max(c * n * archs.ffn(arch), 4 * n * arch.vocab, 4 * arch.heads * m * arch.seq ** 2, 4 * n_max)
