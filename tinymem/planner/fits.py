@@ -1,10 +1,12 @@
 """Which technique stack fits a model on N GPUs of M bytes, how few GPUs each needs, what it costs.
 
-:func:`stacks` adds one technique at a time, from plain data parallel to ZeRO-3 with the
-optimizer on the host and to a pipeline; :func:`plan_arch` evaluates each with
-:func:`tinymem.planner.analytic.breakdown`, marks those whose peak fits ``gpu_memory`` and finds
-the fewest GPUs each needs (its peak only falls as ranks are added, so a bisection finds it).
-It proposes, of every combination of :func:`candidates`, the fitting one with the smallest time.
+:func:`stacks` adds one technique at a time, from plain data parallel to ZeRO-3 with ZeRO-Offload,
+other optimizers and precisions, pipelines and a tensor-parallel layout; :func:`plan_arch`
+evaluates each with :func:`tinymem.planner.analytic.breakdown` (model states counted by a
+:mod:`.conventions` convention), marks those whose peak fits ``gpu_memory`` and finds the fewest
+GPUs each needs (its peak only falls as ranks are added, so a bisection finds it). It proposes,
+of every combination of :func:`candidates` and every 3D layout (:func:`layouts_3d`), the fitting
+one with the smallest time.
 
 Time cost, relative to plain training on the same GPUs (a model, not a measurement):
 
