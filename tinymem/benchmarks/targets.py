@@ -307,10 +307,11 @@ def table_rows(records):
     return out
 
 
-def plot(records, outdir):
-    """``bench.png``: per row, tinymem's ratio (median, quartile box, min-max whisker) against
-    its target line, and PyTorch's ratio where the row has one. The codec rows (costs in passes,
-    10-30x) are left to the table: on the same axis they would squeeze every ratio near 1."""
+def plot(records, outdir, name="bench.png"):
+    """``bench.png`` (or ``name``): per row, tinymem's ratio (median, quartile box, min-max
+    whisker) against its target line (two lines for a row with a ``band``), and PyTorch's ratio
+    where the row has one. The codec rows (costs in passes, 10-30x) are left to the table: on
+    the same axis they would squeeze every ratio near 1."""
     from .. import plots
 
     rows = [row for row in records["rows"] if row["key"] not in CODEC_ROWS]
@@ -331,9 +332,9 @@ def plot(records, outdir):
                     label=contender if i == 0 or (contender == "torch" and "torch" not in
                                                   [t.get_label() for t in ax.lines]) else None)
             ax.text(right, y + dy, f"{r['median']:.2f}x", va="center", fontsize=8, color=color)
-        if row["target"] is not None:
-            ax.plot([row["target"]] * 2, [y - 0.38, y + 0.38], color="#c44e52", lw=1.5,
-                    label="target" if i == 0 else None)
+        for target in row.get("band") or ([] if row["target"] is None else [row["target"]]):
+            ax.plot([target] * 2, [y - 0.38, y + 0.38], color="#c44e52", lw=1.5,
+                    label="target" if i == 0 and target == row["target"] else None)
     ax.axvline(1.0, color="#999999", lw=0.8, ls=":")
     ax.set_xscale("log")
     ax.set_xlim(right=right * 1.3)
@@ -344,4 +345,4 @@ def plot(records, outdir):
                  f"line = min to max; {records['clock']}", fontsize=8)
     # Below the axes: any corner inside them holds some row's whisker on some run.
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, fontsize=8, frameon=False)
-    return [plots.save(fig, records, outdir, "bench.png")]
+    return [plots.save(fig, records, outdir, name)]
