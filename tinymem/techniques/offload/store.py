@@ -72,6 +72,26 @@ def _pinned_empty(shape, dtype):
     return cupyx.empty_pinned(shape, dtype)
 
 
+class _InFlight:
+    """Buffers that asynchronous copies still read: each is kept until its CUDA event says the
+    copy finished. Dropped earlier, a device source could be freed and overwritten, and a pinned
+    host buffer handed by CuPy's pinned pool to the next load, whose read would overwrite it
+    before the GPU had copied it."""
+
+    def __init__(self):
+        self._pairs = deque()
+
+    def add(self, event, buffer):
+        self._pairs.append((event, buffer))
+        while self._pairs and self._pairs[0][0].done:
+            self._pairs.popleft()  # finished copies release their buffers
+
+    def wait(self):
+        for event, _ in self._pairs:
+            event.synchronize()
+        self._pairs.clear()
+
+
 class _CopyStream:
     """A CUDA stream for host<->device copies, ordered against the compute (current) stream."""
 
@@ -103,7 +123,7 @@ class HostStore:
         self.pool, self.copy_back = pool, copy_back
         self.moved_out = self.moved_in = 0
         self._copy = None
-        self._inflight = deque()  # (event, source) pairs: a source must outlive its async copy
+        self._inflight = _InFlight()  # device sources of copies to the host
 
     def _stream(self):
         if self._copy is None:
@@ -140,9 +160,7 @@ class HostStore:
         event = copy.record()
         if self.pool is not None:
             self.pool.record(host, event)
-        self._inflight.append((event, source))
-        while self._inflight and self._inflight[0][0].done:
-            self._inflight.popleft()  # finished copies release their device source
+        self._inflight.add(event, source)
         return host, event
 
     def begin_load(self, handle, worker=None):
@@ -180,9 +198,7 @@ class HostStore:
         return pending.array
 
     def close(self):
-        for event, _ in self._inflight:
-            event.synchronize()
-        self._inflight.clear()
+        self._inflight.wait()
 
     def detach(self):
         """End of the offload block: the copies live on with their handles (nothing to remove)."""
@@ -252,6 +268,7 @@ class DiskStore:
         self._count = self._files = 0
         self._live = weakref.WeakSet()
         self._behind = deque()  # handles whose file is still being written by a worker
+        self._staged = _InFlight()  # pinned staging buffers of copies to the device
         self.write_wait_s = 0.0  # time the caller was blocked writing (or waiting for writes)
         # Runs at close() or, if nobody closes the store, when it is collected or Python exits.
         self._remove = weakref.finalize(self, shutil.rmtree, self.directory, True)
@@ -310,7 +327,11 @@ class DiskStore:
             return pending.array
         cupy = backend.get_cupy()
         dest = memory.register(cupy.empty(pending.shape, pending.dtype), self.load_bucket, "device")
+        # An asynchronous copy on the compute stream (CuPy's ``set`` from pinned memory): the
+        # staging buffer is kept until it is done. Freed at once, the next prefetch was given the
+        # same pinned block and read its file into it first: gradients differed on a GPU.
         dest.set(pending.staging)
+        self._staged.add(cupy.cuda.get_current_stream().record(), pending.staging)
         return dest
 
     def read_into(self, handle, out):
@@ -337,6 +358,7 @@ class DiskStore:
         """Take no new file; finish the writes in flight, and remove the directory with its last
         file (now, if none is left). Files stay readable as long as their handles live."""
         self._reap(0)
+        self._staged.wait()
         self.detached = True
         if self._files == 0:
             self._remove()
@@ -345,6 +367,7 @@ class DiskStore:
         """Forget every file and remove the directory now (safe to call twice)."""
         self.closed = self.detached = True
         self._behind.clear()
+        self._staged.wait()
         for handle in list(self._live):
             memory.release(handle)
         self._remove()
