@@ -88,7 +88,8 @@ def bench_lines(figures="figures"):
     if not os.path.exists(os.path.join(figures, "data", "bench_cuda.json")):
         return ["bench: no figures/data/bench_cuda.json (the bench did not finish)"]
     records = read_records(figures, "bench_cuda")
-    lines = [f"{'bench row':<12} {'tinymem':>9} {'torch':>9} {'target':>11} {'met':>4}"]
+    when = records.get("meta", {}).get("date", "?")
+    lines = [f"{'bench row':<12} {'tinymem':>9} {'torch':>9} {'target':>11} {'met':>4}   (bench_cuda.json of {when})"]
     for row in records["rows"]:
         theirs = row["contenders"].get("torch")
         target = f"{row['band'][0]}-{row['band'][1]}" if "band" in row else f"<= {row['target']:.2f}"
