@@ -2,11 +2,11 @@
 # The GPU check: one prepared run of at most 8 minutes on one GPU machine (16 cores). In turn,
 # each under its own timeout (seconds, 450 in all and 5 s of grace each; the first GPU run took 40 s for the cuda tests
 # on 8 workers and under 160 s for the suite on 12):
-#   10   tinymem info
+#   15   tinymem info (CUDA and PyTorch start)
 #   60   the cuda-marked tests, pytest -n 16
 #   160  the whole suite with TINYMEM_DEVICE=cuda, pytest -n 16
 #   70   the GPU targets bench: figures/data/bench_cuda.json and figures/bench_cuda.png
-#   150  the quick figure sweep on cuda, into $OUT/figures
+#   145  the quick figure sweep on cuda, into $OUT/figures
 # then one summary table (python -m tinymem.benchmarks.gpu_check): passed / failed / errors /
 # skipped per pytest run with every skip reason counted, each bench row with its target and
 # whether it was met, the figures drawn. Logs go to $OUT (default ./gpu_out). Needs CuPy,
@@ -37,11 +37,11 @@ part() {
     tail -n 3 "$OUT/$name.log"
 }
 
-part info 10 $PY -m tinymem info
+part info 15 $PY -m tinymem info
 part cuda_tests 60 $PY -m pytest "${PYTEST[@]}" -m cuda tests
 part suite_cuda 160 env TINYMEM_DEVICE=cuda $PY -m pytest "${PYTEST[@]}" tests
 part bench 70 $PY -m tinymem bench targets --device cuda --out figures
-part figures 150 $PY -m tinymem figures --quick --device cuda --out "$OUT/figures"
+part figures 145 $PY -m tinymem figures --quick --device cuda --out "$OUT/figures"
 
 echo
 echo "== tinymem GPU check: $(grep -m1 -i 'cupy' "$OUT/info.log")"
