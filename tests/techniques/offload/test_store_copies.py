@@ -57,7 +57,7 @@ def gpu(monkeypatch):
     fake = types.SimpleNamespace(empty=lambda shape, dtype: np.empty(shape, dtype).view(DeviceArray),
                                  cuda=types.SimpleNamespace(get_current_stream=lambda: stream))
     monkeypatch.setattr(backend, "get_cupy", lambda: fake)
-    monkeypatch.setattr(store_module, "_pinned_empty", lambda shape, dtype: np.empty(shape, dtype))
+    monkeypatch.setattr(store_module, "pinned_empty", lambda shape, dtype: np.empty(shape, dtype))
     return stream
 
 

@@ -40,6 +40,7 @@ from collections import deque
 import numpy as np
 
 from ... import backend, memory
+from .copies import CopyStream, InFlight, pinned_empty
 
 
 class OffloadError(RuntimeError):
@@ -67,50 +68,6 @@ def _bytes_view(array):
     return memoryview(array.reshape(-1).view(np.uint8))
 
 
-def _pinned_empty(shape, dtype):
-    import cupyx
-    return cupyx.empty_pinned(shape, dtype)
-
-
-class _InFlight:
-    """Buffers that asynchronous copies still read: each is kept until its CUDA event says the
-    copy finished. Dropped earlier, a device source could be freed and overwritten, and a pinned
-    host buffer handed by CuPy's pinned pool to the next load, whose read would overwrite it
-    before the GPU had copied it."""
-
-    def __init__(self):
-        self._pairs = deque()
-
-    def add(self, event, buffer):
-        self._pairs.append((event, buffer))
-        while self._pairs and self._pairs[0][0].done:
-            self._pairs.popleft()  # finished copies release their buffers
-
-    def wait(self):
-        for event, _ in self._pairs:
-            event.synchronize()
-        self._pairs.clear()
-
-
-class _CopyStream:
-    """A CUDA stream for host<->device copies, ordered against the compute (current) stream."""
-
-    def __init__(self):
-        self.cupy = backend.get_cupy()
-        self.stream = self.cupy.cuda.Stream(non_blocking=True)
-
-    def after_compute(self):
-        # The copy must not start before the kernels that wrote (or last read) the buffer.
-        self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
-
-    def record(self):
-        return self.stream.record()
-
-    def hand_over(self, event):
-        # Compute kernels that use the copied array wait for the copy, without blocking Python.
-        self.cupy.cuda.get_current_stream().wait_event(event)
-
-
 class HostStore:
     """Copies in host memory (pinned on CuPy). ``bucket``: how the host copy is counted;
     ``load_bucket``: how the array brought back to the device is counted."""
@@ -123,11 +80,11 @@ class HostStore:
         self.pool, self.copy_back = pool, copy_back
         self.moved_out = self.moved_in = 0
         self._copy = None
-        self._inflight = _InFlight()  # device sources of copies to the host
+        self._inflight = InFlight()  # device sources of copies to the host
 
     def _stream(self):
         if self._copy is None:
-            self._copy = _CopyStream()
+            self._copy = CopyStream()
         return self._copy
 
     def put(self, array, worker=None, behind=1):
@@ -146,7 +103,7 @@ class HostStore:
     def _host_empty(self, like, pinned):
         if self.pool is not None:
             return self.pool.take(like, pinned)
-        return _pinned_empty(like.shape, like.dtype) if pinned else np.empty(like.shape, like.dtype)
+        return pinned_empty(like.shape, like.dtype) if pinned else np.empty(like.shape, like.dtype)
 
     def _to_pinned(self, array):
         source = _contiguous(array)
@@ -268,7 +225,7 @@ class DiskStore:
         self._count = self._files = 0
         self._live = weakref.WeakSet()
         self._behind = deque()  # handles whose file is still being written by a worker
-        self._staged = _InFlight()  # pinned staging buffers of copies to the device
+        self._staged = InFlight()  # pinned staging buffers of copies to the device
         self.write_wait_s = 0.0  # time the caller was blocked writing (or waiting for writes)
         # Runs at close() or, if nobody closes the store, when it is collected or Python exits.
         self._remove = weakref.finalize(self, shutil.rmtree, self.directory, True)
@@ -299,7 +256,7 @@ class DiskStore:
 
     def begin_load(self, handle, worker=None):
         if self.load_place == "device" and handle.device == "cuda":
-            staging = _pinned_empty(handle.shape, handle.dtype)
+            staging = pinned_empty(handle.shape, handle.dtype)
             dest = None
         else:
             staging = dest = memory.register(np.empty(handle.shape, handle.dtype), self.load_bucket,
