@@ -155,11 +155,12 @@ GPU_CHUNK_ELEMENTS = 1 << 24
 
 
 def chunk_elements(xp, cpu_default):
-    """Values per chunk of a chunked loop on ``xp``'s device: ``cpu_default`` (sized for the CPU's
-    cache) on NumPy, at least :data:`GPU_CHUNK_ELEMENTS` on any other module (CuPy), where a chunk
-    is most often a whole array. The one place where that choice is made; results never depend
-    on it. Memory: a loop's temporaries grow with the chunk (e.g. 4 bytes per value each)."""
-    return cpu_default if xp is np else max(cpu_default, GPU_CHUNK_ELEMENTS)
+    """Values per chunk of a chunked loop on ``xp``'s device (an array module, or ``"cpu"`` /
+    ``"cuda"`` for a planner): ``cpu_default`` (sized for the CPU's cache) on NumPy, at least
+    :data:`GPU_CHUNK_ELEMENTS` on any other module (CuPy), where a chunk is most often a whole
+    array. The one place where that choice is made; results never depend on it. Memory: a
+    loop's temporaries grow with the chunk (e.g. 4 bytes per value each)."""
+    return cpu_default if xp is np or xp == "cpu" else max(cpu_default, GPU_CHUNK_ELEMENTS)
 
 
 def take(table, indices, out):

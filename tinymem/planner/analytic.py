@@ -180,7 +180,7 @@ def _moments(arch, batch, stack, mode, backend, P, G, O, masters, n_layer, stage
                     parameter=P, gradient=g if (later or p > 1) else divide(w * done, shards), optimizer=O,
                     activation=waiting + total(act["recompute"]) - (kept - 1 - j) * per_input,
                     workspace=flowing)
-    scratch = 0 if stack.offload else max(scratch_bytes(stack.optimizer, s) for s in set(shapes))
+    scratch = 0 if stack.offload else max(scratch_bytes(stack.optimizer, s, backend) for s in set(shapes))
     moments["optimizer step"] = dict(parameter=P, gradient=G + masters, optimizer=O, activation=0,
                                      workspace=16 * batch * arch.seq + scratch)
     return moments
