@@ -141,12 +141,15 @@ def test_the_cuda_monitor_samples_nvml():
 
 
 def test_returning_free_memory_empties_cupys_pool_cache(device):
-    """On cuda the pool's cached blocks go back to the driver (so NVML sees the next block)."""
+    """On cuda the pool's cached blocks go back to the driver (so NVML sees the next block). A
+    free part of a memory block still partly in use cannot go back: that much may stay."""
     if device == "cpu":
         pytest.skip("on the CPU it is malloc_trim, held by the watching figure's claim of RSS growth")
     pool = backend.get_cupy().get_default_memory_pool()
-    block = backend.get_cupy().ones(MB // 4, dtype=np.float32)
+    memory.sampler.return_free_memory("cuda")
+    stuck = pool.free_bytes()
+    block = backend.get_cupy().ones(4 * MB // 4, dtype=np.float32)
     del block
-    assert pool.total_bytes() - pool.used_bytes() >= MB  # the freed block stays cached
+    assert pool.free_bytes() >= 4 * MB  # the freed block stays cached
     assert memory.sampler.return_free_memory("cuda") is True
-    assert pool.total_bytes() == pool.used_bytes()
+    assert pool.free_bytes() <= stuck
