@@ -28,7 +28,7 @@ from ..experiments.checkpoint_nets import batch as ckpt_batch
 from ..experiments.checkpoint_nets import deep_mlp, step as ckpt_step, torch_twin
 from ..techniques.checkpoint import resolve_segments
 from ..techniques.precision import half
-from .targets import summary
+from .targets import Row, summary
 
 CLOCK = "wall clock with a device synchronize after each call"
 LEDGER_BAND = (0.95, 1.05)
@@ -110,10 +110,11 @@ def _precision_rows(dev, quick):
     width, size, depth = _shapes(quick)[0]
     what = f"storage step vs tinymem's fp32 step, MLP {depth} x {width}, batch {size}, Adam"
     autocast = _torch_mlp(dev, quick, "Adam", autocast=dev.torch.float16)
-    return [("fp16", "fp16 storage / fp32", "fp16 " + what, 0.5, {"tinymem": (lambda: _step(*halves["float16"]), lambda: _step(*fp32))}),
-            ("fp16_torch", "fp16 storage / PyTorch autocast", "fp16 storage step vs PyTorch's autocast fp16 step, same MLP",
-             2.0, {"tinymem": (lambda: _step(*halves["float16"]), autocast)}),
-            ("bf16", "bf16 storage / fp32", "bf16 " + what, 1.1, {"tinymem": (lambda: _step(*halves["bfloat16"]), lambda: _step(*fp32))})]
+    fp16, bf16 = (lambda: _step(*halves["float16"])), (lambda: _step(*halves["bfloat16"]))
+    return [Row("fp16", "fp16 storage / fp32", "fp16 " + what, 0.5, {"tinymem": (fp16, lambda: _step(*fp32))}),
+            Row("fp16_torch", "fp16 storage / PyTorch autocast",
+                "fp16 storage step vs PyTorch's autocast fp16 step, same MLP", 2.0, {"tinymem": (fp16, autocast)}),
+            Row("bf16", "bf16 storage / fp32", "bf16 " + what, 1.1, {"tinymem": (bf16, lambda: _step(*fp32))})]
 
 
 def _optimizer_rows(dev, quick):
@@ -124,19 +125,20 @@ def _optimizer_rows(dev, quick):
         opt.step()  # the state exists before timing starts
         steppers[name] = opt.step
     sgd = _mlp(dev, "SGD", quick, lr=1e-3)
-    return [("adam8bit", "Adam8bit / Adam", "Adam8bit step vs Adam step, the MLP's parameters", 3.0,
-             {"tinymem": (steppers["Adam8bit"], steppers["Adam"])}),
-            ("mlp", "MLP step / PyTorch", "MLP SGD step vs PyTorch's", 1.1,
-             {"tinymem": (lambda: _step(*sgd), _torch_mlp(dev, quick, "SGD"))})]
+    return [Row("adam8bit", "Adam8bit / Adam", "Adam8bit step vs Adam step, the MLP's parameters", 3.0,
+                {"tinymem": (steppers["Adam8bit"], steppers["Adam"])}),
+            Row("mlp", "MLP step / PyTorch", "MLP SGD step vs PyTorch's", 1.1,
+                {"tinymem": (lambda: _step(*sgd), _torch_mlp(dev, quick, "SGD"))})]
 
 
 def _tiny_op_row(dev):
     torch = dev.torch
-    a, b = Tensor(np.ones((8, 8), np.float32), device=dev.name, requires_grad=True), Tensor(np.ones((8, 8), np.float32), device=dev.name)
+    ones = np.ones((8, 8), np.float32)
+    a, b = Tensor(ones, device=dev.name, requires_grad=True), Tensor(ones, device=dev.name)
     ta = torch.ones(8, 8, device=dev.torch_device, requires_grad=True)
     tb = torch.ones(8, 8, device=dev.torch_device)
-    return ("tiny_op", "tiny op / PyTorch", "one recorded tiny op (a * b, 8 x 8 floats) vs PyTorch", 2.0,
-            {"tinymem": (lambda: a * b, lambda: ta * tb)})
+    return Row("tiny_op", "tiny op / PyTorch", "one recorded tiny op (a * b, 8 x 8 floats) vs PyTorch", 2.0,
+               {"tinymem": (lambda: a * b, lambda: ta * tb)}, inner=200)
 
 
 def _checkpoint_row(dev, quick):
@@ -154,9 +156,10 @@ def _checkpoint_row(dev, quick):
         out = twin(xt) if segments == 1 else checkpoint_sequential(twin, segments, xt, use_reentrant=False)
         out.backward(gt)
 
-    return ("checkpoint", "sqrt(n) checkpoint / plain", f"sqrt(n) checkpointing vs plain, {depth}x Linear({width}), batch {size}",
-            "torch", {"tinymem": (lambda: ckpt_step(model, x, grad, ("segments", k)), lambda: ckpt_step(model, x, grad, ("none", 0))),
-                      "torch": (lambda: torch_step(k), lambda: torch_step(1))})
+    pairs = {"tinymem": (lambda: ckpt_step(model, x, grad, ("segments", k)), lambda: ckpt_step(model, x, grad, ("none", 0))),
+             "torch": (lambda: torch_step(k), lambda: torch_step(1))}
+    return Row("checkpoint", "sqrt(n) checkpoint / plain", f"sqrt(n) checkpointing vs plain, {depth}x Linear({width}), "
+               f"batch {size}", None, pairs, target_from="torch")
 
 
 def ledger_row(device, quick):
@@ -197,28 +200,26 @@ def run(quick=False, device="cuda", rounds=None):
     """Measure every row on ``device``; returns the records (without ``meta``)."""
     import torch
     dev = _Device(device, torch)
-    rounds = rounds or (2 if quick else 7)
-    rows = (_precision_rows(dev, quick) + _optimizer_rows(dev, quick) + [_tiny_op_row(dev), _checkpoint_row(dev, quick)])
-    inner = {"tiny_op": 200}
-    for _, _, _, _, pairs in rows:  # warm-up: first-use allocations, kernel compilation, caches
-        for subject, baseline in pairs.values():
+    rounds = rounds or (2 if quick else 9)
+    rows = _precision_rows(dev, quick) + _optimizer_rows(dev, quick) + [_tiny_op_row(dev), _checkpoint_row(dev, quick)]
+    for row in rows:  # warm-up: first-use allocations, kernel compilation, caches
+        for subject, baseline in row.pairs.values():
             subject(), baseline()
-    times = {key: {c: ([], []) for c in pairs} for key, _, _, _, pairs in rows}
+    times = {row.key: {c: ([], []) for c in row.pairs} for row in rows}
     for i in range(rounds):
-        for key, _, _, _, pairs in rows:
-            for contender, fns in pairs.items():
-                order = (0, 1) if i % 2 == 0 else (1, 0)
-                for slot in order:
-                    times[key][contender][slot].append(dev.timed(fns[slot], inner.get(key, 3)))
+        for row in rows:
+            for contender, fns in row.pairs.items():
+                for slot in ((0, 1) if i % 2 == 0 else (1, 0)):
+                    times[row.key][contender][slot].append(dev.timed(fns[slot], row.inner))
     out = []
-    for key, label, what, target, pairs in rows:
-        entry = {"key": key, "label": label, "what": what, "rounds": rounds, "contenders": {}}
-        for contender in pairs:
-            subject, baseline = times[key][contender]
+    for row in rows:
+        entry = {"key": row.key, "label": row.label, "what": row.what, "rounds": rounds, "contenders": {}}
+        for contender in row.pairs:
+            subject, baseline = times[row.key][contender]
             ratios = list(np.divide(subject, baseline))
             entry["contenders"][contender] = dict(summary(ratios), ratios=ratios, subject_s=float(np.median(subject)),
                                                   baseline_s=float(np.median(baseline)))
-        entry["target"] = entry["contenders"][target]["median"] if isinstance(target, str) else target
+        entry["target"] = row.target if row.target_from is None else entry["contenders"][row.target_from]["median"]
         entry["met"] = bool(entry["contenders"]["tinymem"]["median"] <= entry["target"])
         out.append(entry)
     out.append(ledger_row(device, quick))
