@@ -1,32 +1,48 @@
 #!/usr/bin/env bash
-# The GPU check, for the day a GPU is lent: the test suite on the CUDA backend, a short GPU
-# figure sweep and the engine benchmark. Results go under $OUT (default ./gpu_out); a summary
-# table is printed at the end. Needs CuPy on the machine (pip install .[gpu]).
+# The GPU check: one prepared run of at most 8 minutes on one GPU machine (16 cores). In turn,
+# each under its own timeout (seconds, 450 in all and 5 s of grace each; the first GPU run took 40 s for the cuda tests
+# on 8 workers and under 160 s for the suite on 12):
+#   15   tinymem info (CUDA and PyTorch start)
+#   60   the cuda-marked tests, pytest -n 16
+#   160  the whole suite with TINYMEM_DEVICE=cuda, pytest -n 16
+#   70   the GPU targets bench: figures/data/bench_cuda.json and figures/bench_cuda.png
+#   145  the quick figure sweep on cuda, into $OUT/figures
+# then one summary table (python -m tinymem.benchmarks.gpu_check): passed / failed / errors /
+# skipped per pytest run with every skip reason counted, each bench row with its target and
+# whether it was met, the figures drawn. Logs go to $OUT (default ./gpu_out). Needs CuPy,
+# PyTorch with CUDA, pytest and pytest-xdist on the machine.
 #
 #   OUT=/some/dir bash scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
-export TINYMEM_DEVICE=cuda PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+: > "$OUT/rc.txt"
+export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 PY=${PYTHON:-python3}
-# Use the machine's CuPy (and torch, if any); tinymem itself runs from this checkout.
+# The machine's CuPy and torch; tinymem itself from this checkout.
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-$PY -c "import pytest" 2>/dev/null || $PY -m pip install -q pytest
+PYTEST=(-p no:cacheprovider -q -rs -n 16)
+$PY -c "import pytest_timeout" 2>/dev/null && PYTEST+=(--timeout 60)
 
-status() { if [ "$1" -eq 0 ]; then echo ok; else echo "FAILED (rc=$1)"; fi; }
+# part NAME SECONDS COMMAND...: run under timeout, log to $OUT/NAME.log, record "NAME rc seconds".
+part() {
+    local name=$1 limit=$2 start rc
+    shift 2
+    start=$(date +%s)
+    echo "== $name (at most $limit s): $*"
+    timeout --kill-after=5 "$limit" "$@" > "$OUT/$name.log" 2>&1
+    rc=$?
+    echo "$name $rc $(( $(date +%s) - start ))" >> "$OUT/rc.txt"
+    tail -n 3 "$OUT/$name.log"
+}
 
-$PY -m tinymem info 2>&1 | tee "$OUT/info.txt"
-timeout 300 $PY -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/tests.log"; tests_rc=${PIPESTATUS[0]}
-# The GPU paths of watching memory: NVML (or nvidia-smi) per process, CuPy's per-process limit.
-timeout 120 $PY -m pytest -q -p no:cacheprovider -m cuda tests/memory/test_sampler.py tests/memory/test_shared.py 2>&1 | tee "$OUT/watching.log"; watch_rc=${PIPESTATUS[0]}
-timeout 200 $PY -m tinymem figures --quick --device cuda --out "$OUT/figures" 2>&1 | tee "$OUT/figures.log"; fig_rc=${PIPESTATUS[0]}
-timeout 100 $PY -m tinymem bench engine --quick 2>&1 | tee "$OUT/bench.log"; bench_rc=${PIPESTATUS[0]}
+part info 15 $PY -m tinymem info
+part cuda_tests 60 $PY -m pytest "${PYTEST[@]}" -m cuda tests
+part suite_cuda 160 env TINYMEM_DEVICE=cuda $PY -m pytest "${PYTEST[@]}" tests
+part bench 70 $PY -m tinymem bench targets --device cuda --out figures
+part figures 145 $PY -m tinymem figures --quick --device cuda --out "$OUT/figures"
 
 echo
-echo "== tinymem GPU check summary ($(grep -m1 -i 'cupy' "$OUT/info.txt"))"
-printf '%-10s %s\n' "tests" "$(status $tests_rc): $(tail -n 1 "$OUT/tests.log")"
-printf '%-10s %s\n' "figures" "$(status $fig_rc): $(ls "$OUT/figures"/*.png 2>/dev/null | wc -l) PNGs in $OUT/figures"
-printf '%-10s %s\n' "bench" "$(status $bench_rc)"
-printf '%-10s %s\n' "watching" "$(status $watch_rc): $(tail -n 1 "$OUT/watching.log")"
-grep -E "MLP step|tiny op" "$OUT/bench.log" || true
+echo "== tinymem GPU check: $(grep -m1 -i 'cupy' "$OUT/info.log")"
+$PY -m tinymem.benchmarks.gpu_check "$OUT" figures | tee "$OUT/summary.txt"

@@ -120,6 +120,8 @@ def cmd_bench(args):
     from .measure.records import meta, write_records
 
     found = benchmarks()
+    if args.device == "cuda":
+        return cmd_bench_cuda(args)
     names = args.names or list(found)
     unknown = [n for n in names if n not in found]
     if unknown:
@@ -146,6 +148,31 @@ def cmd_bench(args):
     out["meta"] = dict(meta("cpu", args.quick), load=load)
     print(write_records(out, args.out, "bench"))
     for path in found["targets"].plot(out, args.out):
+        print(path)
+    return 0
+
+
+def cmd_bench_cuda(args):
+    """``tinymem bench targets --device cuda``: the GPU targets into bench_cuda.json/.png."""
+    from . import backend
+    from .benchmarks import targets, targets_cuda
+    from .measure.records import meta, write_records
+
+    if args.names not in ([], ["targets"]):
+        print(f"tinymem bench: --device cuda runs the GPU targets only (tinymem bench targets --device cuda), "
+              f"not {' '.join(args.names)}", file=sys.stderr)
+        return 2
+    try:
+        backend.check_device("cuda")
+    except backend.DeviceError as exc:
+        print(f"tinymem bench: {exc}", file=sys.stderr)
+        return 2
+    print(f"\n== targets on cuda: {targets_cuda.__doc__.splitlines()[0]}")
+    records = targets_cuda.run(quick=args.quick, device="cuda")
+    print_table(targets_cuda.table_rows(records))
+    records["meta"] = meta("cuda", args.quick)
+    print(write_records(records, args.out, "bench_cuda"))
+    for path in targets.plot(records, args.out, "bench_cuda.png"):
         print(path)
     return 0
 
@@ -286,6 +313,8 @@ def build_parser():
     bench.add_argument("--quick", action="store_true", help="small sizes")
     bench.add_argument("--out", default="figures", help="where bench.png and data/bench.json go "
                        "(written when the targets benchmark runs; default figures/)")
+    bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                       help="cuda: the GPU targets (figures/data/bench_cuda.json, bench_cuda.png)")
     bench.set_defaults(fn=cmd_bench)
     pl = sub.add_parser("plan", help="predict memory per technique combination, propose one that fits")
     pl.add_argument("--model", help="probe a tinymem model: mlp, unet or transformer")

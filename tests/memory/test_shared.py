@@ -187,6 +187,51 @@ def test_a_gpu_fraction_limits_cupys_pool():
         memory.set_per_process_memory_fraction(None, device="cuda")
 
 
+def _hold_on_gpu(name, budget, nbytes, fraction, ready, stop, out):
+    """A process on the real GPU: CuPy's pool capped at ``fraction`` of the GPU, ``nbytes`` of
+    it held in the shared table until told; reports whether its pool refused twice its cap."""
+    cupy = backend.get_cupy()
+    memory.set_per_process_memory_fraction(fraction, device="cuda")
+    with memory.track(budget=budget, shared=name, measure=False, device="cuda"):
+        block = memory.register(cupy.ones(nbytes // 4, dtype=np.float32), "workspace")
+        try:
+            cupy.empty(int(2 * fraction * cupy.cuda.Device().mem_info[1]), dtype=np.uint8)
+            out.put("not refused")
+        except cupy.cuda.memory.OutOfMemoryError:
+            out.put("refused")
+        ready.set()
+        stop.wait(60)
+        del block
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not backend.cuda_available(), reason="needs CuPy and a GPU")
+def test_two_processes_on_one_gpu_each_capped_by_cupys_pool_and_the_shared_table(name):
+    """A second process on the GPU: CuPy's per-process limit refuses, in each, what passes its
+    fraction of the GPU, and the shared table refuses what would pass the budget of both, naming
+    the first process with its bytes."""
+    ready, stop, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+    proc = SPAWN.Process(target=_hold_on_gpu, args=(name, BUDGET, 6_000_000, 0.02, ready, stop, out))
+    proc.start()
+    try:
+        assert ready.wait(120), "the GPU holder process did not start"
+        assert out.get(timeout=10) == "refused"
+        cupy = backend.get_cupy()
+        with pytest.raises(memory.OutOfMemoryError) as info:
+            with memory.track(shared=name, measure=False, device="cuda"):
+                memory.register(cupy.ones(6_000_000 // 4, dtype=np.float32), "workspace")
+        assert str(proc.pid) in str(info.value) and "6,000,000 B" in str(info.value)
+        memory.set_per_process_memory_fraction(0.02, device="cuda")
+        try:
+            with pytest.raises(cupy.cuda.memory.OutOfMemoryError):
+                cupy.empty(int(0.04 * cupy.cuda.Device().mem_info[1]), dtype=np.uint8)
+        finally:
+            memory.set_per_process_memory_fraction(None, device="cuda")
+    finally:
+        stop.set()
+        proc.join(60)
+
+
 def _publish(name, ready, stop):
     device = SharedDevice(name, BUDGET)
     ready.set()

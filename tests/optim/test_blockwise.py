@@ -1,5 +1,7 @@
 """Block-wise quantization maps (round-trip error bounded per block) and 8-bit Adam against
 32-bit Adam on a 1024 x 1024 parameter."""
+import types
+
 import numpy as np
 import pytest
 
@@ -187,25 +189,36 @@ def _whole_array_adam8bit(start, grads, block):
     return p.reshape(start.shape), codes, scales
 
 
-def test_chunked_adam8bit_step_equals_the_whole_array_step_bit_for_bit():
+@pytest.mark.parametrize("chunk", [1000, 10 ** 8], ids=["7 chunks", "whole array"])
+def test_chunked_adam8bit_step_equals_the_whole_array_step_bit_for_bit(chunk, device):
     """Adam8bit updates a parameter chunk by chunk with a one-lookup codebook; weights, codes
     and scales equal those of the whole-array step with a searched codebook, bit for bit, on a
-    parameter that is a whole number of neither blocks nor chunks."""
+    parameter that is a whole number of neither blocks nor chunks, whatever the chunk (1000
+    values: 3 blocks a chunk, the last one short; or one chunk, as on a GPU)."""
     rng = np.random.default_rng(0)
     start = rng.standard_normal((50, 101)).astype(np.float32)
     grads = [(rng.standard_normal(start.shape) * 10.0 ** rng.uniform(-6, 0)).astype(np.float32) for _ in range(5)]
-    p = Parameter(start.copy())
+    p = Parameter(backend.to_device(start.copy(), device))
     opt = optim.Adam8bit([p], block_size=256)
-    opt.CHUNK = 1000  # 3 blocks a chunk: 7 chunks, the last one short
+    opt.CHUNK = chunk  # the CPU's chunk; a GPU's is at least backend.GPU_CHUNK_ELEMENTS
     for g in grads:
-        p.grad = g.copy()
+        p.grad = backend.to_device(g.copy(), device)  # the step may reuse the gradient's buffer
         opt.step()
     weights, codes, scales = _whole_array_adam8bit(start, grads, 256)
     state = opt.state[p]
     assert np.array_equal(p.numpy(), weights)
     for name, c, s in zip(("exp_avg", "exp_avg_sq"), codes, scales):
-        assert np.array_equal(state[name + "_codes"].reshape(-1), c), name
-        assert np.array_equal(state[name + "_absmax"], s), name
+        assert np.array_equal(backend.to_numpy(state[name + "_codes"]).reshape(-1), c), name
+        assert np.array_equal(backend.to_numpy(state[name + "_absmax"]), s), name
+
+
+def test_the_chunk_is_chosen_per_device():
+    """The CPU keeps a chunk sized for its cache; any other array module (CuPy, where every pass
+    over a chunk is a kernel launch) gets chunks of at least 16M values."""
+    assert backend.chunk_elements(np, 1 << 17) == 1 << 17
+    not_numpy = types.SimpleNamespace()
+    assert backend.chunk_elements(not_numpy, 1 << 17) == backend.GPU_CHUNK_ELEMENTS >= 1 << 24
+    assert backend.chunk_elements(not_numpy, 1 << 30) == 1 << 30
 
 
 def test_an_unsigned_map_refuses_negative_values_instead_of_wrong_codes():

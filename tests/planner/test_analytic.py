@@ -195,3 +195,14 @@ def test_cli_plan_arch_prints_the_stacks_and_the_fewest_gpus(capsys):
     assert "--heads, --seq, --vocab" in capsys.readouterr().err
     assert cli.main(["plan", "--arch", "gpt5"]) == 2
     assert cli.main(["plan"]) == 2
+
+
+def test_adam8bit_scratch_follows_the_chunk_of_the_backend():
+    """Adam8bit updates in chunks of 128K elements on NumPy and of up to 16M on a GPU (whole
+    tensors, one kernel launch per pass): 24 bytes per element of one chunk either way."""
+    from tinymem.planner.sharding import scratch_bytes
+    big = (4096, 11008)  # a LLaMA-7B MLP matrix: 45M elements, several GPU chunks
+    assert scratch_bytes("Adam8bit", big, "numpy") == 24 * 2 ** 17
+    assert scratch_bytes("Adam8bit", big, "gpu") == 24 * 2 ** 24
+    assert scratch_bytes("Adam8bit", (1024, 1024), "gpu") == 24 * 1024 * 1024  # the whole tensor
+    assert scratch_bytes("Adam", big, "gpu") == scratch_bytes("Adam", big, "numpy") == 2 * 4 * 4096 * 11008

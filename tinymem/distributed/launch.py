@@ -22,8 +22,10 @@ wait in an all-reduce would leave them waiting forever. Two guards stop that:
   call outlives ``timeout`` seconds: the cure for a peer that died without raising.
 
 :func:`run` adds a third, outside the job: a wall-clock limit after which the whole process
-group of ``mpiexec`` is killed.
+group of ``mpiexec`` is killed. It starts Open MPI's ``mpiexec`` as well as MPICH's, as root too
+(:func:`command` says what each needs).
 """
+import functools
 import os
 import shutil
 import signal
@@ -110,6 +112,46 @@ def _unread_bytes(fd):
         return 0
 
 
+@functools.lru_cache(maxsize=None)
+def implementation(mpiexec):
+    """``"openmpi"``, ``"mpich"`` (MPICH and the launchers built on its Hydra, Intel MPI's too)
+    or ``"unknown"``: what ``mpiexec --version`` says it is. Asked once per path."""
+    try:
+        done = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return implementation_of(done.stdout + done.stderr)
+
+
+def implementation_of(version_text):
+    """The implementation named by the text of ``mpiexec --version``."""
+    text = version_text.lower()
+    if "open mpi" in text or "openrte" in text or "open-mpi" in text:
+        return "openmpi"
+    if "mpich" in text or "hydra" in text:
+        return "mpich"
+    return "unknown"
+
+
+def command(mpiexec, nprocs, argv, implementation, env=None, as_root=None):
+    """The command line and environment that start ``python argv...`` on ``nprocs`` ranks.
+
+    Open MPI refuses to start as root (a container's usual user) unless told twice, by the
+    ``--allow-run-as-root`` option and by ``OMPI_ALLOW_RUN_AS_ROOT=1`` with
+    ``OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1``; and it refuses more ranks than cores unless told
+    ``--oversubscribe`` (the tests start 4 ranks on 2-core machines). MPICH needs neither.
+    ``as_root`` defaults to whether this process runs as root."""
+    as_root = (hasattr(os, "geteuid") and os.geteuid() == 0) if as_root is None else as_root
+    env = dict(os.environ if env is None else env)
+    options = []
+    if implementation == "openmpi":
+        options.append("--oversubscribe")
+        if as_root:
+            options.append("--allow-run-as-root")
+            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return [mpiexec, *options, "-n", str(nprocs), sys.executable, *argv], env
+
+
 class LaunchError(RuntimeError):
     """mpiexec is missing, a rank failed, or the job ran past its time limit."""
 
@@ -124,7 +166,7 @@ def run(argv, nprocs, timeout=300, env=None, cwd=None, check=True):
     if mpiexec is None:
         raise LaunchError("mpiexec not found: install the dist extra (pip install .[dist]), "
                           "which brings mpi4py and the mpich launcher")
-    cmd = [mpiexec, "-n", str(nprocs), sys.executable, *argv]
+    cmd, env = command(mpiexec, nprocs, argv, implementation(mpiexec), env)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=cwd, start_new_session=True)
     try:

@@ -268,16 +268,23 @@ def format_process_table(rows, total_peak=None):
     return "\n".join(lines)
 
 
-def return_free_memory():
-    """Give the blocks the C allocator keeps after ``free`` back to the operating system.
+def return_free_memory(device="cpu"):
+    """Give the blocks an allocator keeps after ``free`` back to the system, so that what the
+    system shows for this process grows from here with every new allocation.
 
-    glibc keeps freed blocks for the next ``malloc`` (the reason ``top`` never sees a process
-    shrink after a step); ``malloc_trim(0)`` hands its free pages back. Call it before watching a
-    process grow from a known point: otherwise whatever ran earlier in the process (another
-    experiment, a data set's loading) may have left enough free blocks for the step, and RSS
-    shows no growth at all. Returns whether it could (False off glibc: macOS, Windows, musl).
+    On the CPU, glibc keeps freed blocks for the next ``malloc`` (the reason ``top`` never sees a
+    process shrink after a step); ``malloc_trim(0)`` hands its free pages back. On a GPU, CuPy's
+    pool keeps freed blocks for the next array, and NVML counts them as the process's: a step
+    served from them shows no growth in ``nvidia-smi`` (``free_all_blocks`` returns them to the
+    driver). Call it before watching a process grow from a known point: otherwise whatever ran
+    earlier in the process (another experiment, a data set's loading, an earlier test) may have
+    left enough free blocks for the step. Returns whether it could (False off glibc on the CPU:
+    macOS, Windows, musl).
     """
     gc.collect()
+    if backend.check_device(device) == "cuda":
+        backend.get_cupy().get_default_memory_pool().free_all_blocks()
+        return True
     name = ctypes.util.find_library("c")
     try:
         trim = ctypes.CDLL(name).malloc_trim
@@ -285,4 +292,3 @@ def return_free_memory():
         return False
     trim(0)
     return True
-

@@ -1,7 +1,7 @@
 """8-bit Adam (Dettmers et al., 2022): both moments stored block-wise quantized.
 
-Each step, for a parameter of n >= ``min_8bit_size`` elements, chunk after chunk of
-``CHUNK`` = 131,072 elements (whole blocks):
+Each step, for a parameter of n >= ``min_8bit_size`` elements, chunk after chunk of whole
+blocks (``CHUNK`` = 131,072 elements on the CPU; up to 16M on a GPU, ``backend.chunk_elements``):
     m, v = dequantize(state chunk)        (float32, into buffers reused by every chunk)
     Adam's update with m, v in float32    (``Adam._direction``, into two reused buffers)
     state chunk = quantize(m), quantize(v)   (1 byte per element + 4 bytes per block)
@@ -11,7 +11,9 @@ one, so its 256 codes all cover [0, 1]. Chunks give what bitsandbytes gets from 
 in one kernel: the temporaries stay small and in cache, 24 bytes per element of one chunk
 (m, v, Adam's two, and an int64 index; quantizing normalises each moment in place and puts its
 table entries in Adam's update, free once the weights moved), 3 MiB at most, where a whole
-parameter at once needs its float32 moments (8n bytes) and temporaries as large.
+parameter at once needs its float32 moments (8n bytes) and temporaries as large. On a GPU each
+pass over a chunk is a kernel launch: there 128K-element chunks made the step 138x Adam's and
+whole tensors 2.7x, so a chunk holds up to 16M elements (384 MiB of temporaries at most).
 Weights, codes and scales are those of the whole-array step bit for bit (a test holds them).
 
 State: 2n + 8·ceil(n / block_size) bytes instead of 8n: 2.004 bytes per parameter at block
@@ -99,8 +101,9 @@ class Adam8bit(Adam):
         state["step"] += 1
         g = self._decay(p, grad, group).astype(np.float32, copy=False).reshape(-1)
         weights = p.data.reshape(-1)  # a view of p when p is contiguous, else a copy put back below
-        chunk = min(n, block * max(1, self.CHUNK // block))  # whole blocks, so each keeps one scale
         xp = backend.array_module(g)
+        # Whole blocks, so each keeps one scale; on a GPU a chunk is most often the whole tensor.
+        chunk = min(n, block * max(1, backend.chunk_elements(xp, self.CHUNK) // block))
         m, v, tmp, update = (self.scratch(xp.empty(chunk, np.float32)) for _ in range(4))
         index = self.scratch(xp.empty(chunk, np.intp))  # codes for take, then table buckets
         moments = [(state[name + "_codes"].reshape(-1), state[name + "_absmax"], book, buffer)

@@ -103,14 +103,6 @@ def _absmax(x, block_size, out, signed=True):
     return out
 
 
-def _take(table, indices, out):
-    """``out[...] = table[indices]`` for indices in range. NumPy copies ``out`` first unless
-    told what to do out of range: ``mode="wrap"``, what CuPy's ``take`` (no ``mode``) always does."""
-    if isinstance(table, np.ndarray):
-        return table.take(indices, out=out, mode="wrap")
-    return table.take(indices, out=out)
-
-
 def _uncounted(array):
     return array
 
@@ -177,7 +169,7 @@ class Codebook:
         else:
             key = bits
         xp.right_shift(key, 16, out=bucket)
-        _take(self.entries, bucket, entry)
+        backend.take(self.entries, bucket, entry)
         entry += key.view(np.uint32)
         return xp.right_shift(entry, 16, out=out, casting="unsafe")
 
@@ -259,5 +251,5 @@ def dequantize(codes, absmax, qmap, block_size, scratch=_uncounted, out=None, in
     if index is not None:
         xp.copyto(index, flat)
         flat = index
-    _take(qmap, flat, out)
+    backend.take(qmap, flat, out)
     return _by_block(out, block_size, xp.multiply, absmax, out).reshape(codes.shape)

@@ -216,7 +216,7 @@ def _moments(arch, batch, stack, wd, mode, backend, P, G, O, masters, stage_laye
                     parameter=P, gradient=g if (later or p > 1 or streamed) else divide(w * done, shards), optimizer=O,
                     activation=waiting + total(act["recompute"]) - (kept - 1 - j) * per_input,
                     workspace=flowing)
-    scratch = 0 if stack.offload else max(scratch_bytes(stack.optimizer, s) for s in shapes)
+    scratch = 0 if stack.offload else max(scratch_bytes(stack.optimizer, s, backend) for s in shapes)
     moments["optimizer step"] = dict(parameter=P, gradient=G + masters, optimizer=O, activation=0,
                                      workspace=16 * batch * arch.seq + scratch)
     return moments

@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from .. import backend as tm_backend
 from ..checks import positive_int
 from ..optim.table import CONFIGS, group_for
 from . import precision as widths
@@ -27,14 +28,15 @@ from .states import optimizer_state_bytes
 
 # Temporaries the size of one parameter that an update holds at once (each optimizer's file
 # counts them with ``scratch``); Adam8bit: 24 bytes per element of one chunk of at most
-# ``Adam8bit.CHUNK`` elements (m, v, Adam's two, which quantizing reuses, and an int64 index).
+# ``Adam8bit.CHUNK`` elements on the CPU and 16M on a GPU (``backend.chunk_elements``): m, v,
+# Adam's two, which quantizing reuses, and an int64 index.
 SCRATCH = {"SGD": 1, "SGD momentum": 1, "Adam8bit": 6, "Adam8bit linear": 6}
 
 
-def scratch_bytes(optimizer, shape):
+def scratch_bytes(optimizer, shape, backend="gpu"):
     """Temporaries of one update of a float32 parameter of ``shape`` (see :data:`SCRATCH`;
     Adam8bit keeps tensors under ``min_8bit_size`` in float32 Adam, with Adam's 2, and updates
-    larger ones chunk by chunk)."""
+    larger ones chunk by chunk, in chunks sized for ``backend``: ``"numpy"`` or ``"gpu"``)."""
     label = optimizer_label(optimizer)
     cls, options = CONFIGS[label]
     group = dict(group_for(cls, options))
@@ -42,7 +44,8 @@ def scratch_bytes(optimizer, shape):
     if size < group.get("min_8bit_size", 0):
         return 2 * 4 * size
     if hasattr(cls, "CHUNK"):
-        size = min(size, group["block_size"] * max(1, cls.CHUNK // group["block_size"]))
+        chunk = tm_backend.chunk_elements("cpu" if backend == "numpy" else "cuda", cls.CHUNK)
+        size = min(size, group["block_size"] * max(1, chunk // group["block_size"]))
     return SCRATCH.get(label, 2) * 4 * size
 
 

@@ -4,6 +4,7 @@
     stream.py       stream_layers: weights on the host or disk, one layer on the device at a time
     optimizer.py    offload_optimizer: optimizer state and its update on the host or disk
     store.py        HostStore, DiskStore: where offloaded arrays live; files written atomically
+    copies.py       asynchronous host<->GPU copies: their stream, and sources kept until done
     pool.py         HostPool: host buffers that offloaded arrays reuse from step to step
     prefetch.py     the background thread that brings arrays back ahead of use
     bandwidth.py    what one byte costs to move on this machine, to predict a schedule's time

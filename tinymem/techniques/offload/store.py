@@ -40,6 +40,7 @@ from collections import deque
 import numpy as np
 
 from ... import backend, memory
+from .copies import CopyStream, InFlight, pinned_empty
 
 
 class OffloadError(RuntimeError):
@@ -67,30 +68,6 @@ def _bytes_view(array):
     return memoryview(array.reshape(-1).view(np.uint8))
 
 
-def _pinned_empty(shape, dtype):
-    import cupyx
-    return cupyx.empty_pinned(shape, dtype)
-
-
-class _CopyStream:
-    """A CUDA stream for host<->device copies, ordered against the compute (current) stream."""
-
-    def __init__(self):
-        self.cupy = backend.get_cupy()
-        self.stream = self.cupy.cuda.Stream(non_blocking=True)
-
-    def after_compute(self):
-        # The copy must not start before the kernels that wrote (or last read) the buffer.
-        self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
-
-    def record(self):
-        return self.stream.record()
-
-    def hand_over(self, event):
-        # Compute kernels that use the copied array wait for the copy, without blocking Python.
-        self.cupy.cuda.get_current_stream().wait_event(event)
-
-
 class HostStore:
     """Copies in host memory (pinned on CuPy). ``bucket``: how the host copy is counted;
     ``load_bucket``: how the array brought back to the device is counted."""
@@ -103,11 +80,11 @@ class HostStore:
         self.pool, self.copy_back = pool, copy_back
         self.moved_out = self.moved_in = 0
         self._copy = None
-        self._inflight = deque()  # (event, source) pairs: a source must outlive its async copy
+        self._inflight = InFlight()  # device sources of copies to the host
 
     def _stream(self):
         if self._copy is None:
-            self._copy = _CopyStream()
+            self._copy = CopyStream()
         return self._copy
 
     def put(self, array, worker=None, behind=1):
@@ -126,7 +103,7 @@ class HostStore:
     def _host_empty(self, like, pinned):
         if self.pool is not None:
             return self.pool.take(like, pinned)
-        return _pinned_empty(like.shape, like.dtype) if pinned else np.empty(like.shape, like.dtype)
+        return pinned_empty(like.shape, like.dtype) if pinned else np.empty(like.shape, like.dtype)
 
     def _to_pinned(self, array):
         source = _contiguous(array)
@@ -140,9 +117,7 @@ class HostStore:
         event = copy.record()
         if self.pool is not None:
             self.pool.record(host, event)
-        self._inflight.append((event, source))
-        while self._inflight and self._inflight[0][0].done:
-            self._inflight.popleft()  # finished copies release their device source
+        self._inflight.add(event, source)
         return host, event
 
     def begin_load(self, handle, worker=None):
@@ -180,9 +155,7 @@ class HostStore:
         return pending.array
 
     def close(self):
-        for event, _ in self._inflight:
-            event.synchronize()
-        self._inflight.clear()
+        self._inflight.wait()
 
     def detach(self):
         """End of the offload block: the copies live on with their handles (nothing to remove)."""
@@ -252,6 +225,7 @@ class DiskStore:
         self._count = self._files = 0
         self._live = weakref.WeakSet()
         self._behind = deque()  # handles whose file is still being written by a worker
+        self._staged = InFlight()  # pinned staging buffers of copies to the device
         self.write_wait_s = 0.0  # time the caller was blocked writing (or waiting for writes)
         # Runs at close() or, if nobody closes the store, when it is collected or Python exits.
         self._remove = weakref.finalize(self, shutil.rmtree, self.directory, True)
@@ -282,7 +256,7 @@ class DiskStore:
 
     def begin_load(self, handle, worker=None):
         if self.load_place == "device" and handle.device == "cuda":
-            staging = _pinned_empty(handle.shape, handle.dtype)
+            staging = pinned_empty(handle.shape, handle.dtype)
             dest = None
         else:
             staging = dest = memory.register(np.empty(handle.shape, handle.dtype), self.load_bucket,
@@ -310,7 +284,11 @@ class DiskStore:
             return pending.array
         cupy = backend.get_cupy()
         dest = memory.register(cupy.empty(pending.shape, pending.dtype), self.load_bucket, "device")
+        # An asynchronous copy on the compute stream (CuPy's ``set`` from pinned memory): the
+        # staging buffer is kept until it is done. Freed at once, the next prefetch was given the
+        # same pinned block and read its file into it first: gradients differed on a GPU.
         dest.set(pending.staging)
+        self._staged.add(cupy.cuda.get_current_stream().record(), pending.staging)
         return dest
 
     def read_into(self, handle, out):
@@ -337,6 +315,7 @@ class DiskStore:
         """Take no new file; finish the writes in flight, and remove the directory with its last
         file (now, if none is left). Files stay readable as long as their handles live."""
         self._reap(0)
+        self._staged.wait()
         self.detached = True
         if self._files == 0:
             self._remove()
@@ -345,6 +324,7 @@ class DiskStore:
         """Forget every file and remove the directory now (safe to call twice)."""
         self.closed = self.detached = True
         self._behind.clear()
+        self._staged.wait()
         for handle in list(self._live):
             memory.release(handle)
         self._remove()

@@ -31,7 +31,8 @@ from ... import backend, memory
 from ...autograd import Function, Tensor, current_saved_tensors_hooks, saved_tensors_hooks
 from ...nn import Module
 from .prefetch import Prefetcher
-from .store import DiskStore, HostStore, _pinned_empty
+from .copies import pinned_empty
+from .store import DiskStore, HostStore
 
 
 class _WeightRef:
@@ -112,7 +113,7 @@ class StreamedLayers(Module):
             path = os.path.join(self._files.directory, f"param{id(p):x}.bin")
             resident = np.memmap(path, dtype=values.dtype, mode="w+", shape=values.shape)
         elif self.device == "cuda":
-            resident = _pinned_empty(values.shape, values.dtype)
+            resident = pinned_empty(values.shape, values.dtype)
         else:
             resident = np.empty(values.shape, values.dtype)
         resident[...] = values

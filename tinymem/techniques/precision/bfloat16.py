@@ -23,18 +23,25 @@ which is right (1.9999999 rounds to 2.0), and from the largest finite exponent i
 special case. Only NaN does: the carry could turn a NaN with a small payload into infinity, so
 every NaN becomes the canonical quiet NaN 0x7FC0.
 
+Every step that makes a value is integer arithmetic on the bits, so the codec is exact on any
+device, GPUs whose float32 kernels flush subnormals to zero included (a subnormal float32
+rounds to the bfloat16 subnormal of its top 7 significand bits, never to 0). Only the test for
+NaN is a float maximum and ``isnan``, which a flushed subnormal cannot change.
+
 PyTorch agrees bit for bit on every non-NaN float32. For NaN, PyTorch itself is not consistent:
 its scalar conversion gives 0x7FC0, its vectorized CPU kernel gives 0xFFFF; both are NaN.
 
-Memory: the encoder makes one uint32 temporary of at most ``CHUNK`` values (256 KiB) and
-returns 2 bytes per value. Works on NumPy and CuPy arrays alike (only shared functions).
+Memory: the encoder makes one uint32 temporary of at most one chunk (``backend.chunk_elements``:
+``CHUNK`` = 64K values, 256 KiB, on the CPU; whole arrays up to 16M values on a GPU, where each
+pass over a chunk is a kernel launch) and returns 2 bytes per value. Works on NumPy and CuPy
+arrays alike (only shared functions).
 """
 import numpy as np
 
-from ...backend import array_module
+from ...backend import array_module, chunk_elements
 
 BFLOAT16_NAN = 0x7FC0
-CHUNK = 1 << 16  # values per pass of the encoder
+CHUNK = 1 << 16  # values per pass of the encoder on the CPU
 # Scalars made once: on small arrays (a 32 x 32 weight) making them per call costs as much as
 # the arithmetic.
 _ONE, _SIXTEEN, _BELOW_HALF = np.uint32(1), np.uint32(16), np.uint32(0x7FFF)
@@ -56,14 +63,15 @@ def float32_to_bfloat16_bits(x):
     x = x.reshape(-1)  # a 0-d array would turn into NumPy scalars below, which are immutable
     bits = x.view(np.uint32)
     rounded = xp.empty(x.size, np.uint16)
-    for start in range(0, x.size, CHUNK):  # a chunk's temporary stays in the CPU's cache
-        part = bits[start:start + CHUNK]
+    chunk = chunk_elements(xp, CHUNK)  # on the CPU, a chunk's temporary stays in the cache
+    for start in range(0, x.size, chunk):
+        part = bits[start:start + chunk]
         r = part >> _SIXTEEN
         r &= _ONE  # lsb: the last bit kept, for ties to even
         r += part
         r += _BELOW_HALF
         r >>= _SIXTEEN
-        xp.copyto(rounded[start:start + CHUNK], r, casting="unsafe")
+        xp.copyto(rounded[start:start + chunk], r, casting="unsafe")
     if _has_nan(xp, x):  # NaN is rare: fix those few instead of a select over every value
         rounded[xp.isnan(x)] = np.uint16(BFLOAT16_NAN)
     return rounded.reshape(shape)

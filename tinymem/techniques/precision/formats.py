@@ -12,8 +12,15 @@ from .float16 import float16_to_float32, float32_to_float16, round_to_float16
 
 # Below this many values the float16 codec's dozen array passes cost more in fixed per-call
 # overhead than NumPy's per-element conversion (about 3-5 ns a value): small float16 arrays go
-# through astype. bfloat16 has no astype; its bit codec serves every size.
+# through astype on the CPU. Not on a GPU, whose hardware cast may not keep a NaN's payload as
+# NumPy does; there the codec (exact on any device) serves every size. bfloat16 has no astype.
 BIT_CODEC_MIN_SIZE = 16384
+
+
+def _bit_codec(x):
+    """Whether ``x`` (to encode or decode) goes through the float16 bit codec, not astype: when
+    large, or when not a plain NumPy array (a device array)."""
+    return x.size >= BIT_CODEC_MIN_SIZE or type(x) is not np.ndarray
 
 
 class HalfFormat:
@@ -26,7 +33,7 @@ class HalfFormat:
         """Round to the format, nearest even; overflow gives inf, as a GPU's conversion does."""
         if self.name == "bfloat16":
             return float32_to_bfloat16_bits(x)
-        if x.dtype == np.float32 and x.size >= BIT_CODEC_MIN_SIZE:
+        if x.dtype == np.float32 and _bit_codec(x):
             return float32_to_float16(x)
         with np.errstate(over="ignore", under="ignore"):  # overflow to inf is the point here
             return x.astype(np.float16)
@@ -38,7 +45,7 @@ class HalfFormat:
             return out if dtype == np.float32 else out.astype(dtype)
         if stored.dtype == dtype:
             return stored
-        if dtype == np.float32 and stored.size >= BIT_CODEC_MIN_SIZE:
+        if dtype == np.float32 and _bit_codec(stored):
             return float16_to_float32(stored)
         return stored.astype(dtype)
 
@@ -48,7 +55,7 @@ class HalfFormat:
         if x.dtype == np.float32:
             if self.name == "bfloat16":
                 return round_to_bfloat16(x)
-            if x.size >= BIT_CODEC_MIN_SIZE:
+            if _bit_codec(x):
                 return round_to_float16(x)
         return self.decode(self.encode(x), x.dtype)
 

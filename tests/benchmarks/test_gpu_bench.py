@@ -1,0 +1,114 @@
+"""The GPU bench without a GPU: its records' format (the rows run on the CPU, tiny and quick), the
+README's GPU section generated from them (or saying that no GPU run is recorded), and the GPU
+check's summary table read from a check's logs."""
+import json
+import pathlib
+
+from conftest import requires_torch
+
+from tinymem import cli
+from tinymem.benchmarks import gpu_check, readme, targets, targets_cuda
+from tinymem.measure.records import write_records
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROWS = ["fp16", "fp16_torch", "bf16", "adam8bit", "mlp", "tiny_op", "checkpoint", "ledger"]
+
+
+def _fake_records():
+    def stats(m):
+        return {"median": m, "q1": m, "q3": m, "min": m, "max": m, "ratios": [m]}
+    return {"rounds": 7, "clock": targets_cuda.CLOCK, "device": "cuda",
+            "meta": {"machine": "NVIDIA H200", "date": "2026-12-04", "cupy": "14.2.0", "torch": "2.11.0"},
+            "rows": [{"key": "fp16", "what": "fp16 storage step", "target": 0.5, "met": True,
+                      "contenders": {"tinymem": stats(0.31)}},
+                     {"key": "checkpoint", "what": "sqrt(n) checkpointing", "target": 1.3, "met": False,
+                      "contenders": {"tinymem": stats(1.36), "torch": stats(1.3)}},
+                     {"key": "ledger", "what": "ledger vs pool", "band": [0.95, 1.05], "target": 1.05, "met": True,
+                      "ledger_peak": 134217728, "allocator_peak": 136000000, "measured_equals_allocator": True,
+                      "contenders": {"tinymem": stats(0.987)}}]}
+
+
+def test_the_readme_gpu_section_is_generated_from_the_committed_records():
+    text = (ROOT / "README.md").read_text()
+    records = readme.gpu_records(ROOT)
+    assert readme.render_gpu(text, records) == text, "README is stale: run python -m tinymem.benchmarks.readme"
+    if records is None:
+        assert "No GPU run has been recorded yet" in text
+
+
+def test_the_gpu_section_says_when_no_gpu_run_is_recorded(tmp_path):
+    assert readme.gpu_records(tmp_path) is None
+    assert readme.gpu_table(None) == [readme.NO_GPU_RUN] and "No GPU run has been recorded yet" in readme.NO_GPU_RUN
+    write_records(_fake_records(), tmp_path / "figures", "bench_cuda")
+    assert readme.gpu_records(tmp_path)["meta"]["machine"] == "NVIDIA H200"
+
+
+def test_the_gpu_section_renders_every_row_with_its_target_and_whether_it_was_met():
+    lines = readme.gpu_table(_fake_records())
+    assert "NVIDIA H200" in lines[0] and "CuPy 14.2.0" in lines[0] and "7 rounds" in lines[0]
+    fp16, ckpt, ledger = lines[-3:]
+    assert "0.31x" in fp16 and "<= 0.50x" in fp16 and fp16.endswith("| yes |")
+    assert "1.36x" in ckpt and "1.30x" in ckpt and ckpt.endswith("| no |")
+    assert "0.987" in ledger and "134,217,728 B" in ledger and "equals the pool's" in ledger
+    assert "0.95-1.05" in ledger
+    text = readme.render_gpu(f"a\n{readme.GPU_START}\nold\n{readme.GPU_END}\nb\n", _fake_records())
+    assert "old" not in text and text.startswith("a\n") and text.endswith("b\n")
+
+
+@requires_torch
+def test_the_gpu_bench_records_every_row_in_the_committed_format(tmp_path):
+    """The GPU rows, run on the CPU with tiny shapes: the code runs and the records are whole."""
+    records = targets_cuda.run(quick=True, device="cpu", rounds=2)
+    assert [row["key"] for row in records["rows"]] == ROWS
+    for row in records["rows"]:
+        mine = row["contenders"]["tinymem"]
+        assert mine["min"] <= mine["q1"] <= mine["median"] <= mine["q3"] <= mine["max"]
+        assert isinstance(row["met"], bool) and row["target"] > 0
+    checkpoint = records["rows"][ROWS.index("checkpoint")]
+    assert checkpoint["target"] == checkpoint["contenders"]["torch"]["median"]
+    ledger = records["rows"][-1]
+    assert ledger["ledger_peak"] > 0 and ledger["allocator_peak"] > 0
+    assert ledger["measured_equals_allocator"] is True  # on the CPU both are tracemalloc's
+    path = write_records(records, tmp_path, "bench_cuda")
+    assert json.loads(pathlib.Path(path).read_text())["rows"][0]["key"] == "fp16"
+    assert (tmp_path / "bench_cuda.png") in [pathlib.Path(p) for p in targets.plot(records, tmp_path, "bench_cuda.png")]
+    assert [r["row"] for r in targets_cuda.table_rows(records)] == ROWS
+
+
+def test_bench_on_cuda_runs_only_the_targets_and_says_so(capsys):
+    assert cli.main(["bench", "engine", "--device", "cuda"]) == 2
+    assert "--device cuda runs the GPU targets only" in capsys.readouterr().err
+
+
+SUITE_LOG = """\
+....s..F
+SKIPPED [12] tests/edge/test_onnx_export.py:40: the edge figures run on the CPU
+SKIPPED [3] tests/rl/test_dqn.py: the replay buffer is host memory
+SKIPPED [1] tests/edge/test_patch_and_peak.py:9: the edge figures run on the CPU
+FAILED tests/memory/test_x.py::test_y - assert 0
+2 failed, 1803 passed, 16 skipped, 24 warnings, 1 error in 150.02s (0:02:30)
+"""
+
+
+def test_the_check_summary_counts_results_and_skip_reasons(tmp_path):
+    assert gpu_check.pytest_counts(SUITE_LOG) == {"passed": 1803, "failed": 2, "errors": 1, "skipped": 16,
+                                                  "xfailed": 0, "xpassed": 0}
+    assert gpu_check.skip_reasons(SUITE_LOG) == {"the edge figures run on the CPU": 13,
+                                                 "the replay buffer is host memory": 3}
+    assert gpu_check.pytest_counts("....\n")["passed"] == 0  # killed before its summary line
+    (tmp_path / "suite_cuda.log").write_text(SUITE_LOG)
+    (tmp_path / "cuda_tests.log").write_text("186 passed in 40.1s\n")
+    (tmp_path / "rc.txt").write_text("info 0 2\ncuda_tests 0 41\nsuite_cuda 1 152\nbench 124 100\n")
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "offload.png").write_bytes(b"")
+    write_records(_fake_records(), tmp_path / "figs", "bench_cuda")
+    lines = gpu_check.summary_lines(str(tmp_path), str(tmp_path / "figs"))
+    suite = next(line for line in lines if line.startswith("suite_cuda"))
+    assert suite.split() == ["suite_cuda", "1", "152", "1803", "2", "1", "16"]
+    assert next(line for line in lines if line.startswith("cuda_tests")).split()[3] == "186"
+    assert "skip reasons, suite_cuda (16 skipped):" in lines
+    assert any(line.split()[0] == "13" and "edge figures" in line for line in lines)
+    assert "figures drawn: 1 (offload.png)" in lines
+    ledger = next(line for line in lines if line.startswith("ledger"))
+    assert ledger.split()[-2:] == ["0.95-1.05", "yes"]
+    assert gpu_check.bench_lines(str(tmp_path / "nothing"))[0].startswith("bench: no figures/data/bench_cuda.json")
