@@ -26,6 +26,7 @@ from ... import backend
 from ...optim.blockwise import Codebook, quantize as blockwise_quantize
 
 BLOCK = 64  # values per absmax: the paper's block for the weights
+CHUNK = 16384  # bytes of codes converted to gather indices at a time on NumPy (a 128 KiB index)
 
 
 def nf4_levels():
@@ -74,15 +75,25 @@ def quantize_nf4(w, block=BLOCK):
 def dequantize_nf4(packed, absmax, size, block=BLOCK, scratch=None):
     """The first ``size`` float32 values of ``level[code] · absmax``, flat.
 
-    Memory: the result (4 bytes per value) and the gather's index (8 bytes per byte, 4 per
-    value), both passed to ``scratch`` (the caller's ledger registration) and the index freed
-    before the return."""
+    ``take`` gathers with intp indices (8 bytes per byte of codes; NumPy would convert uint8
+    codes into such an array of its own, unseen). So the codes are converted ``CHUNK`` bytes
+    at a time into one reused index: 128 KiB, not 4 bytes per weight. On CuPy, which gathers
+    with any integer type, the whole array is one chunk.
+    Memory: the result (4 bytes per value) and the index, both passed to ``scratch`` (the
+    caller's ledger registration); the index is freed before the return."""
     xp = backend.array_module(packed)
     keep = scratch or (lambda a: a)
-    index = keep(packed.astype(np.intp))  # take gathers with intp; made here, so counted
     values = keep(xp.empty((packed.size, 2), np.float32))
-    pair_table(xp).take(index, axis=0, out=values)
-    del index
+    table = pair_table(xp)
+    if xp is np:
+        index = keep(np.empty(min(CHUNK, packed.size), np.intp))
+        for start in range(0, packed.size, CHUNK):
+            part = index[:min(CHUNK, packed.size - start)]
+            np.copyto(part, packed[start:start + part.size])
+            table.take(part, axis=0, out=values[start:start + part.size])
+        del index
+    else:
+        table.take(packed, axis=0, out=values)
     flat = values.reshape(-1)
     whole = flat.size - flat.size % block
     rows = flat[:whole].reshape(-1, block)

@@ -5,12 +5,13 @@ Contract:
   weight with double quantization, 4.5 without); the bias stays a frozen float32 Parameter.
 - Forward dequantizes the whole weight just before the matmul and drops it right after: at any
   moment only the layer being computed has a float32 weight, 4·in·out bytes of ``workspace``
-  (plus the gather's index, 4 bytes per weight, freed first). Backward dequantizes it again for
+  (plus the gather's index, at most 128 KiB on NumPy, freed first). Backward dequantizes it again for
   the input's gradient instead of keeping it: time for memory, as bitsandbytes does.
 - No gradient reaches the weight or bias (they are frozen); nothing is saved for backward,
   not even the input, since only the input's gradient is needed.
 
-Memory per call: 8·in·out bytes of workspace at most (index and weight), none kept. Time: one
+Memory per call: 4·in·out bytes of workspace and the index (4·in·out + 128 KiB at most),
+none kept. Time: one
 dequantization (a gather and a multiply over in·out values) per forward and one per backward.
 """
 import math
