@@ -126,3 +126,10 @@ def test_a_qlora_model_starts_where_the_nf4_rounded_model_is(device):
         np.testing.assert_array_equal(to_np(model(x)), expected)
     with pytest.raises(TypeError, match="re-quantized"):
         model[0].merge()
+
+
+def test_nf4_linear_refuses_what_is_not_a_float_matrix():
+    with pytest.raises(TypeError, match="2-d float weight"):
+        NF4Linear(np.zeros(16, np.float32))
+    with pytest.raises(TypeError, match="2-d float weight"):
+        NF4Linear(np.zeros((4, 4), np.int64))

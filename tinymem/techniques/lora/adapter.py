@@ -16,8 +16,9 @@ Contract:
 Memory for a Linear (in, out) in float32 with Adam: the frozen weight stays 4·in·out bytes of
 ``parameter`` with no gradient and no optimizer state; the adapters add 4·r·(in + out) bytes of
 ``parameter``, as many of ``gradient`` and twice as many of ``optimizer``. The adapter path
-saves its input x (shared with the base) and the (…, r) projection ``x A^T``: 4·r bytes per
-token of ``activation``. Time: two thin matmuls beside the base one, about 2r/out extra.
+saves its input x (the frozen base keeps only its weight, for the input's gradient) and the
+(…, r) projection ``x A^T``: 4·(in + r) bytes per token of ``activation``, as the base Linear
+alone would keep 4·in when it trains. Time: two thin matmuls beside the base one, about 2r/out extra.
 """
 import fnmatch
 

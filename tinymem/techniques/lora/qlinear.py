@@ -49,6 +49,9 @@ class NF4Linear(Module):
 
     def __init__(self, weight, bias=None, double_quant=True):
         super().__init__()
+        if getattr(weight, "ndim", None) != 2 or weight.dtype.kind != "f":
+            raise TypeError(f"NF4Linear stores a 2-d float weight (out_features, in_features), got "
+                            f"{getattr(weight, 'dtype', type(weight).__name__)} of shape {getattr(weight, 'shape', None)}")
         self.out_features, self.in_features = weight.shape
         self.double_quant = double_quant
         packed, absmax = quantize_nf4(weight)
