@@ -10,7 +10,7 @@
 # so the frozen weights need no gradient and no optimizer state: of lesson 0's five buckets,
 # `gradient` and `optimizer` shrink to the adapters' size. **QLoRA** (Dettmers et al. 2023) then
 # attacks the weights themselves: it stores the frozen W in 4-bit *NormalFloat* (NF4) with
-# 8-bit block scales (about 4.127 bits per weight), dequantizes one layer at a time for its
+# 8-bit block scales (4 + 8/64 + 32/(64·256) bits per weight), dequantizes one layer at a time for its
 # matmul, and pages optimizer state to the host when an activation spike would overflow the GPU.
 #
 # The source, one concept per file, in `tinymem/techniques/lora/`: `adapter.py` (LoRALinear,
@@ -28,9 +28,9 @@ import tinymem.functional as F
 from tinymem import memory, models, nn, optim
 from tinymem.experiments import lora as experiment
 from tinymem.measure.records import read_records
-from tinymem.techniques.lora import (LEVELS, NF4Linear, apply_lora, apply_qlora, lora_modules, paged,
+from tinymem.techniques.lora import (LEVELS, apply_lora, apply_qlora, lora_modules, paged,
                                      trainable_parameters)
-from course import FIGURES, OUT, QUICK
+from course import FIGURES, OUT
 
 tm.manual_seed(0)
 MIB = 2 ** 20
@@ -162,16 +162,18 @@ print(f"stored weights (codes and scales): {sum(m.weight_nbytes() for m in layer
 # %% [markdown]
 # ## 5. Predict, then measure: a model whose bf16 weights do not fit
 #
-# Below, eight 1024 x 1024 Linears (with GELUs between) and a device budget of 14 MiB. Stored in
-# bf16 the weights alone are 16 MiB: no half-precision trick trains this model under the budget.
+# Below, eight 1024 x 1024 Linears (with GELUs between) and a device budget smaller than their
+# weights in bf16 (both printed): no half-precision trick trains this model under the budget.
 # Before you run the next cell, **predict** with QLoRA at r = 8, Adam, a batch of 16:
 # the `parameter` bucket (NF4 codes and 8-bit scales, float32 biases, adapters), and whether
-# the step's peak stays under 14 MiB. Write your numbers down.
+# the step's peak stays under the budget. Write your numbers down.
 
 # %%
 del lm, layer, mlp, layers, opt, t  # the budget counts every live device byte: earlier models go
 BUDGET, SHAPE, N_LAYERS = 14 * MIB, (1024, 1024), 8
-print(f"bf16 weights: {2 * N_LAYERS * SHAPE[0] * SHAPE[1] / MIB:.1f} MiB against a budget of {BUDGET / MIB:.0f} MiB")
+bf16_bytes = 2 * N_LAYERS * SHAPE[0] * SHAPE[1]
+print(f"bf16 weights: {bf16_bytes / MIB:.1f} MiB against a budget of {BUDGET / MIB:.0f} MiB")
+assert bf16_bytes > BUDGET
 
 # %%
 gc.collect()
@@ -192,9 +194,10 @@ print(t.table())
 
 # %% [markdown]
 # The weights went from 4 bytes (2 in bf16) to about half a byte each, and the adapters' state
-# is a rounding error. At the peak, the one layer being dequantized (4 MiB in float32) is a
-# large share: at this size QLoRA's peak is the NF4 weights plus one float32 layer plus the
-# activations. Exercise 4 asks you to make this prediction in code.
+# is small beside them. At the peak, the one layer being dequantized (4 bytes per weight of one
+# layer, most of the workspace row) is a large share: at this size QLoRA's peak is the NF4
+# weights, one float32 layer, the adapters' state and the activations. Exercise 4 asks you to
+# make this prediction in code.
 #
 # ## 6. Paged optimizer state
 #

@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 
 import tinymem as tm
 import tinymem.functional as F
-from tinymem import backend, memory, nn, optim
+from tinymem import memory, nn, optim
 from tinymem.techniques.lora import (LEVELS, NF4Linear, apply_qlora, dequantize_absmax, dequantize_nf4,
                                      expected_bits_per_weight, quantize_absmax, quantize_nf4, trainable_parameters)
 

@@ -8,7 +8,7 @@ from conftest import to_np
 
 import tinymem as tm
 import tinymem.functional as F
-from tinymem import backend, memory, nn, optim
+from tinymem import memory, nn, optim
 from tinymem.techniques.lora import apply_lora, paged, trainable_parameters
 
 
