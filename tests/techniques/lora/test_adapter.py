@@ -123,14 +123,14 @@ def test_dropout_acts_on_the_adapter_path_only():
     np.testing.assert_allclose(plain, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_the_ledger_shows_frozen_weights_without_gradient_or_state():
-    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 64))
+def test_the_ledger_shows_frozen_weights_without_gradient_or_state(device):
+    model = nn.Sequential(nn.Linear(64, 128, device=device), nn.GELU(), nn.Linear(128, 64, device=device))
     frozen = sum(p.nbytes for p in model.parameters())
     apply_lora(model, r=8, alpha=16)
     adapters = sum(p.nbytes for p in trainable_parameters(model))
     assert adapters == 4 * 8 * (64 + 128) * 2
     opt = optim.Adam(model.parameters(), lr=1e-3)
-    x = tm.tensor(np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32))
+    x = tm.tensor(np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32), device=device)
     F.mse_loss(model(x), x).backward()
     opt.step()
     live = memory.LEDGER.by_bucket()

@@ -96,12 +96,13 @@ def _live_by_label(events, label):
     return most
 
 
-def test_the_ledger_shows_one_dequantized_layer_at_a_time():
-    model = nn.Sequential(nn.Linear(128, 256), nn.GELU(), nn.Linear(256, 192), nn.GELU(), nn.Linear(192, 128))
+def test_the_ledger_shows_one_dequantized_layer_at_a_time(device):
+    model = nn.Sequential(nn.Linear(128, 256, device=device), nn.GELU(), nn.Linear(256, 192, device=device),
+                          nn.GELU(), nn.Linear(192, 128, device=device))
     apply_qlora(model, r=4, alpha=8)
     opt = optim.Adam(trainable_parameters(model), lr=1e-3)
-    x = tm.tensor(np.random.default_rng(0).standard_normal((8, 128)).astype(np.float32))
-    with memory.track() as t:
+    x = tm.tensor(np.random.default_rng(0).standard_normal((8, 128)).astype(np.float32), device=device)
+    with memory.track(device=device) as t:
         F.mse_loss(model(x), x).backward()
         opt.step()
     largest = 4 * 256 * 192
