@@ -28,3 +28,14 @@ def test_loader_shuffles_by_seed_and_covers_every_sample():
     assert len(loader) == 2 and epoch1 != epoch2  # a new order each epoch
     with pytest.raises(ValueError, match="different lengths"):
         data.DataLoader((x, y[:5]))
+
+
+def test_python_source_is_a_second_text_in_the_documentations_characters():
+    train_ids, val_ids, vocab = data.load_python_docs()
+    source, source_val = data.load_python_source(vocab)
+    assert len(source) > 100_000 and len(source_val) == pytest.approx(len(source) / 9, rel=0.01)
+    assert source.max() < len(vocab) and source.min() >= 0
+    text = vocab.decode(source[:2000])
+    assert text.count("def ") >= 3 and "return" in text  # code, not the documentation's prose
+    again, _ = data.load_python_source(vocab)
+    np.testing.assert_array_equal(again, source)

@@ -20,7 +20,7 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "figures")
 # legend on the data); a family joins once its figures do.
 LAYOUT_CHECKED = ["memory_timeline", "checkpoint", "precision", "quantization", "offload", "optimizers", "stack",
                   "workload_resolution", "workload_seq_len", "workload_embeddings",
-                  "edge", "what_fits", "plan", "rl", "watching", "partition"]
+                  "edge", "what_fits", "plan", "rl", "watching", "partition", "lora"]
 
 
 @pytest.fixture(scope="module")

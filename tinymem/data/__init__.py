@@ -2,7 +2,7 @@
 
     loader.py    DataLoader: shuffled batches of Tensors, one seed per epoch
     digits.py    load_digits: scikit-learn's bundled 8x8 digits
-    text.py      Python's reference documentation as characters; the unigram baseline
+    text.py      Python's reference documentation and some stdlib source as characters; the unigram baseline
     clicks.py    synthetic click logs for the recommender, tables of any size
     phantoms.py  procedural CT-like phantoms with segmentation labels, any resolution
 """
@@ -10,7 +10,7 @@ from .clicks import synthetic_clicks
 from .digits import load_digits
 from .loader import DataLoader
 from .phantoms import CLASSES, make_phantoms, phantom
-from .text import CharVocab, load_python_docs, random_windows, unigram_loss
+from .text import CharVocab, load_python_docs, load_python_source, random_windows, unigram_loss
 
-__all__ = ["DataLoader", "load_digits", "CharVocab", "load_python_docs", "random_windows", "unigram_loss",
+__all__ = ["DataLoader", "load_digits", "CharVocab", "load_python_docs", "load_python_source", "random_windows", "unigram_loss",
            "synthetic_clicks", "make_phantoms", "phantom", "CLASSES"]

@@ -1,7 +1,8 @@
 """The memory ledger and the tools that read it.
 
     ledger.py   the ledger: bytes per bucket and place, registered by owning buffer, released by
-                weak reference; holds for saved-for-backward arrays; OutOfMemoryError
+                weak reference; holds for saved-for-backward arrays; OutOfMemoryError; pagers
+                that move bytes to the host before a budget is exceeded
     tracker.py  track() / Tracker: peaks, the timeline of a step, a budget, the measured peak,
                 the process peak, and who holds the peak (top, by_module)
     probes.py   the allocator's own count: tracemalloc on NumPy, CuPy's memory pool on a GPU
@@ -15,8 +16,8 @@
 The five buckets are ``parameter``, ``gradient``, ``optimizer``, ``activation`` (saved for
 backward) and ``workspace``; the places are ``device``, ``host`` and ``disk``.
 """
-from .ledger import (BUCKETS, LEDGER, PLACES, Ledger, OutOfMemoryError, hold, holds, live_bytes, locate,
-                     mark, owner_of, register, register_bytes, release, unhold)
+from .ledger import (BUCKETS, LEDGER, PLACES, Ledger, OutOfMemoryError, add_pager, hold, holds, live_bytes,
+                     locate, mark, owner_of, register, register_bytes, release, remove_pager, unhold)
 from . import attribution
 from .leaks import find_leaks, live_tensors
 from .sampler import CommandMonitor, Monitor, monitor
@@ -25,7 +26,7 @@ from .tracker import Tracker, track
 from .units import format_bytes, format_table, parse_bytes
 
 __all__ = ["BUCKETS", "PLACES", "LEDGER", "Ledger", "OutOfMemoryError", "register", "register_bytes",
-           "release", "hold", "unhold", "holds", "locate", "live_bytes", "mark", "owner_of", "track",
+           "release", "hold", "unhold", "add_pager", "remove_pager", "holds", "locate", "live_bytes", "mark", "owner_of", "track",
            "Tracker", "parse_bytes", "format_bytes", "format_table", "attribution", "monitor", "Monitor",
            "CommandMonitor", "live_tensors", "find_leaks", "SharedDevice", "device_queue", "device_name",
            "set_per_process_memory_fraction"]

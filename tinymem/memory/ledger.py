@@ -72,6 +72,7 @@ class Ledger:
         self.entries = {}
         self.live = {p: {b: 0 for b in BUCKETS} for p in PLACES}
         self.trackers = []
+        self.pagers = []  # weak references to objects that can move device bytes away on demand
         self._death_callback = self._on_death  # one bound method, not a new one per array
 
     # -- registration -------------------------------------------------------------------
@@ -225,6 +226,31 @@ class Ledger:
         if self.trackers:
             self._event("alloc", bucket, entry.place, nbytes, entry.label, entry)
 
+    # -- paging under a budget -------------------------------------------------------------
+    def add_pager(self, pager):
+        """Let ``pager`` free device bytes when a budget would be exceeded (the seam of paged
+        optimizers, as unified memory pages to the host when the GPU is full).
+
+        ``pager.page_out(nbytes)`` is called, with the bytes still missing, before an
+        allocation raises :class:`OutOfMemoryError`; it moves what it can to the host and
+        returns. The ledger holds pagers weakly: a pager that dies leaves by itself."""
+        self.pagers.append(weakref.ref(pager))
+
+    def remove_pager(self, pager):
+        self.pagers = [ref for ref in self.pagers if ref() is not None and ref() is not pager]
+
+    def page_out(self, nbytes):
+        """Ask each live pager in turn to free device bytes until ``nbytes`` are freed."""
+        self.pagers = [ref for ref in self.pagers if ref() is not None]
+        before = self.bytes()
+        for ref in self.pagers:
+            freed = before - self.bytes()
+            if freed >= nbytes:
+                break
+            pager = ref()
+            if pager is not None:  # it may have died since the list was pruned
+                pager.page_out(nbytes - freed)
+
     # -- queries --------------------------------------------------------------------------
     def bytes(self, bucket=None, place="device"):
         """Live bytes of one bucket (or all buckets) at one place (or ``None``: every place)."""
@@ -268,6 +294,8 @@ register_bytes = LEDGER.register_bytes
 release = LEDGER.release
 hold = LEDGER.hold
 unhold = LEDGER.unhold
+add_pager = LEDGER.add_pager
+remove_pager = LEDGER.remove_pager
 
 
 def locate(array):

@@ -95,6 +95,10 @@ class Tracker:
         if self._shared is not None:
             self._shared.reserve(LEDGER.bytes(), nbytes, what)
         elif self.budget is not None and LEDGER.bytes() + nbytes > self.budget:
+            if LEDGER.pagers:  # pagers (a paged optimizer) move bytes to the host first
+                LEDGER.page_out(LEDGER.bytes() + nbytes - self.budget)
+            if LEDGER.bytes() + nbytes <= self.budget:
+                return
             raise OutOfMemoryError(
                 f"device budget of {self.budget:,d} B ({format_bytes(self.budget)}) exceeded: "
                 f"tried to allocate {nbytes:,d} B{what} with "

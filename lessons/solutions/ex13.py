@@ -1,0 +1,71 @@
+"""Lesson 13: reference answers."""
+import math
+from statistics import NormalDist
+
+import numpy as np
+
+
+def lora_step_bytes(layers, r):
+    frozen = sum(4 * (d_in * d_out + d_out) for d_in, d_out in layers)
+    adapters = sum(4 * r * (d_in + d_out) for d_in, d_out in layers)
+    return {"parameter": frozen + adapters, "gradient": adapters, "optimizer": 2 * adapters}
+
+
+def nf4_levels():
+    delta = ((1 - 1 / 30) + (1 - 1 / 32)) / 2
+    inv = NormalDist().inv_cdf
+    positive = [inv(p) for p in np.linspace(delta, 0.5, 9)[:-1]]
+    negative = [-inv(p) for p in np.linspace(delta, 0.5, 8)[:-1]]
+    levels = np.sort(np.array(positive + negative + [0.0]))
+    return levels / levels.max()
+
+
+def nf4_bits_per_weight(n, double_quant=True):
+    blocks = math.ceil(n / 64)
+    if double_quant:
+        scales = blocks + 4 * math.ceil(blocks / 256) + 4
+    else:
+        scales = 4 * blocks
+    return 8 * (math.ceil(n / 2) + scales) / n
+
+
+def qlora_parameter_bytes(layers, r):
+    total = 0
+    for d_in, d_out in layers:
+        n = d_in * d_out
+        total += nf4_bits_per_weight(n) * n / 8 + 4 * d_out + 4 * r * (d_in + d_out)
+    return round(total)
+
+
+def _training_step(layers, r, batch):
+    """The QLoRA model of exercise 4, ready: a function that runs one training step."""
+    import tinymem as tm
+    import tinymem.functional as F
+    from tinymem import nn, optim
+    from tinymem.techniques.lora import apply_qlora, trainable_parameters
+
+    tm.manual_seed(0)
+    parts = []
+    for d_in, d_out in layers:
+        parts += [nn.Linear(d_in, d_out), nn.GELU()]
+    model = nn.Sequential(*parts[:-1])
+    del parts  # it holds the float32 Linears: they must die once quantized
+    apply_qlora(model, r, alpha=2 * r)
+    opt = optim.Adam(trainable_parameters(model), lr=1e-3)
+    x = tm.randn(batch, layers[0][0])
+
+    def step():
+        opt.zero_grad()
+        F.mse_loss(model(x), x).backward()
+        opt.step()
+    return step
+
+
+def qlora_step_peak(layers, r, batch, budget):
+    from tinymem import memory
+
+    step = _training_step(layers, r, batch)
+    step()
+    with memory.track(budget=budget) as t:
+        step()
+    return t.peak()

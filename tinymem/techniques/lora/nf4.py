@@ -1,0 +1,103 @@
+"""NF4, 4-bit NormalFloat (Dettmers et al. 2023): 16 levels at quantiles of N(0, 1).
+
+A trained weight matrix is close to normal, so levels spaced like a normal's quantiles use
+each of the 16 codes about equally often. The levels, as the paper builds them:
+
+- 8 positive levels at the quantiles ``Phi^-1(p)`` for 9 probabilities p evenly spaced from
+  ``delta`` down to 1/2 (the last, Phi^-1(1/2) = 0, dropped); 7 negative ones the same way from
+  8 probabilities; and an exact 0. ``delta = ((1 - 1/30) + (1 - 1/32)) / 2`` keeps the outermost
+  quantile finite (Phi^-1(1) is infinite).
+- Scaled so the largest is 1: levels span [-1, 1], asymmetric (8 above zero, 7 below), and
+  zero is exact, so padding and zeroed weights stay zero.
+
+Storage of a weight of n values: blocks of 64 consecutive values share one scale, the block's
+absolute maximum; each value keeps the 4-bit index of its nearest level, two indices per byte.
+That is n/2 bytes of codes and 4·n/64 bytes of float32 scales: 4.5 bits per weight (double
+quantization, in ``double_quant.py``, brings the scales to 8 bits: about 4.127).
+
+Dequantizing ``level[code] · absmax`` reads one byte for two values: a 256-entry table of level
+*pairs* turns each byte into both values in one gather (:func:`pair_table`).
+"""
+from statistics import NormalDist
+
+import numpy as np
+
+from ... import backend
+from ...optim.blockwise import Codebook, quantize as blockwise_quantize
+
+BLOCK = 64  # values per absmax: the paper's block for the weights
+CHUNK = 16384  # bytes of codes converted to gather indices at a time on NumPy (a 128 KiB index)
+
+
+def nf4_levels():
+    """The 16 NF4 levels, sorted, as float32 NumPy (computed in float64 from Phi^-1)."""
+    delta = ((1 - 1 / 30) + (1 - 1 / 32)) / 2
+    quantile = NormalDist().inv_cdf
+    positive = [quantile(p) for p in np.linspace(delta, 0.5, 9)[:-1]]
+    negative = [-quantile(p) for p in np.linspace(delta, 0.5, 8)[:-1]]
+    levels = np.sort(np.array(positive + negative + [0.0]))
+    return (levels / levels.max()).astype(np.float32)
+
+
+LEVELS = nf4_levels()
+_CODEBOOKS, _PAIRS = {}, {}
+
+
+def _codebook(xp):
+    """The nearest-level finder for NF4 on ``xp``'s device (a 128 KiB table, made once)."""
+    if xp.__name__ not in _CODEBOOKS:
+        _CODEBOOKS[xp.__name__] = Codebook(xp.asarray(LEVELS))
+    return _CODEBOOKS[xp.__name__]
+
+
+def pair_table(xp):
+    """(256, 2) float32: row b holds the levels of byte b's low and high 4 bits (2 KiB, made once)."""
+    if xp.__name__ not in _PAIRS:
+        byte = np.arange(256)
+        _PAIRS[xp.__name__] = xp.asarray(np.stack([LEVELS[byte & 15], LEVELS[byte >> 4]], axis=1))
+    return _PAIRS[xp.__name__]
+
+
+def quantize_nf4(w, block=BLOCK):
+    """``(packed, absmax)`` of a float32 array: uint8 codes two per byte (value 2i in the low
+    4 bits of byte i), float32 absmax per block of ``block`` values. An odd size is padded
+    with one zero. Temporaries while quantizing: 17 bytes per value (the search's 16, and one
+    byte per code before packing)."""
+    xp = backend.array_module(w)
+    flat = w.reshape(-1).astype(np.float32)
+    if flat.size % 2:
+        flat = xp.concatenate([flat, xp.zeros(1, np.float32)])
+    codes, absmax = blockwise_quantize(flat, _codebook(xp), block)
+    packed = codes[0::2] | (codes[1::2] << 4)
+    return packed.astype(np.uint8), absmax
+
+
+def dequantize_nf4(packed, absmax, size, block=BLOCK, scratch=None):
+    """The first ``size`` float32 values of ``level[code] · absmax``, flat.
+
+    ``take`` gathers with intp indices (8 bytes per byte of codes; NumPy would convert uint8
+    codes into such an array of its own, unseen). So the codes are converted ``CHUNK`` bytes
+    at a time into one reused index: 128 KiB, not 4 bytes per weight. On CuPy, which gathers
+    with any integer type, the whole array is one chunk.
+    Memory: the result (4 bytes per value) and the index, both passed to ``scratch`` (the
+    caller's ledger registration); the index is freed before the return."""
+    xp = backend.array_module(packed)
+    keep = scratch or (lambda a: a)
+    values = keep(xp.empty((packed.size, 2), np.float32))
+    table = pair_table(xp)
+    if xp is np:
+        index = keep(np.empty(min(CHUNK, packed.size), np.intp))
+        for start in range(0, packed.size, CHUNK):
+            part = index[:min(CHUNK, packed.size - start)]
+            np.copyto(part, packed[start:start + part.size])
+            table.take(part, axis=0, out=values[start:start + part.size])
+        del index
+    else:
+        table.take(packed, axis=0, out=values)
+    flat = values.reshape(-1)
+    whole = flat.size - flat.size % block
+    rows = flat[:whole].reshape(-1, block)
+    rows *= absmax[:rows.shape[0], None]
+    if whole < flat.size:
+        flat[whole:] *= absmax[-1]
+    return flat[:size]

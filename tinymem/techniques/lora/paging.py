@@ -1,0 +1,110 @@
+"""Paged optimizer state (QLoRA): state leaves the device when memory spikes, and comes back.
+
+``opt = paged(tm.optim.Adam(lora_params))`` keeps the optimizer's state on the device as usual,
+but registers the optimizer as a *pager* of the ledger: when an allocation (an activation spike
+in a long sequence, say) would exceed the device budget, the ledger asks it to move state to
+the host first, least recently used parameter first, and only raises ``OutOfMemoryError`` if
+that was not enough. At ``step()`` each parameter's state is brought back to the device just
+before its update, and stays there until the next spike. bitsandbytes' paged optimizers get
+the same effect from CUDA unified memory, which pages on demand; here each move is explicit and
+counted, a whole parameter's state at a time.
+
+Contract:
+- The arithmetic is the wrapped optimizer's own ``update_parameter`` on the same arrays: the
+  copies are exact, so a paged run is bit for bit the unpaged one.
+- The state of the parameter being updated is never paged out from under its update.
+- Only a budget (``tinymem.track(budget=...)``) triggers paging; without one nothing moves.
+
+Memory: at most the wrapped optimizer's state on the device (less while paged out: those
+bytes are counted at place ``host``); during a page-in, the state of one parameter on both
+sides. Traffic: the paged bytes out, and back in at the next step. On NumPy the device and the
+host are the same RAM: the move is the ledger's accounting and a memcpy, not a saving.
+"""
+import numpy as np
+
+from ... import backend, memory
+from ...optim.optimizer import OptimizerWrapper
+
+
+class PagedOptimizer(OptimizerWrapper):
+    """Wraps a tinymem optimizer; see the module docstring. ``stats()`` counts what moved."""
+
+    def __init__(self, optimizer):
+        if not hasattr(optimizer, "update_parameter"):
+            raise TypeError(f"paged() wraps a tinymem optimizer (e.g. optim.Adam(params)), got a "
+                            f"{type(optimizer).__name__}")
+        super().__init__(optimizer)
+        self._order = {}  # id -> parameter, by last update, oldest first: the first to page out
+        self._pinned = None
+        self.bytes_out = self.bytes_in = 0
+        memory.add_pager(self)
+
+    def zero_grad(self, set_to_none=True):
+        self.optimizer.zero_grad(set_to_none)
+
+    def state_bytes(self):
+        return self.optimizer.state_bytes()
+
+    def stats(self):
+        return {"bytes_paged_out": self.bytes_out, "bytes_paged_in": self.bytes_in}
+
+    def step(self):
+        memory.mark("optimizer")
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                self._pinned = p
+                try:
+                    state = self._page_in(p, dict(self.optimizer.state.get(p, ())))
+                    self.optimizer.update_parameter(p, p.grad.data, state, group)
+                    self.optimizer.state[p] = state
+                finally:
+                    self._pinned = None
+                self._order.pop(id(p), None)  # by id: a Tensor's == is elementwise
+                self._order[id(p)] = p
+
+    def page_out(self, nbytes):
+        """Move whole parameters' state to the host, oldest first, until ``nbytes`` are freed."""
+        freed = 0
+        for p in list(self._order.values()):
+            if freed >= nbytes:
+                break
+            state = self.optimizer.state.get(p)
+            if p is self._pinned or state is None:
+                continue
+            for key, value in state.items():
+                if _on_device(value):
+                    host = memory.register(np.array(backend.to_numpy(value), copy=True), "optimizer", "host")
+                    state[key] = host
+                    freed += host.nbytes
+                    self.bytes_out += host.nbytes
+
+    def _page_in(self, p, state):
+        xp = backend.array_module(p.data)
+        for key, value in state.items():
+            if hasattr(value, "nbytes") and memory.locate(value) == ("optimizer", "host"):
+                state[key] = memory.register(xp.array(value, copy=True), "optimizer")
+                self.bytes_in += value.nbytes
+        return state
+
+    def close(self):
+        """Stop paging (the state stays where it is)."""
+        memory.remove_pager(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def _on_device(value):
+    return hasattr(value, "nbytes") and memory.locate(value) == ("optimizer", "device")
+
+
+def paged(optimizer):
+    """Wrap ``optimizer`` so its state pages to the host under memory pressure; see
+    :class:`PagedOptimizer`."""
+    return PagedOptimizer(optimizer)

@@ -1,0 +1,134 @@
+"""NF4Linear: QLoRA's frozen base layer, its weight stored in NF4 (double-quantized scales).
+
+Contract:
+- The weight is stored as NF4 codes and block scales (``parameter`` bucket, about 4.127 bits per
+  weight with double quantization, 4.5 without); the bias stays a frozen float32 Parameter.
+- Forward dequantizes the whole weight just before the matmul and drops it right after: at any
+  moment only the layer being computed has a float32 weight, 4·in·out bytes of ``workspace``
+  (plus the gather's index, at most 128 KiB on NumPy, freed first). Backward dequantizes it again for
+  the input's gradient instead of keeping it: time for memory, as bitsandbytes does.
+- No gradient reaches the weight or bias (they are frozen); nothing is saved for backward,
+  not even the input, since only the input's gradient is needed.
+
+Memory per call: 4·in·out bytes of workspace and the index (4·in·out + 128 KiB at most),
+none kept. Time: one
+dequantization (a gather and a multiply over in·out values) per forward and one per backward.
+"""
+import math
+
+import numpy as np
+
+from ... import backend, memory
+from ...autograd import Function
+from ...nn import Module, Parameter
+from .adapter import apply_lora
+from .double_quant import dequantize_absmax, quantize_absmax
+from .nf4 import BLOCK, dequantize_nf4, quantize_nf4
+
+_STORED = ("packed", "absmax", "absmax_codes", "absmax_scale", "absmax_mean")
+
+
+class NF4Matmul(Function):
+    """``y = x W^T + b`` with W dequantized from ``layer`` for the product only."""
+
+    def forward(ctx, x, layer=None):
+        ctx.layer = layer
+        w = layer.dequantize()
+        y = x @ w.T
+        del w
+        if layer.bias is not None:
+            y += layer.bias.data
+        return y
+
+    def backward(ctx, g):
+        return g @ ctx.layer.dequantize()
+
+
+class NF4Linear(Module):
+    """A frozen Linear whose weight is NF4; build one with :meth:`from_linear`."""
+
+    def __init__(self, weight, bias=None, double_quant=True):
+        super().__init__()
+        if getattr(weight, "ndim", None) != 2 or weight.dtype.kind != "f":
+            raise TypeError(f"NF4Linear stores a 2-d float weight (out_features, in_features), got "
+                            f"{getattr(weight, 'dtype', type(weight).__name__)} of shape {getattr(weight, 'shape', None)}")
+        self.out_features, self.in_features = weight.shape
+        self.double_quant = double_quant
+        packed, absmax = quantize_nf4(weight)
+        stored = {"packed": packed}
+        if double_quant:
+            stored["absmax_codes"], stored["absmax_scale"], stored["absmax_mean"] = quantize_absmax(absmax)
+        else:
+            stored["absmax"] = absmax
+        for name in _STORED:
+            value = stored.get(name)
+            setattr(self, name, None if value is None else memory.register(value, "parameter"))
+        self.bias = None if bias is None else Parameter(bias.copy(), requires_grad=False)
+
+    @classmethod
+    def from_linear(cls, linear, double_quant=True):
+        """Quantize ``linear``'s weight; the float weight is freed once nothing else holds it."""
+        bias = None if linear.bias is None else linear.bias.data
+        return cls(linear.weight.data, bias, double_quant)
+
+    def stored(self):
+        """The arrays that hold the weight, by name."""
+        return {name: getattr(self, name) for name in _STORED if getattr(self, name) is not None}
+
+    def stored_weight(self):
+        return self.packed
+
+    def weight_nbytes(self):
+        """Bytes of the stored weight (codes and scales, bias excluded)."""
+        return sum(a.nbytes for a in self.stored().values())
+
+    def bits_per_weight(self):
+        """Stored bits per weight, from the arrays' own ``nbytes``."""
+        return 8 * self.weight_nbytes() / (self.in_features * self.out_features)
+
+    def scales(self):
+        """The float32 block scales (reconstructed from 8 bits with double quantization)."""
+        if not self.double_quant:
+            return self.absmax
+        scales = dequantize_absmax(self.absmax_codes, self.absmax_scale, self.absmax_mean)
+        return memory.register(scales, "workspace", label="nf4 scales")
+
+    def dequantize(self):
+        """The float32 weight (out, in), counted as ``workspace`` ("nf4 weight") until dropped."""
+        size = self.in_features * self.out_features
+
+        def count(array):
+            label = "nf4 weight" if array.dtype == np.float32 else "nf4 index"
+            return memory.register(array, "workspace", label=label)
+
+        flat = dequantize_nf4(self.packed, self.scales(), size, BLOCK, count)
+        return flat.reshape(self.out_features, self.in_features)
+
+    def forward(self, x):
+        return NF4Matmul.apply(x, layer=self)
+
+    def _extra_state(self):
+        return self.stored()
+
+    def _load_extra_state(self, name, value):
+        getattr(self, name)[...] = backend.to_device(np.asarray(value), backend.device_of(self.packed))
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"double_quant={self.double_quant}, bits_per_weight={self.bits_per_weight():.3f}")
+
+
+def expected_bits_per_weight(n, double_quant=True):
+    """The formula the stored arrays are held to: codes, scales and (double quantization) the
+    8-bit scales, their float32 scales and the one float32 mean, for ``n`` weights."""
+    blocks = math.ceil(n / BLOCK)
+    if not double_quant:
+        return 8 * (math.ceil(n / 2) + 4 * blocks) / n
+    return 8 * (math.ceil(n / 2) + blocks + 4 * math.ceil(blocks / 256) + 4) / n
+
+
+def apply_qlora(model, r, alpha=None, targets=("*",), dropout=0.0, double_quant=True):
+    """:func:`~.adapter.apply_lora` with each chosen Linear's weight stored in NF4 first (QLoRA):
+    the float32 weights are freed, 4 bytes per weight becoming about 0.52."""
+    return apply_lora(model, r, alpha, targets, dropout,
+                      wrap=lambda linear: NF4Linear.from_linear(linear, double_quant))
