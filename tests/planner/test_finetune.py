@@ -32,7 +32,7 @@ def test_adapter_bytes_equal_the_ledger_of_a_real_lora_step():
     """A tinymem TransformerLM with rank-4 adapters on its MLP Linears, trained in fp32 with Adam:
     the ledger's gradient and optimizer peaks are the adapters' 4 and 8 bytes a value (the
     formula's 16 with the weight, whose bytes the frozen base's fp32 parameters hide)."""
-    lora = pytest.importorskip("tinymem.techniques.lora", reason="the LoRA technique is not on this branch yet")
+    from tinymem.techniques import lora
     model = models.TransformerLM(64, 8, 32, 2, 2)
     lora.apply_lora(model, 4, targets=("*mlp*",))
     shapes = {}
