@@ -20,6 +20,7 @@ from .. import backend, memory, models, optim, planner, plots, random
 from .. import functional as F
 from ..autograd import Tensor
 from ..measure.claims import Claim
+from ..measure.records import meta
 from ..measure.timing import interleaved_times
 from . import sharing_jobs
 
@@ -202,15 +203,17 @@ def _plot_layers(records, outdir):
     plots.stacked_timeline(axes[0], r["timeline"], f"1. the ledger, what tinymem owns: MLP {cfg['sizes']}, "
                            f"batch {cfg['batch']}, {cfg['steps']} Adam steps")
     axes[0].title.set_fontsize(9)
-    ts = [s["t"] * 1e3 for s in r["samples"]]
-    ledger = [(s["ledger"] - r["ledger_start"]) / MiB for s in r["samples"]]
-    alloc0 = r["allocator_start"] or 0
-    alloc = [((s["allocator"] or alloc0) - alloc0) / MiB for s in r["samples"]]
-    proc = [(s["process"] - r["process_start"]) / MiB for s in r["samples"]]
+    # A sample taken once tracemalloc has stopped has no allocator reading: it is left out, not drawn as 0.
+    samples = [s for s in r["samples"] if s["allocator"] is not None]
+    ts = [s["t"] * 1e3 for s in samples]
+    ledger = [(s["ledger"] - r["ledger_start"]) / MiB for s in samples]
+    alloc = [(s["allocator"] - (r["allocator_start"] or 0)) / MiB for s in samples]
+    proc = [(s["process"] - r["process_start"]) / MiB for s in samples]
     axes[1].plot(ts, alloc, color="#8172b3", label="allocator (tracemalloc), sampled")
-    axes[1].plot(ts, ledger, "k--", lw=0.9, label="ledger")
-    axes[1].set_title(f"2. the allocator: peak growth {r['allocator_growth'] / MiB:.1f} MiB, ledger "
-                      f"{r['ledger_growth'] / MiB:.1f} MiB\n(gap {(r['allocator_growth'] - r['ledger_growth']) / MiB:+.2f} "
+    axes[1].plot(ts, ledger, "k--", lw=0.9, label="ledger, sampled")
+    axes[1].set_title(f"2. the allocator: exact peak growth {r['allocator_growth'] / MiB:.1f} MiB, ledger "
+                      f"{r['ledger_growth'] / MiB:.1f} MiB (the 1 ms samples miss the shortest peaks)\n"
+                      f"(gap {(r['allocator_growth'] - r['ledger_growth']) / MiB:+.2f} "
                       "MiB: Python objects, uncounted temporaries)", fontsize=9)
     axes[2].plot(ts, proc, color="#c44e52", label="process (RSS, as top shows it), sampled")
     axes[2].plot(ts, alloc, color="#8172b3", ls="--", lw=0.9, label="allocator")
@@ -222,7 +225,8 @@ def _plot_layers(records, outdir):
         ax.set_ylabel("growth (MiB)")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside, as the ledger's: it covers no line
         ax.set_xlim(axes[0].get_xlim())
-    axes[2].set_xlabel("time in the window (ms)")
+    for ax in axes[1:]:
+        ax.set_xlabel("time in the window (ms)")
     return plots.save(fig, records, outdir, FIGURES[0])
 
 
@@ -262,9 +266,13 @@ def _plot_processes(records, outdir):
             if job["status"] == "oom":
                 ax.plot(job["end"], (job["timeline"][-1][1] if job["timeline"] else 0) / MiB, "x",
                         color=color, ms=10, mew=2)
-        ax.axhline(p["budget"] / MiB, color="k", lw=0.8)
+        if scenario != "devices":  # on one device the budget holds the two jobs' sum
+            ts, total_bytes = _sum_of_jobs(runs)
+            ax.plot(ts, [b / MiB for b in total_bytes], color="#55a868", lw=1.4, label="both jobs: what the device holds")
+        ax.axhline(p["budget"] / MiB, color="#c44e52", lw=1.0, ls="--", label="the device's budget")
         if scenario == "fractions":
-            ax.axhline(p["budget"] / 2 / MiB, color="k", lw=0.6, ls=":")
+            ax.axhline(p["budget"] / 2 / MiB, color="#c44e52", lw=0.8, ls=":", label="each job's half")
+        ax.set_ylim(bottom=0)
         total = max(j["end"] for j in runs) - min(j["start"] for j in runs)
         where = "two devices" if scenario == "devices" else "one device"
         ax.set_title(f"{scenario} ({where}): total {total:.1f} s", fontsize=9)
@@ -273,6 +281,18 @@ def _plot_processes(records, outdir):
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: the jobs' lines fill the panel
     axes[-1].set_xlabel(f"seconds (budget {p['budget'] / MiB:.1f} MiB, a job's peak {p['peak'] / MiB:.1f} MiB)")
     return plots.save(fig, records, outdir, FIGURES[2])
+
+
+def _sum_of_jobs(runs):
+    """The bytes all jobs of ``runs`` hold together at each moment one of them changed."""
+    events = sorted([(t, i, b) for i, job in enumerate(runs) for t, b in job["timeline"]]
+                    + [(job["end"], i, 0) for i, job in enumerate(runs)])  # a finished job holds nothing
+    held, ts, total = [0] * len(runs), [], []
+    for t, i, b in events:
+        held[i] = b
+        ts.append(t)
+        total.append(sum(held))
+    return ts, total
 
 
 def draw_command(watch, command, path):
@@ -290,5 +310,6 @@ def draw_command(watch, command, path):
     ax.set_ylabel("resident memory (MiB)")
     ax.set_title(command if len(command) < 80 else command[:77] + "...", fontsize=9)
     ax.legend(fontsize=7)
-    return plots.save(fig, {"meta": {"machine": "tinymem monitor", "device": "cpu" if watch.gpu is None else "cuda"}},
-                      os.path.dirname(os.path.abspath(path)), os.path.basename(path))
+    records = {"meta": meta("cpu" if watch.gpu is None else "cuda", False)}
+    records["meta"]["machine"] = "tinymem monitor on " + records["meta"]["machine"]
+    return plots.save(fig, records, os.path.dirname(os.path.abspath(path)), os.path.basename(path))
