@@ -234,21 +234,38 @@ def _plot_modules(records, outdir):
     mods = records["modules"]
     fig, axes = plots.new_figure(ncols=len(mods), width=6.0, height=5.0)
     for ax, m in zip(axes, mods):
-        order = sorted(m["split"], key=lambda k: sum(m["split"][k].values()))
+        split = _small_modules_merged(m["split"], 0.01 * m["peak"])
+        order = sorted(split, key=lambda k: sum(split[k].values()))
         left = [0.0] * len(order)
         for bucket in memory.BUCKETS:
-            vals = [m["split"][k].get(bucket, 0) / MiB for k in order]
+            vals = [split[k].get(bucket, 0) / MiB for k in order]
             ax.barh(range(len(order)), vals, left=left, color=plots.BUCKET_COLORS[bucket], label=bucket)
             left = [a + b for a, b in zip(left, vals)]
+        for y, total in enumerate(left):  # the row's sum: a short bar is still read
+            ax.text(total, y, f" {total:.2f}" if total >= 0.01 else f" {total * 1024:.1f} KiB", va="center", fontsize=8)
         ax.set_yticks(range(len(order)))
         ax.set_yticklabels(order)
         ax.set_xlabel("bytes at the peak (MiB)")
-        ax.set_xlim(0, 1.08 * max(left))
+        ax.set_xlim(0, 1.18 * max(left))
         exact = "exactly" if m["by_module_sum"] == m["peak"] else "NOT"
         ax.set_title(f"{m['model']} ({m['sizes']}), batch {m['batch']}: peak {m['peak'] / MiB:.2f} MiB,\n"
                      f"the modules sum to it {exact}", fontsize=9)
         ax.legend(loc="lower right")
     return plots.save(fig, records, outdir, FIGURES[1])
+
+
+def _small_modules_merged(split, floor):
+    """``{module: {bucket: bytes}}`` with every module holding under ``floor`` bytes merged into
+    one row (too thin to see as bars of their own); the totals are unchanged."""
+    small = [k for k, v in split.items() if sum(v.values()) < floor]
+    if len(small) < 2:
+        return split
+    merged = {k: v for k, v in split.items() if k not in small}
+    rest = merged.setdefault(f"{len(small)} more, each < 1% of the peak", {})
+    for k in small:
+        for bucket, b in split[k].items():
+            rest[bucket] = rest.get(bucket, 0) + b
+    return merged
 
 
 def _plot_processes(records, outdir):
