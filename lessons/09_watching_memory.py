@@ -32,7 +32,7 @@ from tinymem.experiments import watching as experiment
 from tinymem.measure.records import meta, read_records
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-from course import OUT, check, predict  # OUT: where figures go (lessons/out/, git-ignored)
+from course import FIGURES, OUT, check, predict  # OUT: where figures go (lessons/out/, git-ignored)
 MiB = 2**20
 tm.manual_seed(0)
 
@@ -59,6 +59,10 @@ last_process = layers["process_last_step_growth"]
 print(f"in the last step the ledger rises by {last_ledger / MiB:.2f} MiB, the process by {last_process / MiB:+.2f} MiB")
 check("in the last step RSS grows by under a tenth of what the ledger does", f"{last_process / max(last_ledger, 1):.2f}",
       last_process < 0.1 * last_ledger, sized=True)
+if QUICK and os.path.exists(os.path.join(FIGURES, "data", "watching.json")):
+    kept = next(c for c in read_records(FIGURES, "watching")["claims"] if c["name"] == "process_keeps_freed_blocks")
+    check("the same in the committed full-size run (last step's RSS growth over the ledger's growth)",
+          f"{kept['value']:.4f}", kept["value"] < 0.1)
 
 # %% [markdown]
 # Read the gaps from the top down.
@@ -169,9 +173,8 @@ def report(cost, where):
 
 
 report(experiment._overhead(True, "cpu"), "now, small")
-committed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "figures")
-if os.path.exists(os.path.join(committed, "data", "watching.json")):
-    full = read_records(committed, "watching")["overhead"]
+if os.path.exists(os.path.join(FIGURES, "data", "watching.json")):
+    full = read_records(FIGURES, "watching")["overhead"]
     report(full, "the committed figure run, full size")
     check("attribution costs under 15% of a full-size step (median of the rounds)", f"x{full['ratio']:.3f}",
           full["ratio"] <= 1.15)
@@ -262,8 +265,8 @@ for scenario, jobs in runs.items():
     print(f"{scenario:<10} total {total:5.2f} s: " + ", ".join(
         f"{j['label']} {j['status']} in {j['end'] - j['start']:.2f} s" for j in jobs))
 failed = [j for j in runs["no limit"] if j["status"] == "oom"]
-check("without a limit exactly one job fails", ", ".join(f"job {j['label']} {j['status']}" for j in runs["no limit"]),
-      len(failed) == 1)
+check("without a limit a job fails", ", ".join(f"job {j['label']} {j['status']}" for j in runs["no limit"]),
+      len(failed) >= 1)
 alone = {j["label"]: j["end"] - j["run_start"] for j in runs["queue"]}  # in the queue each job runs alone
 slower = {j["label"]: (j["end"] - j["start"]) / alone[j["label"]] for j in runs["fractions"]}
 print("with fractions, each job's time against its time alone: "
@@ -272,10 +275,10 @@ if failed:
     print("\nthe OOM of the job that failed:\n" + failed[0]["message"])
 
 # %% [markdown]
-# - **No limit**: whichever job reaches its peak while the other's weights, gradients and
-#   momentum sit on the device fails there, with the list of the other processes and their
-#   bytes, as `nvidia-smi` would show them. Which of the two it is, is a race: run the lesson
-#   twice and it may change. (On a real GPU both may also limp along: CuPy's and PyTorch's
+# - **No limit**: a job that reaches its peak while the other's weights, gradients and momentum
+#   sit on the device fails there, with the list of the other processes and their bytes, as
+#   `nvidia-smi` would show them. Which job fails, or whether both do (each at a moment the other
+#   was still there), is a race: run the lesson twice and it may change. (On a real GPU both may also limp along: CuPy's and PyTorch's
 #   caching allocators free their caches and retry before they give up.)
 # - **Fractions**: `fraction=0.5` (PyTorch: `torch.cuda.set_per_process_memory_fraction`; here
 #   `memory.set_per_process_memory_fraction`, which on a GPU caps CuPy's pool) turns the race

@@ -171,7 +171,7 @@ if QUICK and max(returns) < 50:  # a random policy lasts about 20 steps; these a
 # ## 7. The figures
 #
 # `python -m tinymem figures --only rl` writes `figures/rl_replay_bytes.png`,
-# `figures/rl_learning.png` (3 seeds per buffer) and
+# `figures/rl_learning.png` (several seeds per buffer, listed below) and
 # `figures/rl_sampling.png`. In quick mode the lesson redraws the committed run:
 
 # %%
