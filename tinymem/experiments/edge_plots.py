@@ -39,7 +39,8 @@ def plot_onnx(records, outdir, name):
     axes[1].axhline(0, color="k", lw=0.8)
     axes[1].set_xticks(range(len(names)))
     axes[1].set_xticklabels([n.replace(" ", "\n") for n in names], fontsize=8)
-    axes[1].set_ylim(-1.5, 1.5)
+    reach = max(1.5, 1.4 * max(abs(d) for d in change))
+    axes[1].set_ylim(-reach, reach)
     axes[1].legend(loc="lower right")
     axes[1].set_ylabel(f"accuracy change vs tinymem fp32\n(points, {o['test_inputs']} test digits)")
     agree = o["agreement"]
