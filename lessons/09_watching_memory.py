@@ -32,7 +32,7 @@ from tinymem.experiments import watching as experiment
 from tinymem.measure.records import meta, read_records
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-from course import FIGURES, OUT, check, predict  # OUT: where figures go (lessons/out/, git-ignored)
+from course import FIGURES, OUT, check, predict, reveal  # OUT: where figures go (lessons/out/, git-ignored)
 MiB = 2**20
 tm.manual_seed(0)
 
@@ -57,12 +57,15 @@ last = [s for s in layers["samples"] if s["t"] >= layers["step_starts"][-1]]
 last_ledger = max(s["ledger"] for s in last) - last[0]["ledger"]
 last_process = layers["process_last_step_growth"]
 print(f"in the last step the ledger rises by {last_ledger / MiB:.2f} MiB, the process by {last_process / MiB:+.2f} MiB")
-check("in the last step RSS grows by under a tenth of what the ledger does", f"{last_process / max(last_ledger, 1):.2f}",
-      last_process < 0.1 * last_ledger, sized=True)
-if QUICK and os.path.exists(os.path.join(FIGURES, "data", "watching.json")):
-    kept = next(c for c in read_records(FIGURES, "watching")["claims"] if c["name"] == "process_keeps_freed_blocks")
-    check("the same in the committed full-size run (last step's RSS growth over the ledger's growth)",
-          f"{kept['value']:.4f}", kept["value"] < 0.1)
+if QUICK:  # a step of a few MiB: the allocator's own choices are as large as the effect
+    print("quick mode: these steps are too small for the comparison to mean anything; the committed full run:")
+    if os.path.exists(os.path.join(FIGURES, "data", "watching.json")):
+        kept = next(c for c in read_records(FIGURES, "watching")["claims"] if c["name"] == "process_keeps_freed_blocks")
+        check(f"at full size, RSS grows in the last step by under a tenth of the ledger's growth ({kept['value']:.4f})",
+              kept["value"] < 0.1)
+else:
+    check(f"in the last step RSS grows by under a tenth of what the ledger does ({last_process / last_ledger:.3f})",
+          last_process < 0.1 * last_ledger)
 
 # %% [markdown]
 # Read the gaps from the top down.
@@ -101,10 +104,10 @@ with memory.monitor(interval=10.0) as m:  # two samples only: one at the start, 
 sampled = m.sampled_peak() - m.baseline
 print(f"sampled growth {sampled / MiB:.1f} MiB, with the kernel's high-water mark {m.peak_delta() / MiB:.1f} MiB"
       + ("" if m.hwm is not None else " (this kernel does not expose it)"))
-check("the samples miss the spike: the freed 50 MiB went back to the system", f"{sampled / MiB:.1f} MiB sampled",
-      sampled < 5 * MiB)
+reveal(f"the samples grew {sampled / MiB:.1f} MiB", "the samples miss the spike: the freed 50 MiB went back to "
+       "the system", sampled < 5 * MiB)
 if m.hwm is not None:
-    check("the high-water mark catches it", f"{m.peak_delta() / MiB:.1f} MiB", m.peak_delta() >= 45 * MiB)
+    check(f"the high-water mark catches it ({m.peak_delta() / MiB:.1f} MiB)", m.peak_delta() >= 45 * MiB)
 
 # %% [markdown]
 # Both samples are near zero: 50 MiB is above glibc's largest `mmap` threshold, so the array
@@ -176,7 +179,7 @@ report(experiment._overhead(True, "cpu"), "now, small")
 if os.path.exists(os.path.join(FIGURES, "data", "watching.json")):
     full = read_records(FIGURES, "watching")["overhead"]
     report(full, "the committed figure run, full size")
-    check("attribution costs under 15% of a full-size step (median of the rounds)", f"x{full['ratio']:.3f}",
+    check(f"attribution costs under 15% of a full-size step (median of the rounds: x{full['ratio']:.3f})",
           full["ratio"] <= 1.15)
 
 # %% [markdown]
@@ -265,7 +268,7 @@ for scenario, jobs in runs.items():
     print(f"{scenario:<10} total {total:5.2f} s: " + ", ".join(
         f"{j['label']} {j['status']} in {j['end'] - j['start']:.2f} s" for j in jobs))
 failed = [j for j in runs["no limit"] if j["status"] == "oom"]
-check("without a limit a job fails", ", ".join(f"job {j['label']} {j['status']}" for j in runs["no limit"]),
+check("without a limit a job fails (" + ", ".join(f"job {j['label']} {j['status']}" for j in runs["no limit"]) + ")",
       len(failed) >= 1)
 alone = {j["label"]: j["end"] - j["run_start"] for j in runs["queue"]}  # in the queue each job runs alone
 slower = {j["label"]: (j["end"] - j["start"]) / alone[j["label"]] for j in runs["fractions"]}

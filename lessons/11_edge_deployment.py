@@ -31,7 +31,7 @@ from tinymem.measure.records import read_records
 from tinymem.techniques import quantization as Q
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-from course import FIGURES, OUT, check, predict  # OUT: where figures go (lessons/out/, git-ignored)
+from course import FIGURES, OUT, check, predict, reveal  # OUT: where figures go (lessons/out/, git-ignored)
 tm.manual_seed(0)
 
 # %% [markdown]
@@ -89,7 +89,7 @@ for name, level in (("reference", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
           f"accuracy {(out['logits'].argmax(1) == y_test).mean():.4f}")
 ops = R.fused_op_types(int8_proto)
 print("tinymem int8 accuracy", (logits.argmax(1) == y_test).mean(), "; ORT runs", ops)
-check("the fused graph runs integer GEMMs, and a float Gemm is left", ops, "QGemm" in ops and "Gemm" in ops)
+check("the fused graph runs integer GEMMs (QGemm), and a float Gemm is left", "QGemm" in ops and "Gemm" in ops)
 
 # %% [markdown]
 # ## 3. Inference memory, layer by layer
@@ -113,8 +113,8 @@ for row in whole["layers"]:
           f"workspace {row['workspace'] / 1024:7.0f} KiB  -> {row['peak'] / 1024:7.0f} KiB")
 print(f"peak layer by layer: {whole['peak'] / 1024:,.0f} KiB")
 first = whole["layers"][0]  # a 3 x 3 convolution, padding 1, from 1 channel
-check("the first convolution's workspace is its padded input plus one output-sized product",
-      f"{first['workspace']:,} B = {first['output']:,} + {(size + 2) ** 2 * 4:,}",
+check(f"the first convolution's workspace is its padded input plus one output-sized product "
+      f"({first['workspace']:,} B = {first['output']:,} + {(size + 2) ** 2 * 4:,})",
       first["workspace"] == first["output"] + (size + 2) ** 2 * 4)
 
 # %% [markdown]
@@ -137,12 +137,11 @@ predict("the first 9 layers run tile by tile, a 4 x 4 grid of tiles of their out
 
 # %%
 patch = edge.patch_inference(encoder, x, split=9, grid=4)
-print(f"patch-based peak {patch['peak'] / 1024:,.0f} KiB ({whole['peak'] / patch['peak']:.1f}x lower), "
-      f"recomputed halo work {100 * (patch['macs_patch'] / patch['macs_whole'] - 1):.0f}%")
-check("outputs bit-identical to whole-layer execution", np.array_equal(patch["output"], whole["output"]), np.array_equal(patch["output"], whole["output"]))
-check("the halo costs more than doing the work once more (over 100% extra: corners repeat)",
-      f"{100 * (patch['macs_patch'] / patch['macs_whole'] - 1):.0f}%", patch["macs_patch"] > 2 * patch["macs_whole"],
-      sized=True)
+reveal(f"patch-based peak {patch['peak'] / 1024:,.0f} KiB ({whole['peak'] / patch['peak']:.1f}x lower), "
+       f"recomputed halo work {100 * (patch['macs_patch'] / patch['macs_whole'] - 1):.0f}%",
+       "tiles lower the peak and pay for it in recomputed work", patch["peak"] < whole["peak"]
+       and patch["macs_patch"] > patch["macs_whole"])
+check("outputs bit-identical to whole-layer execution", np.array_equal(patch["output"], whole["output"]))
 
 # %% [markdown]
 # ## 5. Does anything fit in 256 KiB?
@@ -160,7 +159,7 @@ if (FIGURES / "data" / "edge.json").exists():
         for label, peak in (("layer by layer", m["whole_peak"]), ("patch-based", lowest)):
             print(f"{name:14s} {label:15s} float32 {peak / 1024:7,.0f} KiB, int8 {peak / 4 / 1024:6,.0f} KiB")
             fitting += [(name, label, dtype) for dtype, b in (("float32", peak), ("int8", peak / 4)) if b <= exp.SRAM]
-    check("within 256 KiB: only the small CNN, patch-based, with int8 maps", fitting,
+    check(f"within 256 KiB: only the small CNN, patch-based, with int8 maps ({fitting})",
           fitting == [("small CNN", "patch-based", "int8")])
 
 # %% [markdown]
