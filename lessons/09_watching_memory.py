@@ -281,8 +281,9 @@ if failed:
 # - **No limit**: a job that reaches its peak while the other's weights, gradients and momentum
 #   sit on the device fails there, with the list of the other processes and their bytes, as
 #   `nvidia-smi` would show them. Which job fails, or whether both do (each at a moment the other
-#   was still there), is a race: run the lesson twice and it may change. (On a real GPU both may also limp along: CuPy's and PyTorch's
-#   caching allocators free their caches and retry before they give up.)
+#   was still there), is a race: run the lesson twice and it may change. (On a real GPU both may
+#   also limp along: CuPy's and PyTorch's caching allocators free their caches and retry before
+#   they give up.)
 # - **Fractions**: `fraction=0.5` (PyTorch: `torch.cuda.set_per_process_memory_fraction`; here
 #   `memory.set_per_process_memory_fraction`, which on a GPU caps CuPy's pool) turns the race
 #   into a budget each job can plan for. With `fits_half` micro-batches each job fits its half,

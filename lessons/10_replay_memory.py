@@ -75,9 +75,9 @@ for scheme in ["float32", "uint8", "dedup", "disk"]:
 # n - 1. The stack ending at slot m is the k slots up to m, except that it never reaches back
 # past its episode's reset frame (the step number says how far back that is): near an episode
 # start the missing frames repeat the reset frame, and **no stack ever mixes two episodes**
-# (exercise 1 writes this arithmetic). Two more rules: a slot is sampleable only if every frame of its obs stack is
-# still in the ring (the ring overwrites the oldest slots), and `done` is `terminated` only: a
-# time-limit cut (`truncated`) must still bootstrap from next_obs.
+# (exercise 1 writes this arithmetic). Two more rules: a slot is sampleable only if every frame
+# of its obs stack is still in the ring (the ring overwrites the oldest slots), and `done` is
+# `terminated` only: a time-limit cut (`truncated`) must still bootstrap from next_obs.
 
 # %%
 predict("with k = 4, an episode of frames 0 (reset), 1, 2, 3, 4 (terminated there), then a new "
@@ -154,7 +154,7 @@ if (FIGURES / "data" / "rl.json").exists():
 # Zoo's evaluation callback does); the return printed is those kept weights played on fresh
 # episodes, not the last weights. One seed of 20,000 steps is a short run of a noisy method:
 # the two buffers may land far apart by chance. The question is answered by the figure's runs
-# (three seeds of 50,000 steps each, section 7) and its claim.
+# (several seeds, each longer: section 7) and its claim.
 
 # %%
 short = dict(total_steps=1_500, learning_starts=300, train_freq=64, gradient_steps=8, eval_every=750,

@@ -107,7 +107,8 @@ check("the ledger's peak is the closed form's or above it, by at most the bound 
 # for 16 technique stacks and asserts this. The step's peak and the workspace do not: the
 # closed form evaluates a few moments, and the ledger's peak is at one of them or a little
 # above, never below, by at most a stated bound (`analytic.transient_bound`; the "peak gap"
-# and "work diff" columns): between the modelled moments, an op's output lives beside its inputs, in backward an op's incoming gradient beside the gradients it returns and
+# and "work diff" columns): between the modelled moments, an op's output lives beside its
+# inputs, in backward an op's incoming gradient beside the gradients it returns and
 # the op's own buffers (GELU's and LayerNorm's backward register theirs as workspace), and a
 # residual array or two more than at the moment are alive.
 #
@@ -203,18 +204,19 @@ print(f"model states per GPU: {rows[0].name} {gb(states[rows[0].name])}, {rows[1
       f"{gb(mixed.buckets['activation'])}")
 check(f"mixed precision halves the activations and raises the peak, {gb(plain.peak)} -> {gb(mixed.peak)} "
       f"(20 B per parameter, not 16)",
-      mixed.buckets["activation"] <= 0.51 * plain.buckets["activation"] and mixed.peak > plain.peak)
+      mixed.buckets["activation"] <= 0.51 * plain.buckets["activation"] and mixed.peak > plain.peak
+      and round(states[rows[1].name] / n) == 20)
 
 # %% [markdown]
 # Read the table from the top. Plain data parallelism keeps all 16 bytes per parameter on every
 # GPU (the model states printed above): no count of GPUs helps. Mixed precision halves the
 # activations, but tinymem's model states grow to 20 bytes per parameter in the optimizer step
-# (section 4), so the peak rises. ZeRO-3 divides the model states by the GPU count, so some count fits;
-# moving the optimizer state to the host lowers it further, at the price of the PCIe traffic
+# (section 4), so the peak rises. ZeRO-3 divides the model states by the GPU count, so some
+# count fits; moving the optimizer state to the host lowers it further, at the price of the PCIe traffic
 # in the time column. The time column is a model (`fits.relative_time`): recomputation costs
 # its extra forward, offload its transfers and host update, a pipeline its bubble; data
 # parallel communication is assumed hidden. Its rates are an A100's (`fits.GPU_FLOPS`, printed
-# below): bf16's x0.50 is that GPU's 2:1 ratio of bf16 to TF32 tensor-core throughput, and
+# above): bf16's x0.50 is that GPU's 2:1 ratio of bf16 to TF32 tensor-core throughput, and
 # another GPU has another ratio.
 #
 # The same from the shell:
