@@ -22,7 +22,6 @@
 # %%
 import os
 import sys
-import tempfile
 
 import numpy as np
 
@@ -33,7 +32,7 @@ from tinymem.experiments import watching as experiment
 from tinymem.measure.records import meta, read_records
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-from course import OUT  # where figures go: lessons/out/ (git-ignored) by default
+from course import FIGURES, OUT, check, predict, reveal  # OUT: where figures go (lessons/out/, git-ignored)
 MiB = 2**20
 tm.manual_seed(0)
 
@@ -54,7 +53,19 @@ print(f"ledger     peak growth {ledger / MiB:7.2f} MiB  (on top of {layers['ledg
 print(f"allocator  peak growth {alloc / MiB:7.2f} MiB  ({alloc / ledger - 1:+.0%} over the ledger)")
 print(f"process    peak growth {proc / MiB:7.2f} MiB  ({proc / ledger - 1:+.0%} over the ledger), "
       f"on top of {layers['process_start'] / MiB:.0f} MiB held before the window")
-print(f"process growth in the last step: {layers['process_last_step_growth'] / MiB:+.2f} MiB")
+last = [s for s in layers["samples"] if s["t"] >= layers["step_starts"][-1]]
+last_ledger = max(s["ledger"] for s in last) - last[0]["ledger"]
+last_process = layers["process_last_step_growth"]
+print(f"in the last step the ledger rises by {last_ledger / MiB:.2f} MiB, the process by {last_process / MiB:+.2f} MiB")
+if QUICK:  # a step of a few MiB: the allocator's own choices are as large as the effect
+    print("quick mode: these steps are too small for the comparison to mean anything; the committed full run:")
+    if os.path.exists(os.path.join(FIGURES, "data", "watching.json")):
+        kept = next(c for c in read_records(FIGURES, "watching")["claims"] if c["name"] == "process_keeps_freed_blocks")
+        check(f"at full size, RSS grows in the last step by under a tenth of the ledger's growth ({kept['value']:.4f})",
+              kept["value"] < 0.1)
+else:
+    check(f"in the last step RSS grows by under a tenth of what the ledger does ({last_process / last_ledger:.3f})",
+          last_process < 0.1 * last_ledger)
 
 # %% [markdown]
 # Read the gaps from the top down.
@@ -69,23 +80,39 @@ print(f"process growth in the last step: {layers['process_last_step_growth'] / M
 #   before the window". On a GPU the same role is played by the CUDA context, a few hundred MiB
 #   that `nvidia-smi` shows before your first tensor exists.
 # - **The process does not come down.** In the first step RSS climbs with the ledger; in the
-#   last one it barely moves although the ledger goes up and down by tens of MiB: the C
-#   allocator kept the blocks freed in the previous step and hands them out again, so `top`
-#   shows a high-water mark, not what is live. CuPy's pool does the same on a GPU (its `held`
-#   bytes stay above its `used` bytes), which is why `nvidia-smi` shows more than
-#   `torch.cuda.memory_allocated()` or the ledger.
+#   last one it barely moves although the ledger rises as much again (the two numbers printed
+#   above; at full size tens of MiB, in quick mode a few). glibc's `malloc` serves a block of
+#   128 KiB or more with an `mmap` of its own and gives it back to the system when it is freed,
+#   but after such a free it raises that threshold to the freed block's size (up to 32 MiB): from
+#   the second step on, the same blocks come from its heap, and a freed heap block stays with
+#   the process for the next `malloc`. So `top` shows a high-water mark, not what is live. CuPy's
+#   pool does the same on a GPU (its `held` bytes stay above its `used` bytes), which is why
+#   `nvidia-smi` shows more than `torch.cuda.memory_allocated()` or the ledger.
 #
 # Sampling misses what is shorter than the interval, exactly as `nvidia-smi` does. Linux also
 # keeps the exact high-water mark of the RSS (`VmHWM`); the monitor resets it at the start and
-# reads it at the end, so `process_peak()` catches a spike that no sample saw:
+# reads it at the end, so `process_peak()` catches a spike that no sample saw.
+
+# %%
+predict("a window sampled only at its start and its end; inside it a 50 MiB array is made, "
+        "filled and freed. What growth do the two samples show, and the kernel's high-water mark?")
 
 # %%
 with memory.monitor(interval=10.0) as m:  # two samples only: one at the start, one at the end
     spike = np.ones(50 * 2**20 // 8)
     del spike
-print(f"sampled growth {(m.sampled_peak() - m.baseline) / MiB:.1f} MiB, "
-      f"with the kernel's high-water mark {m.peak_delta() / MiB:.1f} MiB"
+sampled = m.sampled_peak() - m.baseline
+print(f"sampled growth {sampled / MiB:.1f} MiB, with the kernel's high-water mark {m.peak_delta() / MiB:.1f} MiB"
       + ("" if m.hwm is not None else " (this kernel does not expose it)"))
+reveal(f"the samples grew {sampled / MiB:.1f} MiB", "the samples miss the spike: the freed 50 MiB went back to "
+       "the system", sampled < 5 * MiB)
+if m.hwm is not None:
+    check(f"the high-water mark catches it ({m.peak_delta() / MiB:.1f} MiB)", m.peak_delta() >= 45 * MiB)
+
+# %% [markdown]
+# Both samples are near zero: 50 MiB is above glibc's largest `mmap` threshold, so the array
+# had pages of its own, and `free` gave them back at once. What stays with the process is what
+# `malloc` carved out of its heap (the training step's blocks above).
 
 # %% [markdown]
 # ## 2. `tinymem monitor -- command`: any job, and its children
@@ -135,10 +162,11 @@ records["modules"] = [experiment._by_module("transformer", "64,32,32,2,2", 8, "c
 print("wrote", experiment._plot_modules(records, OUT))
 
 # %% [markdown]
-# Attribution costs a thread-local read per registered array and well under a microsecond per
+# Attribution costs a thread-local read per registered array and a thread-local write per
 # module call and per op. It can be switched off (`with memory.attribution.enabled(False):`).
 # Timed in turns on a Transformer step (a small model is the worst case: there the Python
-# overhead per op is most of the step; on a shared machine single rounds are noisy):
+# overhead per op is most of the step; on a shared machine single rounds are noisy, so read the
+# range of the rounds beside the median):
 
 # %%
 def report(cost, where):
@@ -148,9 +176,11 @@ def report(cost, where):
 
 
 report(experiment._overhead(True, "cpu"), "now, small")
-committed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "figures")
-if os.path.exists(os.path.join(committed, "data", "watching.json")):
-    report(read_records(committed, "watching")["overhead"], "the committed figure run, full size")
+if os.path.exists(os.path.join(FIGURES, "data", "watching.json")):
+    full = read_records(FIGURES, "watching")["overhead"]
+    report(full, "the committed figure run, full size")
+    check(f"attribution costs under 15% of a full-size step (median of the rounds: x{full['ratio']:.3f})",
+          full["ratio"] <= 1.15)
 
 # %% [markdown]
 # ## 4. Leaks
@@ -237,18 +267,28 @@ for scenario, jobs in runs.items():
     total = max(j["end"] for j in jobs) - min(j["start"] for j in jobs)
     print(f"{scenario:<10} total {total:5.2f} s: " + ", ".join(
         f"{j['label']} {j['status']} in {j['end'] - j['start']:.2f} s" for j in jobs))
-failed = next(j for j in runs["no limit"] if j["status"] == "oom")
-print("\nthe OOM of the job that failed:\n" + failed["message"])
+failed = [j for j in runs["no limit"] if j["status"] == "oom"]
+check("without a limit a job fails (" + ", ".join(f"job {j['label']} {j['status']}" for j in runs["no limit"]) + ")",
+      len(failed) >= 1)
+alone = {j["label"]: j["end"] - j["run_start"] for j in runs["queue"]}  # in the queue each job runs alone
+slower = {j["label"]: (j["end"] - j["start"]) / alone[j["label"]] for j in runs["fractions"]}
+print("with fractions, each job's time against its time alone: "
+      + ", ".join(f"job {k} x{v:.2f}" for k, v in slower.items()))
+if failed:
+    print("\nthe OOM of the job that failed:\n" + failed[0]["message"])
 
 # %% [markdown]
-# - **No limit**: the second job finds the first's weights, gradients and momentum on the device
-#   and fails at its first peak, with the list of the other processes and their bytes, as
-#   `nvidia-smi` would show them. (On a real GPU both may also limp along: CuPy's and PyTorch's
-#   caching allocators free their caches and retry before they give up.)
+# - **No limit**: a job that reaches its peak while the other's weights, gradients and momentum
+#   sit on the device fails there, with the list of the other processes and their bytes, as
+#   `nvidia-smi` would show them. Which job fails, or whether both do (each at a moment the other
+#   was still there), is a race: run the lesson twice and it may change. (On a real GPU both may
+#   also limp along: CuPy's and PyTorch's caching allocators free their caches and retry before
+#   they give up.)
 # - **Fractions**: `fraction=0.5` (PyTorch: `torch.cuda.set_per_process_memory_fraction`; here
 #   `memory.set_per_process_memory_fraction`, which on a GPU caps CuPy's pool) turns the race
 #   into a budget each job can plan for. With `fits_half` micro-batches each job fits its half,
-#   and both run, each a little slower.
+#   and both run, but slower than alone (printed above: each job does its step in several
+#   smaller matmuls, and the two share the machine's cores, as two jobs share a GPU's).
 # - **Queue**: `with memory.device_queue("gpu0"):` is a file lock; the second job waits until
 #   the first is done. Nothing fails; the total time is the sum.
 # - **One device per job**: `CUDA_VISIBLE_DEVICES=0 python a.py & CUDA_VISIBLE_DEVICES=1 python
@@ -260,8 +300,11 @@ print("\nthe OOM of the job that failed:\n" + failed["message"])
 #
 # ## Pitfalls
 #
-# - **`top` and `nvidia-smi` show high-water marks.** Freed memory returns to the allocator, not
-#   to the system; only the ledger (or `used_bytes()` of CuPy's pool) shows what is live.
+# - **`top` and `nvidia-smi` show high-water marks.** Blocks `malloc` carved out of its heap (small
+#   ones, and large ones once its `mmap` threshold has risen to their size) return to the
+#   allocator, not to the system; only blocks of their own `mmap` (above 32 MiB always) go back.
+#   CuPy's pool keeps every freed block until `free_all_blocks()`. Only the ledger (or
+#   `used_bytes()` of CuPy's pool) shows what is live.
 # - **A sampled peak is a lower bound.** Spikes shorter than the interval are missed; use the
 #   kernel's high-water mark (`process_peak()` does) or the ledger's exact events.
 # - **`total += loss` leaks even after backward**: backward frees the saved arrays, but `total`

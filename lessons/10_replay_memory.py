@@ -14,8 +14,6 @@
 
 # %%
 import os
-import pathlib
-import time
 
 import numpy as np
 
@@ -23,11 +21,11 @@ import tinymem as tm
 from tinymem import memory
 from tinymem.experiments import rl as exp
 from tinymem.measure.records import read_records
-from tinymem.rl import BatchPrefetcher, ReplayBuffer, bytes_per_slot, envs
+from tinymem.rl import ReplayBuffer, bytes_per_slot, envs
 from tinymem.rl.train import train_cartpole
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-from course import OUT  # where figures go: lessons/out/ (git-ignored) by default
+from course import FIGURES, OUT, check, predict, reveal  # OUT: where figures go (lessons/out/, git-ignored)
 tm.manual_seed(0)
 
 # %% [markdown]
@@ -74,14 +72,17 @@ for scheme in ["float32", "uint8", "dedup", "disk"]:
 # The buffer is a ring of slots, one per environment step, with the frame the step produced and
 # its **step number inside the episode** (0 for the reset frame, which ends no transition). The
 # transition ending at slot n has next_obs = the stack ending at n and obs = the stack ending at
-# n - 1. The stack ending at slot m holds the frames
-#
-#     m - min(j, step[m])   for j = k-1, ..., 0
-#
-# so near an episode start the missing frames repeat the reset frame, and **no stack ever mixes
-# two episodes**. Two more rules: a slot is sampleable only if every frame of its obs stack is
-# still in the ring (the ring overwrites the oldest slots), and `done` is `terminated` only: a
-# time-limit cut (`truncated`) must still bootstrap from next_obs.
+# n - 1. The stack ending at slot m is the k slots up to m, except that it never reaches back
+# past its episode's reset frame (the step number says how far back that is): near an episode
+# start the missing frames repeat the reset frame, and **no stack ever mixes two episodes**
+# (exercise 1 writes this arithmetic). Two more rules: a slot is sampleable only if every frame
+# of its obs stack is still in the ring (the ring overwrites the oldest slots), and `done` is
+# `terminated` only: a time-limit cut (`truncated`) must still bootstrap from next_obs.
+
+# %%
+predict("with k = 4, an episode of frames 0 (reset), 1, 2, 3, 4 (terminated there), then a new "
+        "episode: reset frame 100, then frame 101. Which four frames are the obs and the next_obs of "
+        "the transition that ends at frame 101? And which transitions can be sampled at all?")
 
 # %%
 buf = ReplayBuffer(12, (1,), 4, "dedup")
@@ -94,6 +95,11 @@ numbers = np.arange(buf.written)
 batch = buf.gather(numbers[buf.sampleable(numbers)])
 for obs, nxt, done in zip(batch.obs[:, :, 0], batch.next_obs[:, :, 0], batch.done):
     print("obs", obs.astype(int), "-> next", nxt.astype(int), " done" if done else "")
+reveal(f"obs {batch.obs[-1, :, 0].astype(int)} -> next {batch.next_obs[-1, :, 0].astype(int)}, "
+       f"{len(batch.done)} transitions sampleable", "the new episode's first transition sees only its reset frame, "
+       "repeated", batch.obs[-1, :, 0].tolist() == [100] * 4 and batch.next_obs[-1, :, 0].tolist() == [100] * 3 + [101])
+check("no sampled stack mixes two episodes",
+      all((row < 100).all() or (row >= 100).all() for row in np.concatenate([batch.obs, batch.next_obs], 1)[:, :, 0]))
 
 # %% [markdown]
 # ## 4. One interface, bit-identical batches
@@ -114,25 +120,26 @@ print("bit-identical:", all(np.array_equal(x, y) for s in batches for x, y in zi
 # directory entry, so nothing is left behind even if the process dies). Reading it right after
 # writing usually hits the OS page cache (RAM that is not the process's); `evict()` drops the
 # file's pages so the next batch really comes from the disk. A `BatchPrefetcher` reads the
-# next batch on a background thread while the learner works.
+# next batch on a background thread while the learner works (here 5 ms of sleep).
+#
+# One timing of one batch says little: the first call pays for caches, and a shared machine
+# adds noise. `exp.run_sampling` takes every scheme in turns, many times each, after a warm-up,
+# as the figure `rl_sampling.png` does; below, the median and the quartiles.
 
 # %%
-disk = buffers["disk"]
-rng = np.random.default_rng(1)
-for label in ("page cache", "cold"):
-    if label == "cold":
-        disk.store.evict()
-    start = time.perf_counter()
-    disk.sample(32, rng)
-    print(f"disk sample, {label}: {(time.perf_counter() - start) * 1e3:.2f} ms")
-with BatchPrefetcher(disk, 32, np.random.default_rng(2)) as prefetcher:
-    disk.store.evict()
-    prefetcher.next()
-    time.sleep(0.005)  # the learner's step, while the next batch is read
-    prefetcher.next()
-    print(f"prefetched, cold: waited {prefetcher.wait_s * 1e3:.2f} ms in all")
 for b in buffers.values():
     b.close()
+sampling = exp.run_sampling(events, 200, 10 if QUICK else 60)["seconds"]
+for name in ("dedup", "disk", "disk, cold", "disk, cold, prefetched"):
+    t = sampling[name]
+    print(f"{name:24s} median {t['median'] * 1e3:6.2f} ms  (quartiles {t['q25'] * 1e3:.2f} to {t['q75'] * 1e3:.2f})")
+# Where /tmp is itself in RAM (tmpfs), `evict` has no disk to send the pages back to and the two
+# are alike: the sentence is checked on the committed figure run, whose file was on a disk.
+if (FIGURES / "data" / "rl.json").exists():
+    committed = read_records(FIGURES, "rl")["sampling"]["seconds"]
+    check(f"a cold read from the disk is slower than one from the page cache (committed run, medians: "
+          f"{committed['disk, cold']['median'] * 1e3:.2f} against {committed['disk']['median'] * 1e3:.2f} ms)",
+          committed["disk, cold"]["median"] > committed["disk"]["median"])
 
 # %% [markdown]
 # ## 6. Learning: does the compact buffer learn as well?
@@ -142,34 +149,44 @@ for b in buffers.values():
 # 4-number state rather than pixels (a DQN from pixels needs hours on two CPU cores): the naive
 # buffer stores the float32 state twice per step; the compact one stores the state as 4 uint8
 # codes (`QuantizeObservation`, lesson 3's affine map with fixed ranges), once per step.
+#
+# It evaluates the greedy policy every few thousand steps and keeps the best weights (as RL
+# Zoo's evaluation callback does); the return printed is those kept weights played on fresh
+# episodes, not the last weights. One seed of 20,000 steps is a short run of a noisy method:
+# the two buffers may land far apart by chance. The question is answered by the figure's runs
+# (several seeds, each longer: section 7) and its claim.
 
 # %%
 short = dict(total_steps=1_500, learning_starts=300, train_freq=64, gradient_steps=8, eval_every=750,
              eval_episodes=3, final_eval_episodes=5) if QUICK else dict(total_steps=20_000)
+returns = []
 for storage, observation in (("float32", "state"), ("dedup", "uint8")):
     r = train_cartpole(storage, observation, seed=0, **short)
+    returns.append(r["final"]["mean"])
     print(f"{storage:8s} {observation:6s}: {r['buffer_bytes']['host'] / r['config']['buffer_size']:.0f} B per step, "
-          f"greedy return after training {r['final']['mean']:.1f} ({r['final']['episodes']} episodes), "
+          f"greedy return of the kept weights {r['final']['mean']:.1f} ({r['final']['episodes']} episodes), "
           f"{r['seconds']:.0f} s")
+if QUICK and max(returns) < 50:  # a random policy lasts about 20 steps; these are no better
+    print(f"quick mode: {short['total_steps']:,} steps are too few to learn CartPole; returns of "
+          f"{', '.join(f'{v:.1f}' for v in returns)} mean nothing was learned. Run without TINYMEM_QUICK.")
 
 # %% [markdown]
 # ## 7. The figures
 #
 # `python -m tinymem figures --only rl` writes `figures/rl_replay_bytes.png`,
-# `figures/rl_learning.png` (3 seeds per buffer) and
+# `figures/rl_learning.png` (several seeds per buffer, listed below) and
 # `figures/rl_sampling.png`. In quick mode the lesson redraws the committed run:
 
 # %%
-saved = pathlib.Path(tm.__file__).resolve().parents[1] / "figures"
-if (saved / "data" / "rl.json").exists():
-    records = read_records(saved, "rl")
+if (FIGURES / "data" / "rl.json").exists():
+    records = read_records(FIGURES, "rl")
     for path in exp.plot(records, OUT):
         print("wrote", path)
     per = records["bytes"]["per_transition"]
     print(f"per transition: float32 {per['float32']:,} B, dedup {per['dedup']:,} B "
           f"({per['float32'] / per['dedup']:.1f}x less)")
     for r in records["learning"]:
-        print(f"{r['label']:8s} seed {r['seed']}: mean return {r['final']['mean']:.1f} over "
+        print(f"{r['label']:8s} seed {r['seed']}: mean return of the kept weights {r['final']['mean']:.1f} over "
               f"{r['final']['episodes']} episodes")
     for row in records["claims"]:
         print(f"claim {row['name']}: {'holds' if row['holds'] else row['holds']} ({row['value']})")

@@ -1,8 +1,8 @@
 # %% [markdown]
-# # Lesson 11 — Edge deployment: int8 in ONNX Runtime, and inference under 256 KB
+# # Lesson 11 — Edge deployment: int8 in ONNX Runtime, and inference under 256 KiB
 #
 # Training is over; now the model must run where memory is scarce: a phone, a browser, a
-# microcontroller with 256 KB of SRAM and 1 MB of flash. Two questions:
+# microcontroller with 256 KiB of SRAM and 1 MiB of flash. Two questions:
 #
 # 1. **Can the int8 model of lesson 3 run in a real runtime, and does it compute what tinymem
 #    computes?** We export it to ONNX (built with the `onnx` package's helpers, no PyTorch) and
@@ -16,7 +16,6 @@
 
 # %%
 import os
-import pathlib
 
 import numpy as np
 import onnxruntime as ort
@@ -32,7 +31,7 @@ from tinymem.measure.records import read_records
 from tinymem.techniques import quantization as Q
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-from course import OUT  # where figures go: lessons/out/ (git-ignored) by default
+from course import FIGURES, OUT, check, predict, reveal  # OUT: where figures go (lessons/out/, git-ignored)
 tm.manual_seed(0)
 
 # %% [markdown]
@@ -68,10 +67,12 @@ print(f"file size: float32 {E.file_bytes(fp32_proto):,} B, int8 {E.file_bytes(E.
 #
 # Compare the uint8 **codes** each layer's input becomes, on every test input. Two ways to run:
 # ONNX Runtime's *reference* kernels (the graph as written: dequantize, float MatMul) and its
-# *fused* kernels (all graph optimizations on: it replaces the Q/DQ pairs by `QGemm`, an int8
-# GEMM with an int32 accumulator that writes the next layer's uint8 codes directly, with the
-# bias rounded to int32 and the ReLU folded into the clamp). tinymem computes the int32 sum
-# exactly, rescales to float, adds the bias, applies ReLU and quantizes. The rounding happens at
+# *fused* kernels (all graph optimizations on: where a Q/DQ pair feeds a layer whose output is
+# quantized again, it puts `QGemm` in its place, an int8 GEMM with an int32 accumulator that
+# writes the next layer's uint8 codes directly, with the bias rounded to int32 and the ReLU
+# folded into the clamp). The last layer's output is float logits, so a float `Gemm` after a
+# `DequantizeLinear` stays: the list of the ops ORT runs, printed last, shows both kinds.
+# tinymem computes the int32 sum exactly, rescales to float, adds the bias, applies ReLU and quantizes. The rounding happens at
 # different places, so a code can land one step away where a value sits on a .5 boundary; and
 # ONNX's `QuantizeLinear` divides by the scale where tinymem (like PyTorch) multiplies by its
 # reciprocal, which differs at exact ties.
@@ -86,19 +87,20 @@ for name, level in (("reference", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
           f"max diff {max(int(d.max()) for d in diffs)}; predictions differ on "
           f"{int((out['logits'].argmax(1) != logits.argmax(1)).sum())} of {len(x_test)} inputs; "
           f"accuracy {(out['logits'].argmax(1) == y_test).mean():.4f}")
-print("tinymem int8 accuracy", (logits.argmax(1) == y_test).mean(), "; ORT runs", R.fused_op_types(int8_proto))
+ops = R.fused_op_types(int8_proto)
+print("tinymem int8 accuracy", (logits.argmax(1) == y_test).mean(), "; ORT runs", ops)
+check("the fused graph runs integer GEMMs (QGemm), and a float Gemm is left", "QGemm" in ops and "Gemm" in ops)
 
 # %% [markdown]
 # ## 3. Inference memory, layer by layer
 #
 # On a microcontroller a CNN runs one layer at a time at batch 1, BatchNorm folded into the
-# convolution (`edge.chain`), weights in flash. The activation memory is
-#
-#     peak = max over layers of (input + output + workspace)
-#
-# and `edge.inference_peak` measures each term with the ledger. tinymem's edge layers use a
-# *direct* convolution (bias, then one product per input channel and kernel offset, added in a
-# fixed order): its workspace is one output-sized product, and it makes tiling exact (below).
+# convolution (`edge.chain`), weights in flash. Without backward nothing is kept for later:
+# while a layer runs, its input, its output and its scratch are alive, and the step before's
+# maps are gone. `edge.inference_peak` measures each with the ledger (exercise 3 derives the
+# peak from the shapes alone). tinymem's edge layers use a *direct* convolution (bias, then one
+# product per input channel and kernel offset, added in a fixed order), which makes tiling
+# exact (below); its workspace is a zero-padded copy of the input plus one output-sized product.
 
 # %%
 unet = models.UNet(1, 4, base=8, depth=4)
@@ -110,36 +112,72 @@ for row in whole["layers"]:
     print(f"{row['name']:28s} in {row['input'] / 1024:7.0f} KiB  out {row['output'] / 1024:7.0f} KiB  "
           f"workspace {row['workspace'] / 1024:7.0f} KiB  -> {row['peak'] / 1024:7.0f} KiB")
 print(f"peak layer by layer: {whole['peak'] / 1024:,.0f} KiB")
+first = whole["layers"][0]  # a 3 x 3 convolution, padding 1, from 1 channel
+check(f"the first convolution's workspace is its padded input plus one output-sized product "
+      f"({first['workspace']:,} B = {first['output']:,} + {(size + 2) ** 2 * 4:,})",
+      first["workspace"] == first["output"] + (size + 2) ** 2 * 4)
 
 # %% [markdown]
 # ## 4. Patch-based inference
 #
 # The first layers hold the biggest maps. Run them on one tile of the stage's output at a
-# time: trace the tile back through each layer (kernel k, stride s, padding p: output rows
-# [a, b) read input rows [a·s - p, (b-1)·s - p + k)), compute only that region, and write the
-# tile into the stage's output. The tile's region overlaps its neighbours' (the **halo**), so
-# that part is computed twice: recomputation buys memory.
+# time: trace the tile back through each layer (which input rows does a kernel of size k, with
+# stride s and padding p, read to make output rows [a, b)? exercise 2), compute only that
+# region, and write the tile into the stage's output. The tile's region overlaps its
+# neighbours' (the **halo**), so that part is computed more than once: in 2-D a tile's edges
+# are shared with one neighbour and its corners with three, so a corner can be computed four
+# times. Recomputation buys memory.
 
 # %%
 sizes = [size, size, size, size // 2, size // 2, size // 2, size // 4, size // 4, size // 4, size // 8]
 tile = (0, size // 32)
 print(f"output rows {tile} of the first 9 layers read input rows", trace_back(tile, encoder[:9], sizes)[0][:2])
+predict("the first 9 layers run tile by tile, a 4 x 4 grid of tiles of their output. How much lower is "
+        "the peak than layer by layer, and how much of those layers' work is done again?")
+
+# %%
 patch = edge.patch_inference(encoder, x, split=9, grid=4)
-print(f"patch-based peak {patch['peak'] / 1024:,.0f} KiB ({whole['peak'] / patch['peak']:.1f}x lower), "
-      f"recomputed halo work {100 * (patch['macs_patch'] / patch['macs_whole'] - 1):.0f}%")
-print("outputs bit-identical to whole-layer execution:", np.array_equal(patch["output"], whole["output"]))
+reveal(f"patch-based peak {patch['peak'] / 1024:,.0f} KiB ({whole['peak'] / patch['peak']:.1f}x lower), "
+       f"recomputed halo work {100 * (patch['macs_patch'] / patch['macs_whole'] - 1):.0f}%",
+       "tiles lower the peak and pay for it in recomputed work", patch["peak"] < whole["peak"]
+       and patch["macs_patch"] > patch["macs_whole"])
+check("outputs bit-identical to whole-layer execution", np.array_equal(patch["output"], whole["output"]))
 
 # %% [markdown]
-# ## 5. The figures
+# ## 5. Does anything fit in 256 KiB?
+#
+# The title's question, answered from the committed figure run (full sizes: the U-Net encoder
+# at 256 px, the small CNN at 128 px RGB): the lowest peak of each, layer by layer and
+# patch-based (any stage length and grid tried), in float32 and with every map in int8 (a
+# quarter of the bytes: a lower bound, since an int8 convolution still accumulates its
+# products in int32, so an int8 bar under the line says "can fit", not "fits").
+
+# %%
+if (FIGURES / "data" / "edge.json").exists():
+    fitting = []
+    for name, m in read_records(FIGURES, "edge")["memory"].items():
+        lowest = min(c["peak"] for c in m["configs"])
+        for label, peak in (("layer by layer", m["whole_peak"]), ("patch-based", lowest)):
+            print(f"{name:14s} {label:15s} float32 {peak / 1024:7,.0f} KiB, int8 {peak / 4 / 1024:6,.0f} KiB")
+            fitting += [(name, label, dtype) for dtype, b in (("float32", peak), ("int8", peak / 4)) if b <= exp.SRAM]
+    check(f"within 256 KiB, even at best: only the small CNN, patch-based, with int8 maps ({fitting})",
+          fitting == [("small CNN", "patch-based", "int8")])
+
+# %% [markdown]
+# Only the small CNN can fit, and only patch-based with int8 maps (whether its int32
+# accumulators still leave room is the next thing to measure). The U-Net's maps are too big
+# even so: a microcontroller model is designed for its SRAM (MCUNet searches the architecture
+# and the patch stage together), not cut down after.
+#
+# ## 6. The figures
 #
 # `python -m tinymem figures --only edge` writes `figures/edge_onnx.png` (size, accuracy,
 # agreement, latency), `figures/edge_memory_profile.png` (per-layer memory, whole-layer against
 # patch-based, with the 256 KB line) and `figures/edge_patch_tradeoff.png`. The committed run:
 
 # %%
-saved = pathlib.Path(tm.__file__).resolve().parents[1] / "figures"
-if (saved / "data" / "edge.json").exists():
-    records = read_records(saved, "edge")
+if (FIGURES / "data" / "edge.json").exists():
+    records = read_records(FIGURES, "edge")
     for path in exp.plot(records, OUT):
         print("wrote", path)
     for row in records["onnx"]["latency"]:

@@ -34,7 +34,7 @@ from tinymem.planner import activations, analytic, architectures, exactness, fit
 from tinymem.planner.analytic import Stack
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-from course import OUT  # where figures go: lessons/out/ (git-ignored) by default
+from course import OUT, check, predict, reveal  # OUT: where figures go (lessons/out/, git-ignored)
 tm.manual_seed(0)
 
 
@@ -48,14 +48,19 @@ def gb(x):
 # Read `TransformerBlock.forward` (`models/transformer.py`) with the ops it calls open beside
 # it. Each op saves only what its backward needs (`ops/layers.py`, `ops/attention.py`):
 # LayerNorm its normalised input and 1/std, each Linear its input, GELU its input, plain
-# attention q, k, v and the weights softmax(qkᵀ). With N = b·s tokens, width h, a heads and an
-# MLP of 4h, that is 16 arrays of N·h values, 2 of N and a·b·s² weights:
+# attention q, k, v and the weights softmax(qkᵀ). Count them for one layer with N = b·s tokens,
+# width h, a heads and an MLP of 4h (exercise 1 asks for the formula; do it on paper first).
 
 # %%
 s, b, h, a = 16, 4, 32, 2
-for row in activations.layer_terms(s, b, h, a):
-    print(f"  {row.name:<28} {row.formula:<8} {row.bytes:>8,d} B")
-print(f"one layer: {activations.activations_per_layer(s, b, h, a):,d} B in fp32")
+predict(f"one block with s = {s}, b = {b}, h = {h}, a = {a}, MLP 4h, fp32: how many bytes does it save "
+        "for backward?")
+
+# %%
+closed = activations.activations_per_layer(s, b, h, a)
+one, two = (exactness.measure((64, s, h, a, layers), b, Stack())["buckets"]["activation"] for layers in (1, 2))
+reveal(f"one layer: {closed:,d} B in fp32 by the closed form; the ledger of a real step, two blocks minus one: "
+       f"{two - one:,d} B", "the closed form counts one block's saved tensors to the byte", closed == two - one)
 
 # %% [markdown]
 # The storage hooks of lessons 2 and 3 change the bytes per value, not the list: fp16/bf16
@@ -84,19 +89,26 @@ for name, stack in [("plain", Stack()), ("bf16 + sqrt segments", Stack("bf16", r
     row = {"stack": name}
     for bucket in ("parameter", "gradient", "optimizer", "activation"):
         row[bucket[:5] + " diff"] = predicted.buckets[bucket] - measured["buckets"][bucket]
-    row.update({"peak (closed form)": predicted.peak, "peak (ledger)": measured["peak"],
-                "at": predicted.moment, "bound": bound})
+    row.update({"work diff": predicted.buckets["workspace"] - measured["buckets"]["workspace"],
+                "peak (closed form)": predicted.peak, "peak (ledger)": measured["peak"],
+                "peak gap": measured["peak"] - predicted.peak, "bound": bound, "at": predicted.moment})
     rows.append(row)
 print(f"TransformerLM {sizes}, batch {batch}: closed form minus ledger, bytes")
 print_table(rows)
+check("parameters, gradients, optimizer state and activations agree to the byte",
+      all(r[k] == 0 for r in rows for k in ("param diff", "gradi diff", "optim diff", "activ diff")))
+check("the ledger's peak is the closed form's or above it, by at most the bound (peak gap <= bound)",
+      all(0 <= r["peak gap"] <= r["bound"] for r in rows))
 
 # %% [markdown]
 # Four buckets agree to the byte: parameters, gradients (with the fp32 master gradients a half
 # model makes during its step), optimizer state (from each optimizer's own formula,
 # `optim/table.py`), activations. `tests/planner/test_analytic_exact.py` draws random sizes
-# for 16 technique stacks and asserts this. The step's peak and the workspace agree within a
-# stated bound (`analytic.transient_bound`): between the modelled moments, an op's output lives
-# beside its inputs, in backward an op's incoming gradient beside the gradients it returns and
+# for 16 technique stacks and asserts this. The step's peak and the workspace do not: the
+# closed form evaluates a few moments, and the ledger's peak is at one of them or a little
+# above, never below, by at most a stated bound (`analytic.transient_bound`; the "peak gap"
+# and "work diff" columns): between the modelled moments, an op's output lives beside its
+# inputs, in backward an op's incoming gradient beside the gradients it returns and
 # the op's own buffers (GELU's and LayerNorm's backward register theirs as workspace), and a
 # residual array or two more than at the moment are alive.
 #
@@ -177,20 +189,35 @@ print(f"{n:,d} parameters; at 16 bytes each: {gb(16 * n)} of model states")
 rows, proposal = fits.plan_arch(arch, 8, 80e9)
 print_table(fits.table(rows, 8, 80e9))
 print(fits.summary(arch, rows, proposal, 8, 80e9))
+print("GPU rates assumed (FLOP/s):", {k: f"{v / 1e12:.0f}T" for k, v in fits.GPU_FLOPS.items()})
 print()
 print("the same, counted as Korthikanti et al. and the ZeRO paper count:")
 k_rows, _ = fits.plan_arch(arch, 8, 80e9, mode="korthikanti")
 print_table([{"stack": r.name, "peak GB": f"{r.breakdown.peak / 1e9:.1f}", "fewest GPUs": r.fewest_gpus or "-"}
              for r in k_rows])
 
+# %%
+plain, mixed = rows[0].breakdown, rows[1].breakdown
+states = {r.name: sum(r.breakdown.buckets[k] for k in ("parameter", "gradient", "optimizer")) for r in rows[:2]}
+print(f"model states per GPU: {rows[0].name} {gb(states[rows[0].name])}, {rows[1].name} {gb(states[rows[1].name])} "
+      f"({states[rows[1].name] / n:.0f} B per parameter); activations {gb(plain.buckets['activation'])} -> "
+      f"{gb(mixed.buckets['activation'])}")
+check(f"mixed precision halves the activations and raises the peak, {gb(plain.peak)} -> {gb(mixed.peak)} "
+      f"(20 B per parameter, not 16)",
+      mixed.buckets["activation"] <= 0.51 * plain.buckets["activation"] and mixed.peak > plain.peak
+      and round(states[rows[1].name] / n) == 20)
+
 # %% [markdown]
 # Read the table from the top. Plain data parallelism keeps all 16 bytes per parameter on every
-# GPU (the model states printed above): no count of GPUs helps. Mixed precision halves the activations but
-# not the model states. ZeRO-3 divides the model states by the GPU count, so some count fits;
-# moving the optimizer state to the host lowers it further, at the price of the PCIe traffic
+# GPU (the model states printed above): no count of GPUs helps. Mixed precision halves the
+# activations, but tinymem's model states grow to 20 bytes per parameter in the optimizer step
+# (section 4), so the peak rises. ZeRO-3 divides the model states by the GPU count, so some
+# count fits; moving the optimizer state to the host lowers it further, at the price of the PCIe traffic
 # in the time column. The time column is a model (`fits.relative_time`): recomputation costs
 # its extra forward, offload its transfers and host update, a pipeline its bubble; data
-# parallel communication is assumed hidden.
+# parallel communication is assumed hidden. Its rates are an A100's (`fits.GPU_FLOPS`, printed
+# above): bf16's x0.50 is that GPU's 2:1 ratio of bf16 to TF32 tensor-core throughput, and
+# another GPU has another ratio.
 #
 # The same from the shell:
 #

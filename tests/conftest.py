@@ -188,25 +188,42 @@ def subclasses(cls):
     return {sub for direct in cls.__subclasses__() for sub in {direct} | subclasses(direct)}
 
 
-@pytest.fixture
-def forbid(monkeypatch):
-    """``forbid(f, ...)``: while the check runs, every name under which tinymem exposes the
-    function or class ``f`` raises when called; ``(owner, "name")`` does it for a method. An
-    answer that calls the library instead of building the thing fails."""
+def _refusal_code(target):
+    """A code object that raises naming ``target``, to put in ``target.__code__`` (it runs with
+    the target's globals, so it names nothing but builtins)."""
+    def refused(*args, **kwargs):
+        raise AssertionError("the exercise asks you to build this yourself; your answer called "
+                             + __import__("sys")._getframe().f_code.co_name)
+    return refused.__code__.replace(co_name=f"{target.__module__}.{target.__qualname__}")
+
+
+def forbid_in(monkeypatch, *targets, everywhere=False):
+    """Make every name under which tinymem exposes each function or class in ``targets`` raise
+    when called, through ``monkeypatch``; ``(owner, "name")`` does it for a method. With
+    ``everywhere``, a plain function's code is replaced too, so that a name bound to it before
+    (``from tinymem.rl import bytes_per_slot`` at the top of an answer) refuses as well."""
 
     def refuse(what):
         def refused(*args, **kwargs):
             raise AssertionError(f"the exercise asks you to build this yourself; your answer called {what}")
         return refused
 
-    def apply(*targets):
-        for target in targets:
-            if isinstance(target, tuple):
-                monkeypatch.setattr(*target, refuse(f"{target[0].__name__}.{target[1]}"))
-                continue
-            for name, module in list(sys.modules.items()):
-                if module is not None and name.split(".")[0] == "tinymem":
-                    for attr, value in list(vars(module).items()):
-                        if value is target:
-                            monkeypatch.setattr(module, attr, refuse(f"{target.__module__}.{target.__qualname__}"))
-    return apply
+    for target in targets:
+        if isinstance(target, tuple):
+            monkeypatch.setattr(*target, refuse(f"{target[0].__name__}.{target[1]}"))
+            continue
+        if everywhere and isinstance(target, types.FunctionType) and target.__closure__ is None:
+            monkeypatch.setattr(target, "__code__", _refusal_code(target))
+        for name, module in list(sys.modules.items()):
+            if module is not None and name.split(".")[0] == "tinymem":
+                for attr, value in list(vars(module).items()):
+                    if value is target:
+                        monkeypatch.setattr(module, attr, refuse(f"{target.__module__}.{target.__qualname__}"))
+
+
+@pytest.fixture
+def forbid(monkeypatch):
+    """``forbid(f, ...)``: while the check runs, every name under which tinymem exposes the
+    function or class ``f`` raises when called (:func:`forbid_in`). An answer that calls the
+    library instead of building the thing fails."""
+    return lambda *targets: forbid_in(monkeypatch, *targets)

@@ -47,7 +47,7 @@ def cmd_figures(args):
 
     from . import backend
     from .experiments import families
-    from .measure import claims
+    from .measure import claims, progress
     from .measure.records import meta, read_records, write_records
 
     device = backend.check_device(args.device)
@@ -60,15 +60,19 @@ def cmd_figures(args):
         return 2
     if args.claims_table:
         return _claims_table(outdir, names, args.readme)
-    written, failures = [], []
-    for name in tqdm(names, desc="figure families", unit="family"):
+    written, failures, done = [], [], []
+    last = {n: progress.last_seconds(outdir, n, args.quick) for n in names}
+    for index, name in enumerate(tqdm(names, desc="figure families", unit="family"), 1):
         module = found[name]
         if args.replot:  # redraw from the JSON, with the claims judged again on its records
             records = read_records(outdir, name)
         else:
+            tqdm.write(progress.describe(index, len(names), name, last[name],
+                                         progress.seconds_left([last[n] for n in names[index - 1:]], done)))
             start = time.perf_counter()
             records = module.run(quick=args.quick, device=device)
             records["meta"] = dict(meta(device, args.quick), seconds=round(time.perf_counter() - start, 2))
+            done.append((records["meta"]["seconds"], last[name]))
         records["claims"] = claims.evaluate(getattr(module, "CLAIMS", []), records, records["meta"]["quick"])
         write_records(records, outdir, name)
         written += module.plot(records, outdir)

@@ -58,7 +58,8 @@ def footer_lines(records, note=None, width_chars=120):
             f" · {meta.get('date', 'date unknown')}")
     if meta.get("quick"):
         text += " · QUICK MODE (small sizes)"
-    return lines + [(text, "#666666")]
+    # A narrow figure (one panel) cannot hold the machine line on one row: wrapped, not clipped.
+    return lines + [(line, "#666666") for line in textwrap.wrap(text, width_chars)]
 
 
 def stamp(fig, records, note=None):

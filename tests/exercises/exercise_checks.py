@@ -4,11 +4,13 @@
 by their ``TARGET``); :func:`with_wrong` lays that function over the reference answers, so the
 check of that exercise must fail while every other check still passes.
 """
+import contextlib
 import importlib.util
 import pathlib
 import types
 
 import pytest
+from conftest import forbid_in
 
 WRONG = pathlib.Path(__file__).resolve().parent / "wrong"
 SOLUTIONS = pathlib.Path(__file__).resolve().parents[2] / "lessons" / "solutions"
@@ -45,3 +47,12 @@ def assert_fails_only_its_check(lesson, path, checks):
     for name, check in checks.items():
         if name != target:
             check(module)
+
+
+@contextlib.contextmanager
+def forbidding(*targets):
+    """Inside the block, tinymem's own ``targets`` refuse to run, under every name (``forbid_in`` of
+    tests/conftest.py): a check computes its reference first, then calls the answer in the block."""
+    with pytest.MonkeyPatch.context() as patch:
+        forbid_in(patch, *targets, everywhere=True)
+        yield

@@ -1,7 +1,10 @@
 """Checks for lesson 9's exercises. Each check is a function of the exercise module, so that
 tests/exercises/test_ex09_wrong.py can prove that plausible wrong answers fail them."""
+import gc
+
 import numpy as np
 import pytest
+from exercise_checks import forbidding
 
 import tinymem as tm
 import tinymem.functional as F
@@ -27,21 +30,39 @@ def check_leaked_bytes_per_step(ex):
         F.cross_entropy(model(x), y).backward()
         opt.step()
 
-    assert ex.leaked_bytes_per_step(clean) == 0
-    kept = []
+    kept, total, rows = [], [], iter([1, 2, 3, 5, 8, 13])
 
     def keeps_hidden():
         clean()
         kept.append(model[:2](x))  # one (16, 32) float32 activation per step
 
-    assert ex.leaked_bytes_per_step(keeps_hidden) == 16 * 32 * 4
-    total = []
+    def keeps_more_each_step():  # 1 row in the warm-up, then 2, 3 and 5 rows of 32 float32
+        kept.append(model[:2](x[:next(rows)]))
 
     def evaluates():
         total.append(F.cross_entropy(model(x), y))  # gradients on, no backward: graphs pile up
 
+    def keeps_on_the_host():  # 100 float32 held in host memory each step, as a replay buffer is
+        kept.append(memory.register(np.zeros(100, np.float32), "workspace", place="host"))
+
+    def leaves_cyclic_garbage():  # a cycle the collector frees: no leak once garbage is collected
+        cycle = [model[:2](x)]
+        cycle.append(cycle)
+
     expected = memory.find_leaks(evaluates, steps=4)[0].bytes_per_step
-    assert ex.leaked_bytes_per_step(evaluates) == expected
+    with forbidding(memory.find_leaks):
+        assert ex.leaked_bytes_per_step(clean) == 0
+        assert ex.leaked_bytes_per_step(keeps_hidden) == 16 * 32 * 4
+        assert ex.leaked_bytes_per_step(evaluates) == expected
+        assert ex.leaked_bytes_per_step(keeps_more_each_step, steps=3) == pytest.approx((2 + 3 + 5) * 32 * 4 / 3)
+        assert ex.leaked_bytes_per_step(keeps_on_the_host) == 400
+        collecting = gc.isenabled()
+        gc.disable()  # the cycle must be left to the answer's own collection, not to chance
+        try:
+            assert ex.leaked_bytes_per_step(leaves_cyclic_garbage) == 0
+        finally:
+            if collecting:
+                gc.enable()
 
 
 def check_logged_step(ex):
@@ -91,6 +112,9 @@ def check_micro_batches_for(ex):
     assert ex.micro_batches_for(peaks, 100, 0.6) == 2  # a peak equal to the share fits
     assert ex.micro_batches_for(peaks, 100, 1.0) == 1
     assert ex.micro_batches_for(peaks, 100, 0.3) is None
+    # Peaks need not fall with k (a second micro-batch's buffers, an uneven split): the fewest
+    # micro-batches that fit is not the largest peak that fits, nor the smallest peak.
+    assert ex.micro_batches_for({1: 100, 2: 45, 4: 48, 8: 30}, 100, 0.5) == 2
     # Two real processes, each capped at half of a device one job alone nearly fills.
     spec = {"sizes": [64, 128, 128, 10], "batch": 768, "steps": 3}
     measured = {k: sharing_jobs.step_peak(dict(spec, seed=0), k) for k in (1, 2, 4, 8)}

@@ -21,6 +21,12 @@ CAUGHT_BY = {
     "ex09_no_depth": "check_activation_bytes_by_module",
     "ex09_whole_budget": "check_micro_batches_for",
     "ex09_most_batches": "check_micro_batches_for",
+    "ex09_largest_fitting_peak": "check_micro_batches_for",
+    "ex09_library_find_leaks": "check_leaked_bytes_per_step",
+    "ex09_one_step": "check_leaked_bytes_per_step",
+    "ex09_integer_division": "check_leaked_bytes_per_step",
+    "ex09_device_only": "check_leaked_bytes_per_step",
+    "ex09_no_collection": "check_leaked_bytes_per_step",
 }
 
 

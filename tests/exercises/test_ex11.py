@@ -5,9 +5,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from exercise_checks import assert_fails_only_its_check, wrong_answers
-from tinymem.edge import PoolLayer, inference_peak
-from tinymem.edge.patch import out_extent, trace_back
+from exercise_checks import assert_fails_only_its_check, forbidding, wrong_answers
+from tinymem.edge import PoolLayer, inference_peak, patch_inference
+from tinymem.edge.patch import out_extent, tiles, trace_back
 
 pytestmark = pytest.mark.exercise_11
 
@@ -45,8 +45,8 @@ def _layers(spec):
 
 
 def check_input_rows(mod):
-    assert tuple(mod.input_rows(0, 1, [(3, 1, 1)])) == (-1, 2)
     rng = np.random.default_rng(1)
+    cases = []
     for _ in range(200):
         spec = [(int(rng.choice([1, 3, 5])), int(rng.integers(1, 3)), int(rng.integers(0, 3))) for _ in range(3)]
         a = int(rng.integers(0, 20))
@@ -54,7 +54,11 @@ def check_input_rows(mod):
         shift = 64  # move the tile far from the border, so tinymem's trace_back clips nothing
         stride = math.prod(s for _, s, _ in spec)
         (lo, hi, _, _) = trace_back((a + shift, b + shift), _layers(spec), [10**6] * 4)[0]
-        assert tuple(mod.input_rows(a, b, spec)) == (lo - shift * stride, hi - shift * stride), spec
+        cases.append((a, b, spec, (lo - shift * stride, hi - shift * stride)))
+    with forbidding(trace_back):
+        assert tuple(mod.input_rows(0, 1, [(3, 1, 1)])) == (-1, 2)
+        for a, b, spec, want in cases:
+            assert tuple(mod.input_rows(a, b, spec)) == want, spec
 
 
 def check_layer_by_layer_peak(mod):
@@ -65,27 +69,34 @@ def check_layer_by_layer_peak(mod):
         measured = inference_peak(chain, (1, c, h, h))
         shapes = [(1, c, h, h)] + [tuple(r["shape"]) for r in measured["layers"]]
         assert mod.layer_by_layer_peak(shapes) == measured["peak"]  # pooling has no workspace
+    # int8 maps (1 byte) and half precision (2 bytes)
+    assert mod.layer_by_layer_peak([(3, 8, 8), (16, 8, 8), (16, 4, 4)], bytes_per_element=1) == 1280
+    assert mod.layer_by_layer_peak([(3, 8, 8), (16, 8, 8), (16, 4, 4)], 2) == 2 * 1280
 
 
-def _reference_fraction(size, tiles, spec):
+def _reference_fraction(size, count, spec):
     layers = _layers(spec)
     sizes = [size]
     for layer in layers:
         sizes.append(out_extent(sizes[-1], layer))
     extent, computed = sizes[-1], 0
-    for t in range(tiles):
-        a, b = t * extent // tiles, (t + 1) * extent // tiles
+    for t in range(count):
+        a, b = t * extent // count, (t + 1) * extent // count
         needs = trace_back((a, b), layers, sizes)
         computed += (b - a) + sum(hi - lo for lo, hi, _, _ in needs[1:])
     return computed / sum(sizes[1:]) - 1
 
 
 def check_recomputed_fraction(mod):
-    assert mod.recomputed_fraction(8, 2, [(3, 1, 1), (3, 1, 1)]) == pytest.approx(18 / 16 - 1)
-    assert mod.recomputed_fraction(16, 4, [(3, 1, 1)]) == pytest.approx(0)
-    for spec in ([(3, 1, 1)] * 4, [(3, 2, 1), (3, 1, 1), (2, 2, 0), (5, 1, 2)]):
-        for tiles in (1, 2, 4):
-            assert mod.recomputed_fraction(64, tiles, spec) == pytest.approx(_reference_fraction(64, tiles, spec))
+    # 3, 5 and 7 tiles do not divide the extents (64, 32 or 8 positions): the tiles are unequal
+    cases = [(64, count, spec) for spec in ([(3, 1, 1)] * 4, [(3, 2, 1), (3, 1, 1), (2, 2, 0), (5, 1, 2)])
+             for count in (1, 2, 3, 4, 5, 7)]
+    expected = [_reference_fraction(*case) for case in cases]
+    with forbidding(trace_back, tiles, out_extent, patch_inference):
+        assert mod.recomputed_fraction(8, 2, [(3, 1, 1), (3, 1, 1)]) == pytest.approx(18 / 16 - 1)
+        assert mod.recomputed_fraction(16, 4, [(3, 1, 1)]) == pytest.approx(0)
+        for case, want in zip(cases, expected):
+            assert mod.recomputed_fraction(*case) == pytest.approx(want), case
 
 
 CHECKS = {"onnx_quantize_linear": check_onnx_quantize_linear, "input_rows": check_input_rows,

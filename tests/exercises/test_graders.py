@@ -75,3 +75,16 @@ def test_tinymem_exercises_takes_student_or_solutions_and_nothing_else():
     wrong = run_pytest(["--collect-only", str(HERE / "test_ex00.py")], exercises="answers", timeout=120)
     assert wrong.returncode != 0
     assert "TINYMEM_EXERCISES='answers' is not understood" in wrong.stdout + wrong.stderr
+
+
+SELF_TESTED_SOLUTIONS = sorted(p for p in (ROOT / "lessons" / "solutions").glob("ex*.py")
+                               if p.stem.startswith(SELF_TESTED))
+
+
+@pytest.mark.parametrize("solution", SELF_TESTED_SOLUTIONS, ids=[p.stem for p in SELF_TESTED_SOLUTIONS])
+def test_self_tested_exercises_have_wrong_answers_for_every_function_too(solution):
+    """The exercises whose own test files run their wrong answers: each function a student
+    writes is the mistaken one of at least one file in wrong/ (read, not run: their tests run them)."""
+    mistaken = {name for path in (HERE / "wrong").glob(f"{solution.stem}_*.py") for name in _answer_functions(path)}
+    missing = sorted(set(_answer_functions(solution)) - mistaken)
+    assert not missing, f"add a plausible mistake for {solution.stem}.{missing} to tests/exercises/wrong/"

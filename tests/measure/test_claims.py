@@ -23,3 +23,11 @@ def test_failed_claims_are_red_in_a_terminal():
     text = format_rows(evaluate(CLAIMS, RECORDS, quick=False), color=True)
     assert "\033[31m" in text and "FAILS" in text and "holds" in text
     assert "\033[31m" not in format_rows(evaluate(CLAIMS[:1], RECORDS, quick=False), color=True)
+
+
+def test_a_run_that_could_not_measure_judges_no_claim_and_says_why():
+    rows = evaluate(CLAIMS, {"skipped": "mpi4py or mpiexec missing"}, quick=False)
+    assert failed(rows) == [] and all(r["holds"] is None for r in rows)
+    assert all(r["not_measured"] == "mpi4py or mpiexec missing" for r in rows)
+    assert format_rows(rows).count("not measured (mpi4py or mpiexec missing)") == len(CLAIMS)
+    assert "not_measured" not in evaluate(CLAIMS, RECORDS, quick=False)[0]

@@ -23,6 +23,7 @@ from ..measure.claims import Claim
 
 NAME = "partition"
 ORDER = 70
+REQUIRES = "mpi"  # without mpi4py and mpiexec the run records why, and its claims are not measured
 FIGURES = ["partition_memory.png", "partition_traffic.png", "partition_collectives.png"]
 LABELS = {"dp": "DP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "gpipe": "GPipe",
           "1f1b": "1F1B"}

@@ -66,21 +66,24 @@ def _smooth(steps, returns, window=10):
     return np.asarray(steps)[window - 1:], np.convolve(returns, kernel, mode="valid")
 
 
+# The pair to compare: blue and orange, told apart with any colour vision (red and green are not).
+LEARNING_COLORS = {"naive": "#4c72b0", "compact": "#dd8452"}
+
+
 def plot_learning(records, outdir, name):
     runs = records["learning"]
     fig, axes = plots.new_figure(ncols=2, width=5.4, height=4.2)
-    colors = {"naive": COLORS["float32"], "compact": COLORS["dedup"]}
-    names = {"naive": "float32, raw state, next obs duplicated", "compact": "uint8 state, each obs once"}
     for r in runs:
         steps, returns = zip(*r["episodes"]) if r["episodes"] else ((), ())
         xs, ys = _smooth(steps, returns)
         first = r["seed"] == min(x["seed"] for x in runs)
-        axes[0].plot(xs, ys, color=colors[r["label"]], lw=1, alpha=0.8,
-                     label=f"{names[r['label']]} ({r['buffer_bytes']['host'] / r['config']['buffer_size']:.0f} B/step)"
-                     if first else None)
+        # the legend names each run as its records do: label, storage, observation, bytes per step
+        axes[0].plot(xs, ys, color=LEARNING_COLORS[r["label"]], lw=1, alpha=0.8,
+                     label=f"{r['label']}: storage {r['storage']}, observation {r['observation']} "
+                           f"({r['buffer_bytes']['host'] / r['config']['buffer_size']:.0f} B/step)" if first else None)
         if r["evals"]:
             es, em = zip(*r["evals"])
-            axes[1].plot(es, em, "o-", color=colors[r["label"]], ms=3, lw=0.8, alpha=0.8)
+            axes[1].plot(es, em, "o-", color=LEARNING_COLORS[r["label"]], ms=3, lw=0.8, alpha=0.8)
     for ax in axes:
         ax.axhline(475, color="k", ls=":", lw=1)
         ax.set_xlabel("environment steps")
@@ -89,11 +92,11 @@ def plot_learning(records, outdir, name):
     axes[0].set_title(f"training episodes, {len({r['seed'] for r in runs})} seeds per buffer", fontsize=9)
     axes[0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.16))  # under the axes: returns fill the panel
     axes[1].set_ylabel("greedy return (eval episodes)")
-    finals = "; ".join(f"{r['label']} seed {r['seed']}: {r['final']['mean']:.1f}" for r in runs)
     axes[1].set_title("greedy policy during training", fontsize=9)
-    fig.suptitle(f"DQN on CartPole-v1 (unstable, as DQN is: returns collapse and recover). The weights of the best "
-                 f"greedy evaluation, replayed on {runs[0]['final']['episodes']} new episodes (solved: 475):\n{finals}",
-                 fontsize=9)
+    worst = {label: min(r["final"]["mean"] for r in runs if r["label"] == label) for label in LEARNING_COLORS}
+    fig.suptitle(f"DQN on CartPole-v1 (unstable, as DQN is: returns collapse and recover).\nThe weights of the best "
+                 f"greedy evaluation, replayed on {runs[0]['final']['episodes']} new episodes: lowest seed "
+                 + ", ".join(f"{k} {v:.1f}" for k, v in worst.items()) + " (solved: 475)", fontsize=9)
     return plots.save(fig, records, outdir, name)
 
 

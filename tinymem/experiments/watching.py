@@ -20,6 +20,7 @@ from .. import backend, memory, models, optim, planner, plots, random
 from .. import functional as F
 from ..autograd import Tensor
 from ..measure.claims import Claim
+from ..measure.records import meta
 from ..measure.timing import interleaved_times
 from . import sharing_jobs
 
@@ -202,15 +203,17 @@ def _plot_layers(records, outdir):
     plots.stacked_timeline(axes[0], r["timeline"], f"1. the ledger, what tinymem owns: MLP {cfg['sizes']}, "
                            f"batch {cfg['batch']}, {cfg['steps']} Adam steps")
     axes[0].title.set_fontsize(9)
-    ts = [s["t"] * 1e3 for s in r["samples"]]
-    ledger = [(s["ledger"] - r["ledger_start"]) / MiB for s in r["samples"]]
-    alloc0 = r["allocator_start"] or 0
-    alloc = [((s["allocator"] or alloc0) - alloc0) / MiB for s in r["samples"]]
-    proc = [(s["process"] - r["process_start"]) / MiB for s in r["samples"]]
+    # A sample taken once tracemalloc has stopped has no allocator reading: it is left out, not drawn as 0.
+    samples = [s for s in r["samples"] if s["allocator"] is not None]
+    ts = [s["t"] * 1e3 for s in samples]
+    ledger = [(s["ledger"] - r["ledger_start"]) / MiB for s in samples]
+    alloc = [(s["allocator"] - (r["allocator_start"] or 0)) / MiB for s in samples]
+    proc = [(s["process"] - r["process_start"]) / MiB for s in samples]
     axes[1].plot(ts, alloc, color="#8172b3", label="allocator (tracemalloc), sampled")
-    axes[1].plot(ts, ledger, "k--", lw=0.9, label="ledger")
-    axes[1].set_title(f"2. the allocator: peak growth {r['allocator_growth'] / MiB:.1f} MiB, ledger "
-                      f"{r['ledger_growth'] / MiB:.1f} MiB\n(gap {(r['allocator_growth'] - r['ledger_growth']) / MiB:+.2f} "
+    axes[1].plot(ts, ledger, "k--", lw=0.9, label="ledger, sampled")
+    axes[1].set_title(f"2. the allocator: exact peak growth {r['allocator_growth'] / MiB:.1f} MiB, ledger "
+                      f"{r['ledger_growth'] / MiB:.1f} MiB (the 1 ms samples miss the shortest peaks)\n"
+                      f"(gap {(r['allocator_growth'] - r['ledger_growth']) / MiB:+.2f} "
                       "MiB: Python objects, uncounted temporaries)", fontsize=9)
     axes[2].plot(ts, proc, color="#c44e52", label="process (RSS, as top shows it), sampled")
     axes[2].plot(ts, alloc, color="#8172b3", ls="--", lw=0.9, label="allocator")
@@ -222,7 +225,8 @@ def _plot_layers(records, outdir):
         ax.set_ylabel("growth (MiB)")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside, as the ledger's: it covers no line
         ax.set_xlim(axes[0].get_xlim())
-    axes[2].set_xlabel("time in the window (ms)")
+    for ax in axes[1:]:
+        ax.set_xlabel("time in the window (ms)")
     return plots.save(fig, records, outdir, FIGURES[0])
 
 
@@ -230,21 +234,38 @@ def _plot_modules(records, outdir):
     mods = records["modules"]
     fig, axes = plots.new_figure(ncols=len(mods), width=6.0, height=5.0)
     for ax, m in zip(axes, mods):
-        order = sorted(m["split"], key=lambda k: sum(m["split"][k].values()))
+        split = _small_modules_merged(m["split"], 0.01 * m["peak"])
+        order = sorted(split, key=lambda k: sum(split[k].values()))
         left = [0.0] * len(order)
         for bucket in memory.BUCKETS:
-            vals = [m["split"][k].get(bucket, 0) / MiB for k in order]
+            vals = [split[k].get(bucket, 0) / MiB for k in order]
             ax.barh(range(len(order)), vals, left=left, color=plots.BUCKET_COLORS[bucket], label=bucket)
             left = [a + b for a, b in zip(left, vals)]
+        for y, total in enumerate(left):  # the row's sum: a short bar is still read
+            ax.text(total, y, f" {total:.2f}" if total >= 0.01 else f" {total * 1024:.1f} KiB", va="center", fontsize=8)
         ax.set_yticks(range(len(order)))
         ax.set_yticklabels(order)
         ax.set_xlabel("bytes at the peak (MiB)")
-        ax.set_xlim(0, 1.08 * max(left))
+        ax.set_xlim(0, 1.18 * max(left))
         exact = "exactly" if m["by_module_sum"] == m["peak"] else "NOT"
         ax.set_title(f"{m['model']} ({m['sizes']}), batch {m['batch']}: peak {m['peak'] / MiB:.2f} MiB,\n"
                      f"the modules sum to it {exact}", fontsize=9)
         ax.legend(loc="lower right")
     return plots.save(fig, records, outdir, FIGURES[1])
+
+
+def _small_modules_merged(split, floor):
+    """``{module: {bucket: bytes}}`` with every module holding under ``floor`` bytes merged into
+    one row (too thin to see as bars of their own); the totals are unchanged."""
+    small = [k for k, v in split.items() if sum(v.values()) < floor]
+    if len(small) < 2:
+        return split
+    merged = {k: v for k, v in split.items() if k not in small}
+    rest = merged.setdefault(f"{len(small)} more, each < 1% of the peak", {})
+    for k in small:
+        for bucket, b in split[k].items():
+            rest[bucket] = rest.get(bucket, 0) + b
+    return merged
 
 
 def _plot_processes(records, outdir):
@@ -262,9 +283,13 @@ def _plot_processes(records, outdir):
             if job["status"] == "oom":
                 ax.plot(job["end"], (job["timeline"][-1][1] if job["timeline"] else 0) / MiB, "x",
                         color=color, ms=10, mew=2)
-        ax.axhline(p["budget"] / MiB, color="k", lw=0.8)
+        if scenario != "devices":  # on one device the budget holds the two jobs' sum
+            ts, total_bytes = _sum_of_jobs(runs)
+            ax.plot(ts, [b / MiB for b in total_bytes], color="#55a868", lw=1.4, label="both jobs: what the device holds")
+        ax.axhline(p["budget"] / MiB, color="#c44e52", lw=1.0, ls="--", label="the device's budget")
         if scenario == "fractions":
-            ax.axhline(p["budget"] / 2 / MiB, color="k", lw=0.6, ls=":")
+            ax.axhline(p["budget"] / 2 / MiB, color="#c44e52", lw=0.8, ls=":", label="each job's half")
+        ax.set_ylim(bottom=0)
         total = max(j["end"] for j in runs) - min(j["start"] for j in runs)
         where = "two devices" if scenario == "devices" else "one device"
         ax.set_title(f"{scenario} ({where}): total {total:.1f} s", fontsize=9)
@@ -273,6 +298,18 @@ def _plot_processes(records, outdir):
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: the jobs' lines fill the panel
     axes[-1].set_xlabel(f"seconds (budget {p['budget'] / MiB:.1f} MiB, a job's peak {p['peak'] / MiB:.1f} MiB)")
     return plots.save(fig, records, outdir, FIGURES[2])
+
+
+def _sum_of_jobs(runs):
+    """The bytes all jobs of ``runs`` hold together at each moment one of them changed."""
+    events = sorted([(t, i, b) for i, job in enumerate(runs) for t, b in job["timeline"]]
+                    + [(job["end"], i, 0) for i, job in enumerate(runs)])  # a finished job holds nothing
+    held, ts, total = [0] * len(runs), [], []
+    for t, i, b in events:
+        held[i] = b
+        ts.append(t)
+        total.append(sum(held))
+    return ts, total
 
 
 def draw_command(watch, command, path):
@@ -290,5 +327,6 @@ def draw_command(watch, command, path):
     ax.set_ylabel("resident memory (MiB)")
     ax.set_title(command if len(command) < 80 else command[:77] + "...", fontsize=9)
     ax.legend(fontsize=7)
-    return plots.save(fig, {"meta": {"machine": "tinymem monitor", "device": "cpu" if watch.gpu is None else "cuda"}},
-                      os.path.dirname(os.path.abspath(path)), os.path.basename(path))
+    records = {"meta": meta("cpu" if watch.gpu is None else "cuda", False)}
+    records["meta"]["machine"] = "tinymem monitor on " + records["meta"]["machine"]
+    return plots.save(fig, records, os.path.dirname(os.path.abspath(path)), os.path.basename(path))

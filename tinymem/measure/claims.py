@@ -11,6 +11,9 @@ model to rise above the noise is marked ``("full",)`` and is not judged at quick
               lambda r: (r["ratio"], r["ratio"] <= 0.3), modes=("full",)),
     ]
 
+A run that could not measure (records with ``"skipped": reason``, e.g. no MPI) judges no claim:
+each row says ``not_measured`` with the reason, instead of failing on the missing numbers.
+
 ``evaluate(CLAIMS, records, quick)`` gives one row per claim; ``tinymem figures`` prints them as a
 table, writes them into the family's JSON under ``"claims"``, puts failed ones in the figure's
 footer and, with ``--strict``, exits non-zero when one fails. Memory and time: negligible.
@@ -42,11 +45,16 @@ def _plain(value):
 
 def evaluate(claims, records, quick):
     """One row per claim: name, text, mode, measured value, and ``holds`` (True, False, or None
-    when the claim is not meant to hold at this run's sizes). A claim whose check raises counts
+    when the claim is not meant to hold at this run's sizes, or was not measured: then the row's
+    ``not_measured`` gives the reason). A claim whose check raises counts
     as failed, with the error as its value: a missing record is a broken claim, not a pass."""
     mode = "quick" if quick else "full"
     rows = []
     for claim in claims:
+        if records.get("skipped"):
+            rows.append({"name": claim.name, "text": claim.text, "mode": mode, "value": "-", "holds": None,
+                         "judged_in": list(claim.modes), "not_measured": records["skipped"]})
+            continue
         try:
             value, holds = claim.check(records)
             holds = bool(holds)
@@ -75,6 +83,8 @@ def format_rows(rows, color=False):
     lines = []
     for r in rows:
         verdict = {True: "holds", False: "FAILS", None: f"not judged ({'/'.join(r['judged_in'])} only)"}[r["holds"]]
+        if r.get("not_measured"):
+            verdict = f"not measured ({r['not_measured']})"
         line = f"  {verdict:<22} {format_value(r['value']):>12}  {r['text']}"
         lines.append(f"{red}{line}{reset}" if r["holds"] is False else line)
     return "\n".join(lines)
@@ -85,6 +95,8 @@ README_END = "<!-- end of the generated claims table -->"
 
 
 def _verdict(row):
+    if row.get("not_measured"):
+        return f"not measured ({row['not_measured']})"
     if row["holds"] is None:
         return f"not judged ({'/'.join(row['judged_in'])} sizes only)"
     return "holds" if row["holds"] else "**does not hold**"
