@@ -158,8 +158,9 @@ print(f"per layer: theirs {gb(sum(theirs.values()))}, tinymem {gb(sum(ours.value
 # its normalised input plus a 1/std per token instead of its input. Selective recomputation
 # removes the a·s² terms in both counts; tinymem's checkpoint has no policy to keep everything
 # but the attention core yet, so that term of the tinymem mode is a formula, not a measurement.
-# The paper's mode refuses a LLaMA layer (SwiGLU, RMSNorm) rather than guess; the tinymem mode
-# counts it as the equivalent tinymem ops would save it.
+# The paper's mode counts a LLaMA layer by the paper's own rules (no dropout masks, SwiGLU's
+# three matmuls, k and v for the grouped heads only); the tinymem mode counts it as the
+# equivalent tinymem ops would save it.
 #
 # ## 4. Model states, and how ZeRO splits them
 #
@@ -177,7 +178,8 @@ for stage in range(4):
 # a pipeline stage holds: GPipe keeps all m micro-batches, 1F1B stage i keeps min(p - i, m).
 # One tinymem detail: `MasterOptimizer` makes 4 bytes per parameter of fp32 master gradients
 # during the step, so tinymem's mixed precision peaks at 2 + 2 + 4 + 12 = 20 bytes per
-# parameter in the optimizer step, not 16 (mode "korthikanti" follows the paper's 16).
+# parameter in the optimizer step, not 16 (`convention="zero-paper"` counts the paper's 16;
+# `mode` only chooses how the activations are counted: section 7 compares the conventions).
 #
 # ## 5. GPT-3 175B on 8 x 80 GB
 #
@@ -191,8 +193,8 @@ print_table(fits.table(rows, 8, 80e9))
 print(fits.summary(arch, rows, proposal, 8, 80e9))
 print("GPU rates assumed (FLOP/s):", {k: f"{v / 1e12:.0f}T" for k, v in fits.GPU_FLOPS.items()})
 print()
-print("the same, counted as Korthikanti et al. and the ZeRO paper count:")
-k_rows, _ = fits.plan_arch(arch, 8, 80e9, mode="korthikanti")
+print("the same, activations counted as Korthikanti et al. count them, model states as the ZeRO paper does:")
+k_rows, _ = fits.plan_arch(arch, 8, 80e9, mode="korthikanti", convention="zero-paper")
 print_table([{"stack": r.name, "peak GB": f"{r.breakdown.peak / 1e9:.1f}", "fewest GPUs": r.fewest_gpus or "-"}
              for r in k_rows])
 
