@@ -1,4 +1,6 @@
 """Layer-by-layer inference peak and patch-based inference: exact outputs, ledger-measured peaks."""
+import gc
+
 import numpy as np
 import pytest
 
@@ -109,3 +111,24 @@ def test_chain_refuses_average_pooling_instead_of_running_it_as_a_max():
     with pytest.raises(TypeError, match="cannot place a AvgPool2d"):
         chain(net)
 
+
+
+@pytest.mark.parametrize("split", [1, 2, 4])
+def test_patch_peak_is_what_a_tracking_window_around_the_call_sees(split):
+    """The stage output was held twice during the layers after the stage (patch_inference's
+    array and inference_peak's copy of it): a window around the call saw 168,064 B where the
+    report said 135,296 B at split 1."""
+    layers = chain(small_cnn())
+    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    gc.collect()  # the model chain() read is garbage: its weights must not be freed in the window
+    with tm.memory.track(measure=False) as t:
+        r = patch_inference(layers, x, split, 4)
+    assert r["peak"] == t.peak_delta() > 0
+
+
+def test_chain_refuses_a_non_square_kernel_instead_of_building_a_square_one():
+    """Conv2d(3, 4, (3, 5)) became a 3x3 layer whose output was (1, 4, 6, 8), not (1, 4, 6, 6)."""
+    with pytest.raises(ValueError, match="square kernel"):
+        chain(nn.Sequential(nn.Conv2d(3, 4, (3, 5))))
+    with pytest.raises(ValueError, match="square kernel"):
+        ConvLayer(np.zeros((4, 3, 3, 5), np.float32), np.zeros(4, np.float32), 1, 0)

@@ -27,7 +27,7 @@ from ..autograd import Tensor, no_grad
 from ..backend import array_module
 from ..checks import positive_int
 from .chain import as_chain, run_chain
-from .peak import inference_peak
+from .peak import layer_row
 
 
 def out_extent(size, layer):
@@ -103,13 +103,16 @@ def patch_inference(model, x, split, grid=4):
                 out[:, :, r[0]:r[1], c[0]:c[1]] = t.data
                 del t
         stage_peak = whole.peak() - base
-        del h
-        result = Tensor(out)
+        h = Tensor(out)  # the stage's input goes; its output is the rest's input, held once
         del out
+        peak = stage_peak
+        for layer in rest:
+            row, h = layer_row(layer, h)
+            rows.append(row)
+            peak = max(peak, row["peak"])
     macs_whole = sum(layer.macs(hh, ww) for layer, hh, ww in zip(stage, heights[1:], widths[1:]))
-    after = inference_peak(rest, result.shape, result.data) if rest else {"peak": 0, "layers": [], "output": result.data}
-    return {"output": after["output"], "peak": max(stage_peak, after["peak"]), "stage_peak": stage_peak,
-            "layers": rows + after["layers"], "macs_patch": macs_patch, "macs_whole": macs_whole}
+    return {"output": h.data, "peak": peak, "stage_peak": stage_peak,
+            "layers": rows, "macs_patch": macs_patch, "macs_whole": macs_whole}
 
 
 def _pad(t, top, bottom, left, right):

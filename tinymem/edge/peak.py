@@ -42,12 +42,17 @@ def inference_peak(model, input_shape, x=None):
     with no_grad():
         h = Tensor(np.array(x, np.float32))
         for layer in layers:
-            in_bytes = h.data.nbytes
-            with memory.track(measure=False, timeline=False) as t:
-                out = layer(h)
-            rows.append({"name": repr(layer), "shape": list(out.shape), "input": in_bytes,
-                         "output": out.data.nbytes, "workspace": t.peak_delta() - out.data.nbytes,
-                         "peak": in_bytes + t.peak_delta()})
-            h = out  # the input's last reference goes: the ledger releases it here
-            del out
+            row, h = layer_row(layer, h)  # rebinding ``h`` releases the input here
+            rows.append(row)
     return {"peak": max(r["peak"] for r in rows), "layers": rows, "output": h.data}
+
+
+def layer_row(layer, h):
+    """Run ``layer`` on the Tensor ``h``: ``(row, output)``, the row as :func:`inference_peak`
+    gives it. The row's peak assumes ``h`` is the only activation live: the caller holds no
+    other array of its own, and drops ``h`` once it has the output."""
+    in_bytes = h.data.nbytes
+    with memory.track(measure=False, timeline=False) as t:
+        out = layer(h)
+    return {"name": repr(layer), "shape": list(out.shape), "input": in_bytes, "output": out.data.nbytes,
+            "workspace": t.peak_delta() - out.data.nbytes, "peak": in_bytes + t.peak_delta()}, out
