@@ -44,6 +44,12 @@ CASES = {
     # A busy device was waited for forever (every comparison with NaN is False).
     "device_queue(timeout=nan)": (lambda: enter(memory.device_queue("refused-nan", timeout=float("nan"))),
                                   ValueError, "timeout"),
+    # Listed nothing, as if nothing were alive.
+    "live_tensors(place='gpu')": (lambda: memory.live_tensors(place="gpu"), ValueError, "unknown place 'gpu'"),
+    # psutil's NoSuchProcess, naming no argument.
+    "CommandMonitor(no such pid)": (lambda: memory.CommandMonitor(2**22 + 1), ValueError, "cannot be watched"),
+    # AttributeError: 'int' object has no attribute 'named_parameters'.
+    "top(model=5)": (lambda: peak_window().top(model=5), TypeError, "model must be a Module"),
     "device_queue(timeout=-1)": (lambda: enter(memory.device_queue("refused-neg", timeout=-1)),
                                  ValueError, "timeout"),
 }

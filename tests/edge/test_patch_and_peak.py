@@ -100,6 +100,8 @@ def test_chain_rejects_what_it_cannot_place():
     for split, grid in ((0, 4), (99, 4)):  # an empty stage used to fail with IndexError
         with pytest.raises(ValueError, match="split must be 1.."):
             patch_inference(chain(small_cnn()), one, split, grid)
+    with pytest.raises(ValueError, match="too small for layer 2"):  # the output was None
+        patch_inference(chain(small_cnn()), np.zeros((1, 3, 1, 1), np.float32), 3)
     for grid in (0, -1):
         with pytest.raises(ValueError, match="grid must be a positive integer"):
             patch_inference(chain(small_cnn()), one, 1, grid)

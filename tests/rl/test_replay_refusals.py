@@ -4,7 +4,7 @@ import threading
 import numpy as np
 import pytest
 
-from tinymem.rl import DQN, Batch, BatchPrefetcher, ReplayBuffer
+from tinymem.rl import DQN, Batch, BatchPrefetcher, ReplayBuffer, bytes_per_slot
 
 SCHEMES = ["float32", "uint8", "dedup", "disk"]
 
@@ -74,6 +74,21 @@ def test_a_closed_buffer_says_so(scheme):
         BatchPrefetcher(buf, 1, np.random.default_rng(0))
 
 
+def test_gather_refuses_slots_that_hold_no_transition():
+    """``gather`` of a slot number never written (or overwritten) returned another slot's frames."""
+    with started("dedup") as buf:
+        buf.add(0, 0.0, np.ones(2, np.uint8))
+        assert buf.gather(np.array([1])).next_obs[0, -1].tolist() == [1, 1]
+        for numbers in ([50], [0], [1, 2]):  # never written; the reset slot; one of each
+            with pytest.raises(ValueError, match="end no transition"):
+                buf.gather(np.array(numbers))
+
+
+def test_bytes_per_slot_names_the_storages():
+    with pytest.raises(ValueError, match="unknown storage 'zip'"):  # was a KeyError
+        bytes_per_slot("zip", (2,))
+
+
 def _threads():
     return {t for t in threading.enumerate() if t.is_alive()}
 
@@ -117,6 +132,8 @@ def test_dqn_refuses_a_batch_it_would_train_on_wrongly(action, reward, match):
     """An action equal to ``n_actions`` raised a raw IndexError; -1 trained the last action; a
     NaN reward made every weight NaN."""
     agent = DQN((1, 4), 2, hidden=(8,))
+    with pytest.raises(TypeError, match="replay Batch"):  # was an AttributeError
+        agent.update(None)
     before = [p.data.copy() for p in agent.online.parameters()]
     with pytest.raises(ValueError, match=match):
         agent.update(_batch(action, reward))

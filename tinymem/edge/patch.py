@@ -76,9 +76,12 @@ def patch_inference(model, x, split, grid=4):
     if xp_in.ndim != 4 or xp_in.shape[0] != 1:
         raise ValueError(f"patch_inference runs one input of shape (1, C, H, W), got {xp_in.shape}")
     heights, widths = [xp_in.shape[2]], [xp_in.shape[3]]
-    for layer in stage:
+    for i, layer in enumerate(stage):
         heights.append(out_extent(heights[-1], layer))
         widths.append(out_extent(widths[-1], layer))
+        if heights[-1] < 1 or widths[-1] < 1:  # no tile to run: the output would be None
+            raise ValueError(f"patch_inference: the input {xp_in.shape[2]}x{xp_in.shape[3]} is too small "
+                             f"for layer {i} ({layer!r}): it gets {heights[-2]}x{widths[-2]} pixels")
     base = memory.live_bytes()
     rows = [{"name": repr(layer), "peak": 0} for layer in stage]
     macs_patch = 0

@@ -39,7 +39,11 @@ class CommandMonitor(SamplingThread):
 
     def __init__(self, pid, interval=0.05, gpu=None):
         self.interval = check_interval(interval)
-        self.root, self.gpu = psutil.Process(pid), gpu
+        try:
+            self.root = psutil.Process(pid)
+        except (psutil.Error, TypeError, ValueError) as exc:  # psutil's own errors name no argument
+            raise ValueError(f"CommandMonitor: process {pid!r} cannot be watched ({exc})") from None
+        self.gpu = gpu
         self.samples, self.names, self.t0 = [], {}, time.perf_counter()
         self.kernel_peak = None  # ru_maxrss of the reaped command, set by whoever reaps it
 

@@ -29,7 +29,7 @@ from collections import namedtuple
 from dataclasses import dataclass, field
 
 from ..checks import is_int
-from .ledger import LEDGER
+from .ledger import LEDGER, PLACES
 from .units import format_bytes
 
 LiveArray = namedtuple("LiveArray", "bytes bucket place op module shape dtype")
@@ -38,6 +38,8 @@ LiveArray = namedtuple("LiveArray", "bytes bucket place op module shape dtype")
 def live_tensors(place=None):
     """Every array the ledger counts now, largest first: bytes, bucket, place, the op and module
     that made it (attribution), shape and dtype. ``place`` keeps one place (``"device"``)."""
+    if place is not None and place not in PLACES:  # would list nothing, as if nothing were alive
+        raise ValueError(f"live_tensors: unknown place {place!r}; choose one of {', '.join(PLACES)} or None")
     rows = []
     for entry in list(LEDGER.entries.values()):
         target = entry.ref()

@@ -19,6 +19,7 @@ import numpy as np
 from .. import functional as F
 from .. import models, nn, optim
 from ..autograd import Tensor, no_grad
+from .replay import Batch
 
 
 class QNetwork(nn.Module):
@@ -79,6 +80,8 @@ class DQN:
     def _check_batch(self, batch):
         """Refuse what would train silently on the wrong thing: an action index out of range
         (-1 picks the last Q-value) or a reward that is not finite (every weight turns NaN)."""
+        if not all(hasattr(batch, f) for f in Batch._fields):
+            raise TypeError(f"DQN.update takes a replay Batch (obs, action, reward, next_obs, done), got {batch!r}")
         action = np.asarray(batch.action)
         if action.dtype.kind not in "iu":
             raise TypeError(f"DQN.update: actions must be integers, got dtype {action.dtype}")

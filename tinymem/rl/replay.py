@@ -215,6 +215,11 @@ class ReplayBuffer:
     def gather(self, numbers, out=None):
         """The :class:`Batch` of the transitions ending at slot ``numbers``."""
         self._check_open()
+        numbers = np.asarray(numbers, np.int64)
+        if not self.sampleable(numbers).all():  # a slot overwritten or never written: wrong frames
+            raise ValueError(f"gather: slot numbers {numbers[~self.sampleable(numbers)][:5].tolist()} end no "
+                             f"transition still stored (held: ends of transitions in [{self.oldest}, "
+                             f"{self.written}); see sampleable())")
         slots = numbers % self.capacity
         obs_pos, next_pos = self.positions(numbers)
         obs, next_obs = self.store.read(slots, obs_pos, next_pos, out)
@@ -249,5 +254,7 @@ class ReplayBuffer:
 
 def bytes_per_slot(storage, frame_shape, frame_stack=1, frame_dtype="uint8"):
     """Bytes one slot costs in ``storage`` (index included), by the formula of each scheme."""
+    if storage not in S.SCHEMES:
+        raise ValueError(f"unknown storage {storage!r}; choose one of {', '.join(S.SCHEMES)}")
     return S.SCHEMES[storage].bytes_per_slot(tuple(frame_shape), frame_stack, np.dtype(frame_dtype)) + \
         INDEX_BYTES_PER_SLOT
