@@ -105,3 +105,26 @@ def test_signals_reach_the_command_which_is_reaped_and_the_csv_is_written(tmp_pa
             command.kill()
         if monitor.poll() is None:
             monitor.kill()
+
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs a pseudo-terminal (pty.fork)")
+def test_a_ctrl_c_from_the_terminal_is_not_passed_on_again():
+    """A terminal sends Ctrl-C's SIGINT to its whole foreground process group, the command
+    included: passed on as well, a second KeyboardInterrupt could cut the command's clean-up
+    short. Inside a terminal's foreground group it is recognised; SIGTERM never is."""
+    import pty
+
+    from tinymem.memory.command import _from_terminal
+    pid, fd = pty.fork()
+    if pid == 0:  # a session leader whose controlling terminal is the pty
+        from_terminal = _from_terminal(signal.SIGINT) and not _from_terminal(signal.SIGTERM)
+        null = os.open(os.devnull, os.O_RDWR)
+        for stream in (0, 1, 2):  # no terminal on any standard stream: a SIGINT is passed on
+            os.dup2(null, stream)
+        os._exit(0 if from_terminal and not _from_terminal(signal.SIGINT) else 1)
+    try:
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0

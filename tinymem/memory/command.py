@@ -4,12 +4,13 @@
 their RSS, and their GPU bytes through NVML when given a :class:`GpuReader`. An exited process
 not yet reaped (a zombie, 0 bytes resident) is not a sample.
 
-:func:`wait_forwarding_signals` waits for the command as a shell would: SIGTERM, SIGINT and SIGHUP
-sent to the monitor go on to the command (a second one kills it, so a command that ignores
-them still ends), the command is always reaped, and its exit status is returned as the shell
-gives it: its code, or 128 + N when signal N ended it. It reaps with ``wait4``, whose
-``ru_maxrss`` is the kernel's peak RSS of the command (or of its largest waited-for child): the
-peak of a command too short to be sampled.
+:func:`wait_forwarding_signals` waits for the command as a shell would. SIGTERM, SIGINT and
+SIGHUP sent to the monitor go on to the command (a Ctrl-C in a terminal has reached it already
+and is not sent twice); a second signal kills it, so a command that ignores the first still
+ends. The command is always reaped, and its exit status returned as the shell gives it: its
+code, or 128 + N when signal N ended it. It reaps with ``wait4``, whose ``ru_maxrss`` is the
+kernel's peak RSS of the command (or of its largest waited-for child): the peak of a command
+too short to be sampled.
 
 Cost: a sample lists the process tree and reads each process's ``/proc`` entries (tens of
 microseconds per process).
@@ -114,8 +115,12 @@ def wait_forwarding_signals(proc):
 
     def forward(signum, frame):
         received.append(signum)
-        if not reaped:  # only this thread reaps, so the pid is still the command's
-            os.kill(proc.pid, signal.SIGKILL if len(received) > 1 else signum)
+        if reaped:  # only this thread reaps: until then the pid is still the command's
+            return
+        if len(received) > 1:
+            os.kill(proc.pid, signal.SIGKILL)
+        elif not _from_terminal(signum):
+            os.kill(proc.pid, signum)
 
     previous = {}
     try:
@@ -135,6 +140,20 @@ def wait_forwarding_signals(proc):
         if not reaped:  # an error while waiting: end the command rather than leave it behind
             proc.kill()
             proc.wait()
+
+
+def _from_terminal(signum):
+    """Whether ``signum`` is a Ctrl-C (or hang-up) the terminal sent to this whole foreground
+    process group, the command included: sent again, a second KeyboardInterrupt would cut
+    short the command's own clean-up."""
+    if signum not in (signal.SIGINT, signal.SIGHUP):
+        return False
+    for fd in (0, 1, 2):  # the first standard stream that is the terminal (others may be files)
+        try:
+            return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:
+            continue
+    return False
 
 
 def start_command(command, interval, gpu=None):
