@@ -118,11 +118,16 @@ def test_a_ctrl_c_from_the_terminal_is_not_passed_on_again():
     from tinymem.memory.command import _from_terminal
     pid, fd = pty.fork()
     if pid == 0:  # a session leader whose controlling terminal is the pty
-        from_terminal = _from_terminal(signal.SIGINT) and not _from_terminal(signal.SIGTERM)
+        me = os.getpid()
+        from_terminal = _from_terminal(signal.SIGINT, me) and not _from_terminal(signal.SIGTERM, me)
+        other_group = subprocess.Popen(["sleep", "5"], start_new_session=True)
+        outside = _from_terminal(signal.SIGINT, other_group.pid)  # the terminal did not reach it
+        other_group.kill()
+        other_group.wait()
         null = os.open(os.devnull, os.O_RDWR)
         for stream in (0, 1, 2):  # no terminal on any standard stream: a SIGINT is passed on
             os.dup2(null, stream)
-        os._exit(0 if from_terminal and not _from_terminal(signal.SIGINT) else 1)
+        os._exit(0 if from_terminal and not outside and not _from_terminal(signal.SIGINT, me) else 1)
     try:
         _, status = os.waitpid(pid, 0)
     finally:

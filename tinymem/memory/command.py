@@ -119,7 +119,7 @@ def wait_forwarding_signals(proc):
             return
         if len(received) > 1:
             os.kill(proc.pid, signal.SIGKILL)
-        elif not _from_terminal(signum):
+        elif not _from_terminal(signum, proc.pid):
             os.kill(proc.pid, signum)
 
     previous = {}
@@ -142,11 +142,16 @@ def wait_forwarding_signals(proc):
             proc.wait()
 
 
-def _from_terminal(signum):
+def _from_terminal(signum, pid):
     """Whether ``signum`` is a Ctrl-C (or hang-up) the terminal sent to this whole foreground
-    process group, the command included: sent again, a second KeyboardInterrupt would cut
-    short the command's own clean-up."""
+    process group, process ``pid`` included: sent again, a second KeyboardInterrupt would cut
+    short the command's own clean-up. (A command that made its own group did not get it.)"""
     if signum not in (signal.SIGINT, signal.SIGHUP):
+        return False
+    try:
+        if os.getpgid(pid) != os.getpgrp():
+            return False
+    except OSError:
         return False
     for fd in (0, 1, 2):  # the first standard stream that is the terminal (others may be files)
         try:
