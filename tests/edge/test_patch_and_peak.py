@@ -134,3 +134,29 @@ def test_chain_refuses_a_non_square_kernel_instead_of_building_a_square_one():
         chain(nn.Sequential(nn.Conv2d(3, 4, (3, 5))))
     with pytest.raises(ValueError, match="square kernel"):
         ConvLayer(np.zeros((4, 3, 3, 5), np.float32), np.zeros(4, np.float32), 1, 0)
+
+
+class CollectingConv(ConvLayer):
+    """A layer during whose window the collector runs, as it may at any allocation."""
+
+    def __call__(self, x, padding=None):
+        gc.collect()
+        return super().__call__(x, padding)
+
+
+def test_garbage_collected_during_a_layer_is_not_read_as_negative_workspace():
+    """An array freed by the collector inside a layer's window lowered the peak read there: the
+    committed edge records held a layer with -20,480 B of workspace."""
+    class Cycle:
+        pass
+
+    layer = CollectingConv(np.ones((4, 2, 3, 3), np.float32), np.zeros(4, np.float32), 1, 1)
+    gc.disable()  # the garbage waits for the collection inside the layer
+    try:
+        garbage = Cycle()
+        garbage.me, garbage.block = garbage, tm.memory.register(np.ones(100_000, np.float32), "workspace")
+        del garbage
+        row = inference_peak([layer], (1, 2, 16, 16))["layers"][0]
+    finally:
+        gc.enable()
+    assert row["workspace"] == 4 * 16 * 16 * 4 + 2 * 18 * 18 * 4  # the product and the padded copy

@@ -18,6 +18,7 @@ the same order).
 Cost: overlapping halos are computed once per tile that needs them. ``macs`` counts the
 multiply-accumulates of the stage both ways; the ratio minus one is the recomputed work.
 """
+import gc
 import numbers
 
 import numpy as np
@@ -82,6 +83,7 @@ def patch_inference(model, x, split, grid=4):
         if heights[-1] < 1 or widths[-1] < 1:  # no tile to run: the output would be None
             raise ValueError(f"patch_inference: the input {xp_in.shape[2]}x{xp_in.shape[3]} is too small "
                              f"for layer {i} ({layer!r}): it gets {heights[-2]}x{widths[-2]} pixels")
+    gc.collect()  # garbage of earlier work freed inside a window would lower the peaks read
     base = memory.live_bytes()
     rows = [{"name": repr(layer), "peak": 0} for layer in stage]
     macs_patch = 0

@@ -12,6 +12,8 @@ ledger: a tracking window around each layer gives the output and the op's transi
 input that is live when it starts. Parameters are not counted: on a microcontroller they stay
 in flash, and only activations take SRAM.
 """
+import gc
+
 import numpy as np
 
 from .. import memory
@@ -39,6 +41,7 @@ def inference_peak(model, input_shape, x=None):
     elif tuple(np.shape(x)) != tuple(input_shape):
         raise ValueError(f"inference_peak: x of shape {np.shape(x)} does not match input_shape {tuple(input_shape)}")
     rows = []
+    gc.collect()  # garbage of earlier work freed inside a layer's window would read as negative workspace
     with no_grad():
         h = Tensor(np.array(x, np.float32))
         for layer in layers:
