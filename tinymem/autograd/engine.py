@@ -41,9 +41,10 @@ def _accumulate_leaf(leaf, g, claimed):
                         "can; convert it first, e.g. t.float().requires_grad_()")
     if g.dtype != leaf.dtype:
         g = g.astype(leaf.dtype)
-    elif id(memory.owner_of(g)) in claimed or _borrowed(g):
+    elif leaf.grad is None and (id(memory.owner_of(g)) in claimed or _borrowed(g)):
         # An add passes one array to both inputs, and sum's backward a broadcast view; each
         # .grad must own its buffer, because unscale_ or clipping later edit gradients in place.
+        # (Added to an existing .grad, ``g`` is only read.)
         g = g.copy()
     if leaf.grad is None:
         claimed.add(id(memory.owner_of(g)))
@@ -66,7 +67,9 @@ def _accumulates_in_place(grad, g, claimed):
     Out of place, the sum is a second buffer of the gradient's size while the old one lives; in
     a window opened after the previous step it is also all that ``tracemalloc`` sees, since the
     old buffer's free predates the window: it measured 23% above the ledger on an MLP step."""
-    if id(memory.owner_of(grad)) in claimed or _borrowed(grad) or not hasattr(grad, "strides"):
+    if not (hasattr(grad, "strides") and hasattr(g, "strides")):  # a row-sparse one adds its own way
+        return False
+    if id(memory.owner_of(grad)) in claimed or _borrowed(grad):
         return False
     return backend.array_module(grad).result_type(grad, g) == grad.dtype
 
