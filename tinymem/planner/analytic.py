@@ -5,7 +5,7 @@ With n parameters (the largest one n_max), N ranks, w = 4 bytes in fp32 and 2 in
 
     parameter   w·n                          ZeRO-3: w·n/N (+ one gathered layer during its use)
     gradient    w·n                          ZeRO-2/3: w·n/N (+ one layer in flight)
-                + w·n_max with k > 1 micro-batches (the sum is a new array before the old goes)
+                (k > 1 micro-batches add into it in place: no second copy)
                 + 4·n of fp32 master gradients during the step of a half model (tinymem's
                   ``MasterOptimizer``; mode "korthikanti" follows the ZeRO paper's 2 bytes)
     optimizer   the optimizer's state by its own formula (``optim.table``: Adam 8·n, SGD
@@ -122,9 +122,6 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     buckets = {b: max(mo[b] for mo in moments.values()) for b in BUCKETS}
     attention = attention_backward(arch, max(micro_batch_sizes(batch, stack.micro_batches)), batch, stack, backend)
     buckets["workspace"] = max(buckets["workspace"], attention)
-    if stack.micro_batches > 1 and p == 1:  # accumulating: a new sum exists before the old is freed
-        largest = max(math.prod(s) for s in stage_shapes)
-        buckets["gradient"] = max(buckets["gradient"], G + w * largest)
     if zero >= 2:  # one layer's full gradient and its flat copy while it is reduce-scattered
         buckets["gradient"] += 2 * w * n_layer
         terms.append(("gradient", Term("one layer reduced", f"2·{w}·n_layer", 2 * w * n_layer)))
