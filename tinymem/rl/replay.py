@@ -216,8 +216,9 @@ class ReplayBuffer:
         """The :class:`Batch` of the transitions ending at slot ``numbers``."""
         self._check_open()
         numbers = np.asarray(numbers, np.int64)
-        if not self.sampleable(numbers).all():  # a slot overwritten or never written: wrong frames
-            raise ValueError(f"gather: slot numbers {numbers[~self.sampleable(numbers)][:5].tolist()} end no "
+        held = self.sampleable(numbers)
+        if not held.all():  # a slot overwritten or never written: another transition's frames
+            raise ValueError(f"gather: slot numbers {numbers[~held][:5].tolist()} end no "
                              f"transition still stored (held: ends of transitions in [{self.oldest}, "
                              f"{self.written}); see sampleable())")
         slots = numbers % self.capacity
