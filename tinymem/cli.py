@@ -225,11 +225,10 @@ def cmd_plan_arch(args):
 
 
 def cmd_monitor(args):
-    import subprocess
-
     from .experiments.watching import draw_command
     from .memory import nvidia
-    from .memory.sampler import CommandMonitor, format_process_table
+    from .memory.command import format_process_table, start_command, wait_forwarding_signals
+    from .memory.sampler import check_interval
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
@@ -245,9 +244,10 @@ def cmd_monitor(args):
                 print(f"tinymem monitor: {exc}", file=sys.stderr)
                 return 2
     # Checked before the command starts: an error after it would leave it running unwatched.
-    if not args.interval > 0:
-        print(f"tinymem monitor: --interval must be a positive number of seconds, got {args.interval}",
-              file=sys.stderr)
+    try:
+        check_interval(args.interval)
+    except ValueError as exc:
+        print(f"tinymem monitor: --interval: {exc}", file=sys.stderr)
         return 2
     folder = os.path.dirname(os.path.abspath(args.out))
     try:
@@ -256,23 +256,19 @@ def cmd_monitor(args):
         print(f"tinymem monitor: cannot write into {folder}: {exc}", file=sys.stderr)
         return 2
     try:
-        proc = subprocess.Popen(command)
+        proc, watch = start_command(command, args.interval, gpu)
     except OSError as exc:
         print(f"tinymem monitor: cannot run {command[0]!r}: {exc}", file=sys.stderr)
         return 127
-    watch = CommandMonitor(proc.pid, args.interval, gpu).start()
     try:
-        code = proc.wait()
-    except KeyboardInterrupt:  # Ctrl-C: stop the command, still print what was seen
-        proc.terminate()
-        code = proc.wait()
-    finally:
+        code, watch.kernel_peak = wait_forwarding_signals(proc)
+    finally:  # the samples taken so far are written on every way out
         watch.stop()
+        tmp = args.out + ".csv.tmp"
+        with open(tmp, "w") as f:
+            f.write("\n".join(watch.csv_lines()) + "\n")
+        os.replace(tmp, args.out + ".csv")
     print(format_process_table(watch.rows(), watch.total_peak()))
-    tmp = args.out + ".csv.tmp"
-    with open(tmp, "w") as f:
-        f.write("\n".join(watch.csv_lines()) + "\n")
-    os.replace(tmp, args.out + ".csv")
     draw_command(watch, " ".join(command), args.out + ".png")
     print(f"wrote {args.out}.csv and {args.out}.png")
     return code

@@ -1,4 +1,6 @@
 """Layer-by-layer inference peak and patch-based inference: exact outputs, ledger-measured peaks."""
+import gc
+
 import numpy as np
 import pytest
 
@@ -98,6 +100,8 @@ def test_chain_rejects_what_it_cannot_place():
     for split, grid in ((0, 4), (99, 4)):  # an empty stage used to fail with IndexError
         with pytest.raises(ValueError, match="split must be 1.."):
             patch_inference(chain(small_cnn()), one, split, grid)
+    with pytest.raises(ValueError, match="too small for layer 2"):  # the output was None
+        patch_inference(chain(small_cnn()), np.zeros((1, 3, 1, 1), np.float32), 3)
     for grid in (0, -1):
         with pytest.raises(ValueError, match="grid must be a positive integer"):
             patch_inference(chain(small_cnn()), one, 1, grid)
@@ -109,3 +113,50 @@ def test_chain_refuses_average_pooling_instead_of_running_it_as_a_max():
     with pytest.raises(TypeError, match="cannot place a AvgPool2d"):
         chain(net)
 
+
+
+@pytest.mark.parametrize("split", [1, 2, 4])
+def test_patch_peak_is_what_a_tracking_window_around_the_call_sees(split):
+    """The stage output was held twice during the layers after the stage (patch_inference's
+    array and inference_peak's copy of it): a window around the call saw 168,064 B where the
+    report said 135,296 B at split 1."""
+    layers = chain(small_cnn())
+    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    gc.collect()  # the model chain() read is garbage: its weights must not be freed in the window
+    with tm.memory.track(measure=False) as t:
+        r = patch_inference(layers, x, split, 4)
+    assert r["peak"] == t.peak_delta() > 0
+
+
+def test_chain_refuses_a_non_square_kernel_instead_of_building_a_square_one():
+    """Conv2d(3, 4, (3, 5)) became a 3x3 layer whose output was (1, 4, 6, 8), not (1, 4, 6, 6)."""
+    with pytest.raises(ValueError, match="square kernel"):
+        chain(nn.Sequential(nn.Conv2d(3, 4, (3, 5))))
+    with pytest.raises(ValueError, match="square kernel"):
+        ConvLayer(np.zeros((4, 3, 3, 5), np.float32), np.zeros(4, np.float32), 1, 0)
+
+
+class CollectingConv(ConvLayer):
+    """A layer during whose window the collector runs, as it may at any allocation."""
+
+    def __call__(self, x, padding=None):
+        gc.collect()
+        return super().__call__(x, padding)
+
+
+def test_garbage_collected_during_a_layer_is_not_read_as_negative_workspace():
+    """An array freed by the collector inside a layer's window lowered the peak read there: the
+    committed edge records held a layer with -20,480 B of workspace."""
+    class Cycle:
+        pass
+
+    layer = CollectingConv(np.ones((4, 2, 3, 3), np.float32), np.zeros(4, np.float32), 1, 1)
+    gc.disable()  # the garbage waits for the collection inside the layer
+    try:
+        garbage = Cycle()
+        garbage.me, garbage.block = garbage, tm.memory.register(np.ones(100_000, np.float32), "workspace")
+        del garbage
+        row = inference_peak([layer], (1, 2, 16, 16))["layers"][0]
+    finally:
+        gc.enable()
+    assert row["workspace"] == 4 * 16 * 16 * 4 + 2 * 18 * 18 * 4  # the product and the padded copy

@@ -9,7 +9,7 @@ import pytest
 
 from tinymem import backend, memory
 from tinymem.memory import nvidia
-from tinymem.memory.sampler import CommandMonitor, format_process_table
+from tinymem.memory.command import CommandMonitor, format_process_table
 
 MB = 10**6
 

@@ -164,6 +164,60 @@ def test_bad_names_budgets_and_fractions_are_refused(name):
     assert not os.path.exists(f"/dev/shm/tinymem_{name}")  # the last one out removes the table
 
 
+def test_a_device_refused_for_want_of_a_budget_leaves_no_segment(name):
+    """``track(shared=NAME)`` with no budget raised, but left its new segment behind."""
+    with pytest.raises(ValueError, match="must give it a budget"):
+        with memory.track(shared=name, measure=False):
+            pass
+    assert not os.path.exists(f"/dev/shm/tinymem_{name}")
+
+
+def test_nested_windows_on_one_device_keep_the_process_seated(name):
+    """Two nested windows shared one slot, and the inner one's exit removed the whole table:
+    the process held its bytes unseen by the others, and the outer exit raised
+    FileNotFoundError."""
+    with memory.track(budget=BUDGET, shared=name, measure=False):
+        block = memory.register(np.ones(8_000_000 // 8), "workspace")
+        with memory.track(budget=BUDGET, shared=name, measure=False):
+            pass
+        assert os.path.exists(f"/dev/shm/tinymem_{name}")
+        out = SPAWN.Queue()
+        proc = SPAWN.Process(target=_take, args=(name, 4_000_000, out))
+        proc.start()
+        message = out.get(timeout=60)
+        proc.join(30)
+        assert "other processes hold" in message, message  # the 8 MB here are still seen
+        del block
+    assert not os.path.exists(f"/dev/shm/tinymem_{name}")
+
+
+def _take(name, nbytes, out):
+    try:
+        with memory.track(shared=name, measure=False):
+            memory.register(np.ones(nbytes // 8), "workspace")
+        out.put("given")
+    except memory.OutOfMemoryError as exc:
+        out.put(str(exc))
+
+
+def test_a_nan_timeout_on_a_busy_device_is_refused_not_waited_forever(name):
+    with memory.device_queue(name):
+        proc = SPAWN.Process(target=_nan_timeout, args=(name,))
+        proc.start()
+        proc.join(60)
+        if proc.exitcode is None:
+            proc.kill()
+    assert proc.exitcode == 0
+
+
+def _nan_timeout(name):
+    try:
+        with memory.device_queue(name, timeout=float("nan")):
+            raise SystemExit(1)
+    except ValueError:
+        raise SystemExit(0)
+
+
 def _open_with(name, budget, out):
     try:
         SharedDevice(name, budget).close()

@@ -35,6 +35,9 @@ class ConvLayer:
     """
 
     def __init__(self, weight, bias, stride, padding, relu=False):
+        if weight.ndim != 4 or weight.shape[2] != weight.shape[3]:
+            # The loops and the window tracing use one kernel size for rows and columns.
+            raise ValueError(f"ConvLayer needs a square kernel, weight of shape (O, C, k, k); got {weight.shape}")
         self.weight = memory.register(np.ascontiguousarray(weight, np.float32), "parameter")
         self.bias = memory.register(np.asarray(bias, np.float32), "parameter")
         self.kernel, self.stride, self.padding, self.relu = weight.shape[2], stride, padding, relu
@@ -143,6 +146,7 @@ def chain(model):
             bn = flat[i + 1] if i + 1 < len(flat) and isinstance(flat[i + 1], nn.BatchNorm2d) else None
             j = i + 1 + (bn is not None)
             relu = j < len(flat) and isinstance(flat[j], nn.ReLU)
+            _single(m.kernel_size, "kernel")
             w, b = _fold(m, bn)
             layers.append(ConvLayer(w, b, _single(m.stride, "stride"), _single(m.padding, "padding"), relu))
             i = j + relu

@@ -18,6 +18,7 @@ the same order).
 Cost: overlapping halos are computed once per tile that needs them. ``macs`` counts the
 multiply-accumulates of the stage both ways; the ratio minus one is the recomputed work.
 """
+import gc
 import numbers
 
 import numpy as np
@@ -27,7 +28,7 @@ from ..autograd import Tensor, no_grad
 from ..backend import array_module
 from ..checks import positive_int
 from .chain import as_chain, run_chain
-from .peak import inference_peak
+from .peak import layer_row
 
 
 def out_extent(size, layer):
@@ -76,9 +77,13 @@ def patch_inference(model, x, split, grid=4):
     if xp_in.ndim != 4 or xp_in.shape[0] != 1:
         raise ValueError(f"patch_inference runs one input of shape (1, C, H, W), got {xp_in.shape}")
     heights, widths = [xp_in.shape[2]], [xp_in.shape[3]]
-    for layer in stage:
+    for i, layer in enumerate(stage):
         heights.append(out_extent(heights[-1], layer))
         widths.append(out_extent(widths[-1], layer))
+        if heights[-1] < 1 or widths[-1] < 1:  # no tile to run: the output would be None
+            raise ValueError(f"patch_inference: the input {xp_in.shape[2]}x{xp_in.shape[3]} is too small "
+                             f"for layer {i} ({layer!r}): it gets {heights[-2]}x{widths[-2]} pixels")
+    gc.collect()  # garbage of earlier work freed inside a window would lower the peaks read
     base = memory.live_bytes()
     rows = [{"name": repr(layer), "peak": 0} for layer in stage]
     macs_patch = 0
@@ -103,13 +108,16 @@ def patch_inference(model, x, split, grid=4):
                 out[:, :, r[0]:r[1], c[0]:c[1]] = t.data
                 del t
         stage_peak = whole.peak() - base
-        del h
-        result = Tensor(out)
+        h = Tensor(out)  # the stage's input goes; its output is the rest's input, held once
         del out
+        peak = stage_peak
+        for layer in rest:
+            row, h = layer_row(layer, h)
+            rows.append(row)
+            peak = max(peak, row["peak"])
     macs_whole = sum(layer.macs(hh, ww) for layer, hh, ww in zip(stage, heights[1:], widths[1:]))
-    after = inference_peak(rest, result.shape, result.data) if rest else {"peak": 0, "layers": [], "output": result.data}
-    return {"output": after["output"], "peak": max(stage_peak, after["peak"]), "stage_peak": stage_peak,
-            "layers": rows + after["layers"], "macs_patch": macs_patch, "macs_whole": macs_whole}
+    return {"output": h.data, "peak": peak, "stage_peak": stage_peak,
+            "layers": rows, "macs_patch": macs_patch, "macs_whole": macs_whole}
 
 
 def _pad(t, top, bottom, left, right):

@@ -12,6 +12,8 @@ ledger: a tracking window around each layer gives the output and the op's transi
 input that is live when it starts. Parameters are not counted: on a microcontroller they stay
 in flash, and only activations take SRAM.
 """
+import gc
+
 import numpy as np
 
 from .. import memory
@@ -39,15 +41,21 @@ def inference_peak(model, input_shape, x=None):
     elif tuple(np.shape(x)) != tuple(input_shape):
         raise ValueError(f"inference_peak: x of shape {np.shape(x)} does not match input_shape {tuple(input_shape)}")
     rows = []
+    gc.collect()  # garbage of earlier work freed inside a layer's window would read as negative workspace
     with no_grad():
         h = Tensor(np.array(x, np.float32))
         for layer in layers:
-            in_bytes = h.data.nbytes
-            with memory.track(measure=False, timeline=False) as t:
-                out = layer(h)
-            rows.append({"name": repr(layer), "shape": list(out.shape), "input": in_bytes,
-                         "output": out.data.nbytes, "workspace": t.peak_delta() - out.data.nbytes,
-                         "peak": in_bytes + t.peak_delta()})
-            h = out  # the input's last reference goes: the ledger releases it here
-            del out
+            row, h = layer_row(layer, h)  # rebinding ``h`` releases the input here
+            rows.append(row)
     return {"peak": max(r["peak"] for r in rows), "layers": rows, "output": h.data}
+
+
+def layer_row(layer, h):
+    """Run ``layer`` on the Tensor ``h``: ``(row, output)``, the row as :func:`inference_peak`
+    gives it. The row's peak assumes ``h`` is the only activation live: the caller holds no
+    other array of its own, and drops ``h`` once it has the output."""
+    in_bytes = h.data.nbytes
+    with memory.track(measure=False, timeline=False) as t:
+        out = layer(h)
+    return {"name": repr(layer), "shape": list(out.shape), "input": in_bytes, "output": out.data.nbytes,
+            "workspace": t.peak_delta() - out.data.nbytes, "peak": in_bytes + t.peak_delta()}, out

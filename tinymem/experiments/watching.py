@@ -325,7 +325,8 @@ def draw_command(watch, command, path):
             "k:", lw=1.0, label="all processes (RSS)")
     ax.set_xlabel("seconds")
     ax.set_ylabel("resident memory (MiB)")
-    ax.set_title(command if len(command) < 80 else command[:77] + "...", fontsize=9)
+    # parse_math=False: a command is plain text, and a '$' in it is not the start of mathtext.
+    ax.set_title(command if len(command) < 80 else command[:77] + "...", fontsize=9, parse_math=False)
     ax.legend(fontsize=7)
     records = {"meta": meta("cpu" if watch.gpu is None else "cuda", False)}
     records["meta"]["machine"] = "tinymem monitor on " + records["meta"]["machine"]

@@ -6,7 +6,8 @@
     tracker.py  track() / Tracker: peaks, the timeline of a step, a budget, the measured peak,
                 the process peak, and who holds the peak (top, by_module)
     probes.py   the allocator's own count: tracemalloc on NumPy, CuPy's memory pool on a GPU
-    sampler.py  what top / nvidia-smi see, sampled in a thread: monitor(), CommandMonitor
+    sampler.py  what top / nvidia-smi see, sampled in a thread: monitor(), Monitor
+    command.py  `tinymem monitor`: a command and its children sampled, signals passed on, reaped
     nvidia.py   a GPU's used memory and its processes, through NVML or nvidia-smi
     attribution.py  the module path and op stamped on each entry; top and by-module reports
     leaks.py    live_tensors(), find_leaks(step_fn): what grows per step, and what holds it
@@ -20,7 +21,8 @@ from .ledger import (BUCKETS, LEDGER, PLACES, Ledger, OutOfMemoryError, add_page
                      locate, mark, owner_of, register, register_bytes, release, remove_pager, unhold)
 from . import attribution
 from .leaks import find_leaks, live_tensors
-from .sampler import CommandMonitor, Monitor, monitor
+from .command import CommandMonitor
+from .sampler import Monitor, monitor
 from .shared import SharedDevice, device_name, device_queue, set_per_process_memory_fraction
 from .tracker import Tracker, track
 from .units import format_bytes, format_table, parse_bytes

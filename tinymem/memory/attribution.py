@@ -161,6 +161,8 @@ def _module_name(entry, bucket, params):
 def parameter_paths(model):
     """``{id(buffer): module path}`` for every parameter and gradient buffer of ``model``: how
     reports name the arrays made outside any forward (weights in ``__init__``, grads in backward)."""
+    if not hasattr(model, "named_parameters"):
+        raise TypeError(f"model must be a Module whose parameters name the weights, got {type(model).__name__}")
     paths = {}
     for name, p in model.named_parameters():
         module = name.rpartition(".")[0]

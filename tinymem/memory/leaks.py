@@ -29,7 +29,7 @@ from collections import namedtuple
 from dataclasses import dataclass, field
 
 from ..checks import is_int
-from .ledger import LEDGER
+from .ledger import LEDGER, PLACES
 from .units import format_bytes
 
 LiveArray = namedtuple("LiveArray", "bytes bucket place op module shape dtype")
@@ -38,6 +38,8 @@ LiveArray = namedtuple("LiveArray", "bytes bucket place op module shape dtype")
 def live_tensors(place=None):
     """Every array the ledger counts now, largest first: bytes, bucket, place, the op and module
     that made it (attribution), shape and dtype. ``place`` keeps one place (``"device"``)."""
+    if place is not None and place not in PLACES:  # would list nothing, as if nothing were alive
+        raise ValueError(f"live_tensors: unknown place {place!r}; choose one of {', '.join(PLACES)} or None")
     rows = []
     for entry in list(LEDGER.entries.values()):
         target = entry.ref()
@@ -79,8 +81,11 @@ def find_leaks(step_fn, steps=5, warmup=1):
 
     The warm-up steps may create what lives on legitimately (optimizer state, caches that fill
     once). An array born in one of the measured steps, other than the last, and still alive at
-    the end has leaked. Arrays leaked in at least half of those steps are grouped by bucket, op
-    and module, each group is traced to the name that holds it, and the groups with one holder
+    the end has leaked. Arrays are grouped by bucket, op and module; a group grows when its
+    arrays survive from at least half of those steps, the first one included: a holder of the
+    last few steps (a ``deque(maxlen=3)``, a cache of recent batches) has let the first step's
+    arrays go by the end and does not grow (give ``steps`` above its length to tell the two
+    apart). Each group is traced to the name that holds it, and the groups with one holder
     make one :class:`Leak` (largest first). Graph nodes that outlive their step count too
     (bucket ``"graph"``, 0 bytes): a graph kept after backward holds no arrays, yet it grows by
     a few nodes every step. A clean loop gives an empty list.
@@ -121,7 +126,7 @@ def find_leaks(step_fn, steps=5, warmup=1):
         groups[("graph", ", ".join(kinds), None)] = nodes
     measured = steps - 1
     grown = [(key, found) for key, found in sorted(groups.items(), key=lambda kv: kv[0][0] == "graph")
-             if len({k for k, _, _ in found}) >= max(2, measured // 2)]
+             if _grows({k for k, _, _ in found}, measured)]
     # The newest array of each group sits closest to its holder; one heap scan finds the holders
     # of all those the collector does not track (every array).
     targets = [max(found, key=lambda item: item[0])[2]() for _, found in grown]
@@ -138,6 +143,11 @@ def find_leaks(step_fn, steps=5, warmup=1):
         leaks.setdefault(key, Leak(holder, chain)).parts.append(part)
     del targets, first
     return sorted(leaks.values(), key=lambda leak: -leak.bytes_per_step)
+
+
+def _grows(steps_born, measured):
+    """Survivors born in at least half of the ``measured`` steps, the first one among them."""
+    return len(steps_born) >= max(2, measured // 2) and 0 in steps_born
 
 
 # -- the reference chain ----------------------------------------------------------------------

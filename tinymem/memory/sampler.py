@@ -13,7 +13,7 @@ Sampling misses spikes shorter than the interval, as ``nvidia-smi`` does. On Lin
 also keeps the exact high-water mark of the RSS (``VmHWM``); the monitor resets it at start and
 reads it at stop, and :meth:`Monitor.peak` is the larger of the two.
 
-:class:`CommandMonitor` samples another process and all its children (``tinymem monitor --``).
+``command.py`` samples another process and all its children (``tinymem monitor --``).
 
 Cost: a sample reads ``/proc`` (or NVML) in a few microseconds; the thread holds the GIL only
 while it reads, so a training step running NumPy is slowed by well under 1% at 5 ms.
@@ -32,7 +32,6 @@ from .. import backend
 from ..checks import real_number
 from .ledger import LEDGER
 from .nvidia import GpuReader
-from .units import format_bytes
 
 
 def _read_hwm(pid):
@@ -62,19 +61,33 @@ def _reset_hwm(pid):
         return False
 
 
-class _Sampling:
-    """The background thread: ``sample()`` every ``interval`` seconds until stopped."""
+def check_interval(interval):
+    """``interval`` as float seconds when it is a positive, finite number a thread can wait."""
+    seconds = real_number("monitor interval", interval)
+    if not 0 < seconds <= threading.TIMEOUT_MAX:  # inf (or 1e10) kills the thread at its first wait
+        raise ValueError(f"monitor interval must be a positive number of seconds, at most "
+                         f"{threading.TIMEOUT_MAX:.3g}; got {interval!r}")
+    return seconds
+
+
+class SamplingThread:
+    """The background thread: ``sample()`` every ``interval`` seconds until stopped. An error in
+    the thread ends the sampling and is raised again by the stop, so no result hides it."""
 
     interval = 0.005
 
     def _start_thread(self, name):
         self._stop, self._thread = threading.Event(), threading.Thread(target=self._run, name=name, daemon=True)
+        self._error = None
         self._thread.start()
 
     def _run(self):
-        while not self._stop.wait(self.interval):
-            if self.sample() is False:
-                return  # the watched process is gone
+        try:
+            while not self._stop.wait(self.interval):
+                if self.sample() is False:
+                    return  # the watched process is gone
+        except BaseException as exc:  # handed to the thread that stops the sampling
+            self._error = exc
 
     def _stop_thread(self):
         """Stop and join the thread; False when it was not running."""
@@ -83,10 +96,13 @@ class _Sampling:
         self._stop.set()
         self._thread.join()
         self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(f"the memory sampling thread failed: {error!r}") from error
         return True
 
 
-class Monitor(_Sampling):
+class Monitor(SamplingThread):
     """Samples this process (or ``pid``) every ``interval`` seconds in a daemon thread.
 
     ``samples`` holds tuples ``(t, process, allocator, held, ledger)``: seconds since ``t0`` and
@@ -94,9 +110,7 @@ class Monitor(_Sampling):
     """
 
     def __init__(self, interval=0.005, device="cpu", pid=None, t0=None, gpu_index=0):
-        if not real_number("monitor interval", interval) > 0:
-            raise ValueError(f"monitor interval must be a positive number of seconds, got {interval!r}")
-        self.interval, self.device = float(interval), backend.check_device(device)
+        self.interval, self.device = check_interval(interval), backend.check_device(device)
         self.pid = os.getpid() if pid is None else int(pid)
         self.t0 = time.perf_counter() if t0 is None else t0
         self.samples, self.baseline, self.hwm = [], None, None
@@ -148,8 +162,12 @@ class Monitor(_Sampling):
         return self
 
     def stop(self):
-        if self._stop_thread():
+        if getattr(self, "_thread", None) is None:
+            return
+        try:
+            self._stop_thread()
             self.sample()
+        finally:  # the high-water mark is read and the watcher removed even after a thread error
             if self._hwm_reset:
                 with _HWM_LOCK:
                     self.hwm = max(_read_hwm(self.pid) or 0, self._hwm_seen)
@@ -167,6 +185,9 @@ class Monitor(_Sampling):
     # -- results --------------------------------------------------------------------------
     def sampled_peak(self):
         """The highest process bytes among the samples."""
+        if self.baseline is None:
+            raise RuntimeError("this Monitor has no samples yet: call start() (or use it as "
+                               "`with monitor() as m:`) before reading its results")
         return max(s[1] for s in self.samples)
 
     def peak(self):
@@ -178,6 +199,7 @@ class Monitor(_Sampling):
         return self.peak() - self.baseline
 
     def mean(self):
+        self.sampled_peak()  # the same check: started, with samples
         return sum(s[1] for s in self.samples) / len(self.samples)
 
     def timeline(self):
@@ -188,84 +210,6 @@ class Monitor(_Sampling):
 def monitor(interval=0.005, device="cpu"):
     """``with monitor() as m: ...; m.peak_delta()``: sample this process in a background thread."""
     return Monitor(interval, device)
-
-
-class CommandMonitor(_Sampling):
-    """Samples process ``pid`` and its children (recursively) every ``interval`` seconds.
-
-    ``samples`` holds ``(t, {pid: rss}, {pid: gpu bytes})``; ``names`` maps each pid seen to its
-    process name. GPU bytes are read when ``gpu`` (a :class:`GpuReader`) is given.
-    """
-
-    def __init__(self, pid, interval=0.05, gpu=None):
-        if not real_number("monitor interval", interval) > 0:
-            raise ValueError(f"monitor interval must be a positive number of seconds, got {interval!r}")
-        self.root, self.interval, self.gpu = psutil.Process(pid), float(interval), gpu
-        self.samples, self.names, self.t0 = [], {}, time.perf_counter()
-
-    def sample(self):
-        try:
-            procs = [self.root] + self.root.children(recursive=True)
-        except psutil.Error:  # the command has exited
-            return
-        rss = {}
-        for p in procs:
-            try:
-                rss[p.pid] = p.memory_info().rss
-                if p.pid not in self.names:
-                    self.names[p.pid] = p.name()
-            except psutil.Error:  # a child that ended between the listing and the read
-                continue
-        gpu = {}
-        if self.gpu is not None:
-            gpu = {pid: n for pid, n in self.gpu.processes().items() if pid in rss}
-        self.samples.append((time.perf_counter() - self.t0, rss, gpu))
-
-    def start(self):
-        self.sample()
-        self._start_thread("tinymem-command-monitor")
-        return self
-
-    def stop(self):
-        self._stop_thread()
-
-    def rows(self):
-        """One row per process seen: pid, name, peak and mean RSS, device and its peak bytes."""
-        device = "cpu" if self.gpu is None else f"gpu{self.gpu.index}"
-        rows = []
-        for pid in sorted({pid for _, rss, _ in self.samples for pid in rss}):
-            seen = [rss[pid] for _, rss, _ in self.samples if pid in rss]
-            gpu = [g.get(pid, 0) for _, rss, g in self.samples if pid in rss]
-            rows.append({"pid": pid, "name": self.names.get(pid, "?"), "peak": max(seen),
-                         "mean": int(sum(seen) / len(seen)), "device": device,
-                         "device_peak": max(gpu) if self.gpu is not None else None,
-                         "samples": len(seen)})
-        return rows
-
-    def total_peak(self):
-        """The highest sum over all the processes at one sample (what the machine had to hold)."""
-        return max((sum(rss.values()) for _, rss, _ in self.samples), default=0)
-
-    def csv_lines(self):
-        """``t,pid,rss_bytes,gpu_bytes`` lines, one per process per sample."""
-        lines = ["t,pid,rss_bytes,gpu_bytes"]
-        for t, rss, gpu in self.samples:
-            lines += [f"{t:.4f},{pid},{n},{gpu.get(pid, '')}" for pid, n in sorted(rss.items())]
-        return lines
-
-
-def format_process_table(rows, total_peak=None):
-    """The process list, as ``nvidia-smi`` prints its own: pid, name, device, peak, mean; with
-    ``total_peak`` a last line for all of them together."""
-    head = f"{'PID':>8}  {'process':<20} {'device':<7} {'peak':>12} {'mean':>12} {'device peak':>12}"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        dev = "-" if r["device_peak"] is None else format_bytes(r["device_peak"])
-        lines.append(f"{r['pid']:>8}  {r['name'][:20]:<20} {r['device']:<7} {format_bytes(r['peak']):>12} "
-                     f"{format_bytes(r['mean']):>12} {dev:>12}")
-    if total_peak is not None:
-        lines.append(f"{'all':>8}  {'(together)':<20} {'':<7} {format_bytes(total_peak):>12}")
-    return "\n".join(lines)
 
 
 def return_free_memory(device="cpu"):

@@ -40,6 +40,9 @@ SLOTS = 64
 _HEADER, _SLOT, _INT = struct.Struct("qq"), struct.Struct("qqqq"), struct.Struct("q")
 _SIZE = _HEADER.size + SLOTS * _SLOT.size
 _FRACTION = {"cpu": None}
+# Open seats of this process, per (device name, pid): nested windows on one device share the
+# process's one slot, and only the last to close gives it up.
+_SEATS = {}
 
 
 def _check_name(name):
@@ -108,23 +111,33 @@ class SharedDevice:
         try:
             with self._locked():
                 self.shm, created = _open_segment(name)
-                current, _ = _HEADER.unpack_from(self.shm.buf, 0)
-                live = 0 if created else self._reclaim()
-                if budget is not None and int(budget) != current:
-                    if live:
-                        raise ValueError(f"the shared device {name!r} has a budget of {current:,d} B; "
-                                         f"pass the same budget or none, not {int(budget):,d} B")
-                    current = int(budget)  # nobody alive uses the device: the new budget holds
-                    _HEADER.pack_into(self.shm.buf, 0, current, SLOTS)
-                if current <= 0:
-                    raise ValueError(f"the shared device {name!r} does not exist yet: the first "
-                                     "process must give it a budget")
-                self.budget = current
-                self.limit = None if fraction is None else int(fraction * current)
-                self.slot = self._take_slot()
+                try:
+                    self._sit_down(budget, fraction, created)
+                except BaseException:
+                    if created:  # a table nobody could use: do not leave the segment behind
+                        self._unlink()
+                    raise
         except BaseException:
             self._release_handles()
             raise
+
+    def _sit_down(self, budget, fraction, created):
+        """Fix or check the budget and take this process's slot (lock held)."""
+        current, _ = _HEADER.unpack_from(self.shm.buf, 0)
+        live = 0 if created else self._reclaim()
+        if budget is not None and int(budget) != current:
+            if live:
+                raise ValueError(f"the shared device {self.name!r} has a budget of {current:,d} B; "
+                                 f"pass the same budget or none, not {int(budget):,d} B")
+            current = int(budget)  # nobody alive uses the device: the new budget holds
+            _HEADER.pack_into(self.shm.buf, 0, current, SLOTS)
+        if current <= 0:
+            raise ValueError(f"the shared device {self.name!r} does not exist yet: the first "
+                             "process must give it a budget")
+        self.budget = current
+        self.limit = None if fraction is None else int(fraction * current)
+        self.slot = self._take_slot()
+        _SEATS[self.name, self.pid] = _SEATS.get((self.name, self.pid), 0) + 1
 
     @contextlib.contextmanager
     def _locked(self):
@@ -218,16 +231,24 @@ class SharedDevice:
             os.close(self._fd)
             self._fd = None
 
+    def _unlink(self):
+        # unlink() tells the resource tracker too, so hand the name back to it first
+        resource_tracker.register(self.shm._name, "shared_memory")
+        self.shm.unlink()
+
     def close(self):
-        """Leave the table; the last process to leave removes it."""
+        """Leave the table (the slot stays while another window of this process still sits on
+        this device); the last process to leave removes it."""
         if self.shm is None:
             return
         with self._locked():
-            self._write(self.slot, 0, 0, 0, 0)
-            last = self._reclaim() == 0
-            if last:  # unlink() tells the resource tracker too, so hand the name back to it first
-                resource_tracker.register(self.shm._name, "shared_memory")
-                self.shm.unlink()
+            key = (self.name, self.pid)
+            _SEATS[key] -= 1
+            if not _SEATS[key]:
+                del _SEATS[key]
+                self._write(self.slot, 0, 0, 0, 0)
+            if self._reclaim() == 0:
+                self._unlink()
         self._release_handles()
 
 
@@ -237,7 +258,7 @@ def set_per_process_memory_fraction(fraction, device=None):
     On a GPU it limits CuPy's memory pool (``pool.set_limit(fraction=...)``): an allocation past
     it raises CuPy's OutOfMemoryError even with the GPU half empty. On the CPU it is the default
     ``fraction`` of every later ``track(shared=...)`` window. ``None`` lifts the cap."""
-    if fraction is not None and not 0 < fraction <= 1:
+    if fraction is not None and not 0 < real_number("fraction", fraction) <= 1:
         raise ValueError(f"fraction must be in (0, 1] or None, got {fraction!r}")
     device = backend.check_device(device)
     if device == "cuda":
@@ -261,6 +282,8 @@ def device_queue(name, timeout=None, poll=0.01):
     A file lock, so it works across unrelated processes and is freed when a holder dies. Yields
     an object whose ``waited`` is the seconds spent in the queue. ``timeout`` (seconds) raises
     TimeoutError instead of waiting longer."""
+    if timeout is not None and not real_number("device_queue timeout", timeout) >= 0:  # NaN: forever
+        raise ValueError(f"device_queue timeout must be a number of seconds >= 0 or None, got {timeout!r}")
     fd = os.open(_lock_path(_check_name(name), "queue"), os.O_RDWR | os.O_CREAT, 0o666)
     ticket, start = _Wait(), time.perf_counter()
     try:

@@ -12,9 +12,10 @@ import os
 import time
 
 from .. import backend
+from ..checks import positive_int
 from . import attribution
 from .ledger import BUCKETS, LEDGER, OutOfMemoryError
-from .sampler import Monitor
+from .sampler import Monitor, check_interval
 from .probes import CupyProbe, TracemallocProbe
 from .shared import SharedDevice, default_fraction, gpu_processes_text
 from .units import format_bytes, format_table, parse_bytes
@@ -43,7 +44,7 @@ class Tracker:
         if shared is None and fraction is not None:
             raise ValueError("fraction= caps a process on a shared device: pass shared='name' too")
         self.shared_name, self.fraction = shared, fraction
-        self.monitor_interval = 0.005 if monitor is True else (monitor or None)
+        self.monitor_interval = check_interval(0.005 if monitor is True else monitor) if monitor else None
         self.events, self.t0 = [], time.perf_counter()
         self.start = self._peak = 0
         self._peak_split = self._bucket_max = dict.fromkeys(BUCKETS, 0)
@@ -83,11 +84,13 @@ class Tracker:
     def _close(self):
         if self in LEDGER.trackers:
             LEDGER.trackers.remove(self)
-        for part in (self._probe, self._monitor):
-            if part is not None:
-                part.stop()
-        if self._shared is not None:
-            self._shared.close()
+        try:
+            for part in (self._probe, self._monitor):
+                if part is not None:
+                    part.stop()
+        finally:  # a sampling thread's error must not keep this process's seat on a shared device
+            if self._shared is not None:
+                self._shared.close()
 
     # -- listening to the ledger ------------------------------------------------------------
     def _check_budget(self, nbytes, bucket, label):
@@ -191,6 +194,7 @@ class Tracker:
     def top(self, n=10, model=None):
         """The ``n`` largest arrays live at the peak: dicts of module, op, bucket and bytes.
         With ``model``, weights and gradients are named by their module too."""
+        n = positive_int("top: n (how many arrays)", n)  # -1 would slice off the last row
         params = attribution.parameter_paths(model) if model is not None else None
         return attribution.top_rows(self.peak_entries().items(), n, params)
 
@@ -198,6 +202,8 @@ class Tracker:
         """Device bytes per module path at the peak; they sum to :meth:`peak` exactly. Arrays
         made outside any forward count under ``(no module: bucket)`` unless ``model`` names
         its weights and gradients; ``depth`` merges paths below that many parts."""
+        if depth is not None:
+            depth = positive_int("by_module: depth (path parts kept)", depth)
         params = attribution.parameter_paths(model) if model is not None else None
         return attribution.sum_by_module(self.peak_entries().items(), params, depth)
 

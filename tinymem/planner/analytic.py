@@ -6,7 +6,7 @@ With n parameters (the largest one n_max), N ranks, w = 4 bytes in fp32 and 2 in
 
     parameter   w·n                          ZeRO-3: w·n/N (+ one gathered layer during its use)
     gradient    w·n                          ZeRO-2/3: w·n/N (+ one layer in flight)
-                + w·n_max with k > 1 micro-batches (the sum is a new array before the old goes)
+                (k > 1 micro-batches add into it in place: no second copy)
                 + 4·n of fp32 master gradients during the step of a half model (tinymem's
                   ``MasterOptimizer``; ZeRO-1/2/3: 4·n/N, a rank upcasts its own shard only;
                   the ZeRO paper counts none: convention "zero-paper", :mod:`.conventions`)
@@ -136,9 +136,6 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     worst = micro_batch_extremes(batch, stack.micro_batches)[1]
     attention = attention_backward(arch, worst, batch, stack, backend)
     buckets["workspace"] = max(buckets["workspace"], attention)
-    if stack.micro_batches > 1 and p == 1:  # accumulating: a new sum exists before the old is freed
-        largest = max(math.prod(s) for s in stage_shapes)  # (with t > 1: the flat shard, an upper bound)
-        buckets["gradient"] = max(buckets["gradient"], G + w * largest)
     if kind in ("zero-offload", "zero-offload-params"):  # a layer's gradients on their way to the host
         buckets["gradient"] += w * n_layer
         terms.append(("gradient", Term("one layer streamed to the host", f"{w}·n_layer", w * n_layer)))

@@ -19,6 +19,7 @@ import numpy as np
 from .. import functional as F
 from .. import models, nn, optim
 from ..autograd import Tensor, no_grad
+from .replay import Batch
 
 
 class QNetwork(nn.Module):
@@ -76,8 +77,25 @@ class DQN:
             return int(rng.integers(self.n_actions))
         return int(self.greedy(obs_stack[None])[0])
 
+    def _check_batch(self, batch):
+        """Refuse what would train silently on the wrong thing: an action index out of range
+        (-1 picks the last Q-value) or a reward that is not finite (every weight turns NaN)."""
+        if not all(hasattr(batch, f) for f in Batch._fields):
+            raise TypeError(f"DQN.update takes a replay Batch (obs, action, reward, next_obs, done), got {batch!r}")
+        action = np.asarray(batch.action)
+        if action.dtype.kind not in "iu":
+            raise TypeError(f"DQN.update: actions must be integers, got dtype {action.dtype}")
+        bad = action[(action < 0) | (action >= self.n_actions)]
+        if bad.size:
+            raise ValueError(f"DQN.update: action {bad[0]} is outside [0, {self.n_actions}) for a "
+                             f"network with {self.n_actions} outputs")
+        if not np.isfinite(batch.reward).all():
+            raise ValueError("DQN.update: the batch holds a reward that is not finite (NaN or inf); "
+                             "one such update would make every weight NaN")
+
     def update(self, batch):
         """One gradient step on a replay :class:`~tinymem.rl.replay.Batch`; returns the loss."""
+        self._check_batch(batch)
         with no_grad():
             next_q = self.target(batch.next_obs).data.max(axis=1)
         target = (batch.reward + self.gamma * (1.0 - batch.done) * next_q).astype(np.float32)

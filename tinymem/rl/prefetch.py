@@ -18,8 +18,9 @@ import time
 import numpy as np
 
 from .. import memory
+from ..checks import positive_int
 from ..techniques.offload.prefetch import Worker
-from .replay import Batch
+from .replay import Batch, ReplayBuffer
 
 
 class BatchPrefetcher:
@@ -27,7 +28,14 @@ class BatchPrefetcher:
     and starts reading the one after it. Use as a context manager, or call :meth:`close`."""
 
     def __init__(self, buffer, batch_size, rng):
-        self.buffer, self.batch_size, self.rng = buffer, batch_size, rng
+        # Checked before the worker thread starts: an error after it would leave it running.
+        if not isinstance(buffer, ReplayBuffer):
+            raise TypeError(f"BatchPrefetcher reads from a ReplayBuffer, got {type(buffer).__name__}")
+        if buffer.closed:
+            raise RuntimeError("BatchPrefetcher: the ReplayBuffer is closed")
+        if not hasattr(rng, "integers"):
+            raise TypeError(f"rng must be a NumPy Generator, e.g. np.random.default_rng(0), got {rng!r}")
+        self.buffer, self.batch_size, self.rng = buffer, positive_int("batch_size", batch_size), rng
         self.worker, self.pending, self.wait_s = Worker(), None, 0.0
 
     def _start(self):
@@ -47,6 +55,8 @@ class BatchPrefetcher:
         return out, rest, entry
 
     def next(self):
+        if self.worker is None:  # its thread is gone: a read submitted now would never finish
+            raise RuntimeError("this BatchPrefetcher is closed: make a new one")
         if self.pending is None:
             self.pending = self._start()
         (obs, next_obs), (action, reward, done), entry = self.pending
@@ -58,12 +68,15 @@ class BatchPrefetcher:
         return Batch(obs, action, reward, next_obs, done)
 
     def close(self):
-        """Finish the read in flight and stop the thread."""
+        """Finish the read in flight and stop the thread. Closing twice is allowed."""
+        if self.worker is None:
+            return
         if self.pending is not None:
             self.pending[2][1].wait()
             self.buffer.in_flight.remove(self.pending[2])
             self.pending = None
         self.worker.shutdown()
+        self.worker = None
 
     def __enter__(self):
         return self

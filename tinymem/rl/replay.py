@@ -37,6 +37,7 @@ The buffer lives in host memory (``place="host"``; on a GPU it stays in host RAM
 sampled batch goes to the device) or on disk (``place="disk"``), in the ledger's ``workspace``
 bucket.
 """
+import math
 from collections import namedtuple
 
 import numpy as np
@@ -50,6 +51,7 @@ Batch.__doc__ = """A sampled batch: obs and next_obs float32 (B, k, *frame), act
 reward float32 (B,), done float32 (B,) (1.0 where the episode terminated)."""
 
 INDEX_BYTES_PER_SLOT = 13
+ACTION_LIMIT = 2**31  # actions are kept as int32
 
 
 def stack_slots(ends, steps, frame_stack):
@@ -70,14 +72,21 @@ class ReplayBuffer:
 
     ``frame_dtype`` is the dtype of the frames given to it: ``"uint8"`` (pixels, quantized
     states) or ``"float32"`` (raw states, only with ``storage="float32"``). ``directory`` is
-    where ``"disk"`` puts its (unnamed, self-deleting) file. Call :meth:`close` or use ``with``.
+    where ``"disk"`` puts its (unnamed, self-deleting) file. ``n_actions``, when given, is the
+    number of discrete actions: :meth:`add` refuses an action outside ``[0, n_actions)``. Call
+    :meth:`close` or use ``with``; a closed buffer refuses every further use.
     """
 
     def __init__(self, capacity, frame_shape, frame_stack=1, storage="dedup", frame_dtype="uint8",
-                 directory=None):
+                 directory=None, n_actions=None):
         if not is_int(capacity) or capacity < 2:
             raise ValueError(f"capacity must be an integer of at least 2 steps, got {capacity!r}")
         self.capacity, self.frame_stack = int(capacity), positive_int("frame_stack", frame_stack)
+        if self.frame_stack >= self.capacity:  # no stack of k frames plus the next one would fit
+            raise ValueError(f"capacity {capacity} cannot hold one transition of frame_stack {frame_stack}: "
+                             f"its obs and next_obs span {frame_stack + 1} steps; give a capacity of at "
+                             f"least {frame_stack + 1}")
+        self.n_actions = None if n_actions is None else positive_int("n_actions", n_actions)
         if not isinstance(frame_shape, (tuple, list)) or not all(is_int(n) and n >= 1 for n in frame_shape):
             raise ValueError(f"frame_shape must be a tuple of positive sizes, e.g. (84, 84) or (4,), got {frame_shape!r}")
         try:
@@ -107,8 +116,29 @@ class ReplayBuffer:
                             f"observation first (rl.envs.QuantizeObservation or PixelObservation)")
         return frame.astype(self.frame_dtype, copy=False)
 
+    def _check_open(self):
+        if self.store is None:
+            raise RuntimeError("this ReplayBuffer is closed (its frames are freed): make a new one")
+
+    def _check_step(self, action, reward, terminated):
+        """The index fields of one step, refused before anything is stored: a step refused half
+        way would leave its frame in the window and shift every later observation by one."""
+        if not is_int(action):  # NumPy: "setting an array element with a sequence"
+            raise TypeError(f"action must be an integer (a discrete action), got {action!r}")
+        limit = ACTION_LIMIT if self.n_actions is None else self.n_actions
+        if not 0 <= action < limit:
+            raise ValueError(f"action must be in [0, {limit}) (an index into the actions, as the "
+                             f"Q-network's outputs are), got {action}")
+        reward = real_number("reward", reward)
+        if not math.isfinite(reward):  # one such reward makes every weight of a DQN NaN
+            raise ValueError(f"reward must be finite, got {reward}: clip or fix the environment's reward")
+        if not (isinstance(terminated, (bool, np.bool_)) or (is_int(terminated) and terminated in (0, 1))):
+            raise TypeError(f"terminated must be a bool, got {terminated!r}")
+        return int(action), reward, bool(terminated)
+
     def start_episode(self, frame):
         """Store the reset frame of a new episode (it ends no transition)."""
+        self._check_open()
         frame = self._check_frame(frame)
         self.window = np.repeat(frame[None], self.frame_stack + 1, axis=0)
         self._write(0, 0.0, False, start=True)
@@ -116,12 +146,11 @@ class ReplayBuffer:
     def add(self, action, reward, frame, terminated=False):
         """Store one step: the ``action`` taken, the ``reward`` and ``frame`` it produced, and
         whether the episode ``terminated`` (a time-limit cut is not termination)."""
+        self._check_open()
         if self.window is None:
             raise RuntimeError("call start_episode(reset_frame) before add()")
         frame = self._check_frame(frame)
-        if not is_int(action):  # NumPy: "setting an array element with a sequence"
-            raise TypeError(f"action must be an integer (a discrete action), got {action!r}")
-        real_number("reward", reward)
+        action, reward, terminated = self._check_step(action, reward, terminated)
         self.window = np.concatenate([self.window[1:], frame[None]])
         previous = self.step[(self.written - 1) % self.capacity]
         self._write(action, reward, terminated, start=False, step=previous + 1)
@@ -156,6 +185,7 @@ class ReplayBuffer:
     def sample_numbers(self, batch_size, rng):
         """``batch_size`` slot numbers drawn uniformly from the sampleable ones (rejection: draw
         among all stored slots, redraw the few that end no transition)."""
+        self._check_open()
         positive_int("batch_size", batch_size)
         if not hasattr(rng, "integers"):
             raise TypeError(f"rng must be a NumPy Generator, e.g. np.random.default_rng(0), got {rng!r}")
@@ -184,6 +214,13 @@ class ReplayBuffer:
 
     def gather(self, numbers, out=None):
         """The :class:`Batch` of the transitions ending at slot ``numbers``."""
+        self._check_open()
+        numbers = np.asarray(numbers, np.int64)
+        held = self.sampleable(numbers)
+        if not held.all():  # a slot overwritten or never written: another transition's frames
+            raise ValueError(f"gather: slot numbers {numbers[~held][:5].tolist()} end no "
+                             f"transition still stored (held: ends of transitions in [{self.oldest}, "
+                             f"{self.written}); see sampleable())")
         slots = numbers % self.capacity
         obs_pos, next_pos = self.positions(numbers)
         obs, next_obs = self.store.read(slots, obs_pos, next_pos, out)
@@ -195,11 +232,19 @@ class ReplayBuffer:
     def nbytes(self):
         """Bytes of this buffer in host RAM and on disk: ``{"host": ..., "disk": ...}``."""
         index = self.step.nbytes + self.action.nbytes + self.reward.nbytes + self.terminated.nbytes
+        if self.store is None:
+            return {"host": index, "disk": 0}
         return {"host": index + self.store.host_bytes, "disk": self.store.disk_bytes}
 
+    @property
+    def closed(self):
+        return self.store is None
+
     def close(self):
-        """Free the storage (the disk scheme's file disappears)."""
-        self.store.close()
+        """Free the storage (the disk scheme's file disappears). Closing twice is allowed."""
+        if self.store is not None:
+            self.store.close()
+            self.store = None
 
     def __enter__(self):
         return self
@@ -210,5 +255,7 @@ class ReplayBuffer:
 
 def bytes_per_slot(storage, frame_shape, frame_stack=1, frame_dtype="uint8"):
     """Bytes one slot costs in ``storage`` (index included), by the formula of each scheme."""
+    if storage not in S.SCHEMES:
+        raise ValueError(f"unknown storage {storage!r}; choose one of {', '.join(S.SCHEMES)}")
     return S.SCHEMES[storage].bytes_per_slot(tuple(frame_shape), frame_stack, np.dtype(frame_dtype)) + \
         INDEX_BYTES_PER_SLOT

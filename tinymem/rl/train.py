@@ -84,7 +84,8 @@ def train_cartpole(storage="dedup", observation="uint8", seed=0, directory=None,
     agent = DQN((k,) + shape, 2, cfg["hidden"], cfg["lr"], cfg["gamma"], input_scale=scale, input_offset=offset)
     records = {"storage": storage, "observation": observation, "seed": seed, "episodes": [], "evals": []}
     best, best_state, updates, start = -np.inf, agent.online.state_dict(), 0, time.perf_counter()
-    with one_blas_thread(), ReplayBuffer(cfg["buffer_size"], shape, k, storage, dtype, directory) as buffer:
+    with one_blas_thread(), ReplayBuffer(cfg["buffer_size"], shape, k, storage, dtype, directory,
+                                         n_actions=agent.n_actions) as buffer:
         frame, _ = env.reset(seed=seed)
         buffer.start_episode(frame)
         episode_return = 0.0
