@@ -256,7 +256,7 @@ for mode, r in rows.items():
 # ## Exercises (`lessons/exercises/ex02.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_02`)
 #
 # 1. `fp16_fields(x)`: split a float16 into sign, exponent and mantissa bits.
-# 2. `fp16_value(sign, exponent, mantissa)`: the value back, subnormals and inf included.
+# 2. `fp16_value(sign, exponent, mantissa)`: the value back by the formula, subnormals and inf included.
 # 3. `to_bfloat16_bits(x)`: round float32 to bfloat16 with integer arithmetic only.
 # 4. `update_scale(...)`: one step of the dynamic scale rule; the check runs it beside `GradScaler`.
 # 5. `largest_safe_scale(max_abs_grad)`: the largest power-of-two scale that keeps a gradient finite in float16.

@@ -43,16 +43,18 @@ def test_predicted_step_seconds(exercise, forbid):
     assert f(0.5, 300, 600, 150, 200, backward_s=1.0) == pytest.approx(0.5 + 2.0 + 2.0)
 
 
+# The second: its two largest layers are not neighbours, which stream_layers never holds together.
+@pytest.mark.parametrize("sizes", [[12, 40, 24, 32, 6], [12, 40, 4, 40, 6]])
 @pytest.mark.parametrize("prefetch", [0, 1, 2])
-def test_streaming_parameter_peak_matches_the_ledger(exercise, forbid, prefetch):
-    sizes = [12, 40, 24, 32, 6]
+def test_streaming_parameter_peak_matches_the_ledger(exercise, forbid, prefetch, sizes):
+    elsewhere = memory.live_bytes("parameter")  # weights of models other checks left alive
     model = tm.models.MLP(sizes)
     x, y = _batch(sizes, 5)
     with offload.stream_layers(model, "host", prefetch=prefetch) as net:
         with memory.track(measure=False) as t:
             F.cross_entropy(net(x), y).backward()
     forbid(offload.stream_layers, offload.StreamedLayers)
-    assert exercise("ex04").streaming_parameter_peak(sizes, prefetch) == t.max_by_bucket()["parameter"]
+    assert exercise("ex04").streaming_parameter_peak(sizes, prefetch) == t.max_by_bucket()["parameter"] - elsewhere
 
 
 def test_zero_offload_traffic_matches_the_wrapper(exercise, forbid):
