@@ -16,8 +16,6 @@
 # limit so that out-of-memory failures and their cures can be shown on any laptop.
 
 # %%
-import numpy as np
-
 import tinymem as tm
 import tinymem.functional as F
 from tinymem import memory, plots

@@ -22,7 +22,7 @@ import numpy as np
 
 import tinymem as tm
 import tinymem.functional as F
-from tinymem import data, memory, models, nn, optim
+from tinymem import data, memory, models, nn
 from tinymem.experiments import workload_embeddings, workload_seq_len
 from tinymem.measure.records import read_records
 from tinymem.techniques.checkpoint import checkpoint_sequential
