@@ -16,12 +16,10 @@
 # limit so that out-of-memory failures and their cures can be shown on any laptop.
 
 # %%
-import numpy as np
-
 import tinymem as tm
 import tinymem.functional as F
 from tinymem import memory, plots
-from course import OUT, QUICK, RECORDS, peak_phase
+from course import OUT, QUICK, RECORDS, check, predict, reveal
 
 tm.manual_seed(0)
 
@@ -77,21 +75,33 @@ print(f"  {listed:>9,d} B  in all: the workspace bucket holds {memory.live_bytes
 # %%
 opt.zero_grad()
 x, y = next(iter(loader))
+predict("the activations are largest at the end of forward. In which phase does this Adam step reach "
+        "its peak: forward, backward, or the optimizer's update?")
 with memory.track() as t:
-    memory.mark("forward")
-    loss = F.cross_entropy(model(x), y)
-    end_of_forward = memory.LEDGER.by_bucket()
-    memory.mark("backward")
-    loss.backward()
+    # Windows may nest: one per phase tells which of them reached the whole step's peak.
+    with memory.track(measure=False, timeline=False) as in_forward:
+        memory.mark("forward")
+        loss = F.cross_entropy(model(x), y)
+        end_of_forward = memory.LEDGER.by_bucket()
+    with memory.track(measure=False, timeline=False) as in_backward:
+        memory.mark("backward")
+        loss.backward()
     opt.step()
 events = t.timeline()
+phase = ("forward" if in_forward.peak() == t.peak() else "backward" if in_backward.peak() == t.peak()
+         else "the optimizer's update")
 print(memory.format_table(end_of_forward, "at the end of forward (simulated device)"))
-print(memory.format_table(t.peak_by_bucket(), f"at the peak, which falls in '{peak_phase(t)}'"))
+print(memory.format_table(t.peak_by_bucket(), "at the step's peak (simulated device)"))
+reveal(f"the peak, {t.peak():,} B, falls in {phase} (forward reached {in_forward.peak():,} B, "
+       f"backward {in_backward.peak():,} B)",
+       "the peak falls after forward, when every weight has its gradient",
+       in_forward.peak() < t.peak() and t.peak_by_bucket()["gradient"] == sum(p.nbytes for p in model.parameters()))
 
 # %% [markdown]
-# The activations are largest at the end of forward, yet the step's peak falls later (the
-# phase is printed above): gradients now exist for every weight, and the update makes its own
-# temporaries (see the formulas in the docstring of `tinymem/optim/adam.py`).
+# The activations are largest at the end of forward, yet the step's peak falls later: gradients
+# now exist for every weight, and backward and the update make their own temporaries (see the
+# formulas in the docstring of `tinymem/optim/adam.py`). Finding the phase from the timeline
+# alone, event by event, is exercise 3.
 #
 # **The ledger against the allocator.** Both report the growth above the moment the window
 # opened:
@@ -123,14 +133,17 @@ print("wrote", plots.save(fig, RECORDS, OUT, "lesson00_timeline.png"))
 # ## The buckets, by formula: your turn
 #
 # Every bucket of this MLP can be predicted with pencil and paper before anything runs —
-# exercises 1 and 2. Here is what the ledger counted, to hold your formulas against:
+# exercises 1 and 2 write the formulas. Work them out for this model first:
 
 # %%
+predict(f"MLP {sizes} at batch {batch}, float32, Adam: how many bytes hold the parameters, the gradients, "
+        "Adam's state, and the activations at the end of forward? Which is larger, activations or parameters?")
 measured = {"parameter": sum(p.nbytes for p in model.parameters()),
             "gradient": sum(p.grad.nbytes for p in model.parameters()),
             "optimizer": opt.state_bytes(), "activation": end_of_forward["activation"]}
-for bucket, value in measured.items():
-    print(f"{bucket:<10} {value:>9,d} B   (MLP {sizes}, batch {batch}, float32)")
+reveal(", ".join(f"{bucket} {value:,d} B" for bucket, value in measured.items()),
+       f"at batch {batch} this MLP's activations are smaller than its parameters",
+       measured["activation"] < measured["parameter"])
 
 # %% [markdown]
 # ## An out-of-memory error, simulated
@@ -142,7 +155,8 @@ try:
     with memory.track(budget=memory.live_bytes() + measured["activation"] // 2):
         F.cross_entropy(model(x), y).backward()
 except tm.OutOfMemoryError as err:
-    print(str(err).splitlines()[0])
+    print(err)
+    check("the error names the buckets that filled it", all(b in str(err) for b in memory.BUCKETS))
 
 # %% [markdown]
 # ## Exercises (`lessons/exercises/ex00.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_00`)

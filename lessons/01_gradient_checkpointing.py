@@ -2,9 +2,10 @@
 # # Lesson 1 — Gradient checkpointing
 #
 # In Lesson 0 the ledger showed that between steps activations are zero, but *during* a step
-# they are the biggest bucket of a deep network: every layer keeps what its backward needs
-# (a Linear keeps its input, a ReLU its output) until backward reaches it. Parameters grow with
-# width², activations with **depth × batch × width** — and the batch is what we want to grow.
+# every layer keeps what its backward needs (a Linear keeps its input, a ReLU its output) until
+# backward reaches it. Lesson 0's small MLP at batch 64 kept fewer bytes of activations than of
+# parameters; that changes with size. Parameters grow with width², activations with
+# **depth × batch × width** — and the batch is what we want to grow.
 #
 # Gradient checkpointing trades time for that memory: keep only a few states, throw the rest
 # away, and recompute them in backward when they are needed. The source is short:
@@ -14,6 +15,7 @@
 
 # %%
 import inspect
+import math
 import os
 
 import numpy as np
@@ -21,12 +23,10 @@ import numpy as np
 import tinymem as tm
 from tinymem import memory, plots
 from tinymem.measure.records import read_records
-from tinymem.techniques import checkpoint as ckpt
-from tinymem.techniques.checkpoint import segments
 from tinymem.techniques.checkpoint.schedule import choose_schedule
 from tinymem.techniques.checkpoint import checkpoint, checkpoint_sequential, resolve_segments
 from tinymem.techniques.checkpoint.revolve import checkpoint_revolve, revolve
-from course import FIGURES, OUT, QUICK, RECORDS
+from course import FIGURES, OUT, QUICK, RECORDS, check, predict, reveal
 
 # The committed depth figure's network: this lesson measures the very same one.
 FIGURE = read_records(FIGURES, "checkpoint")
@@ -47,7 +47,7 @@ def one_step(model, run, batch=BATCH):
 
 
 # %% [markdown]
-# ## Why activations dominate
+# ## When activations dominate
 #
 # A block Linear(w, w) → ReLU at batch B keeps one B×w state for backward (the ReLU's output,
 # which is also the next Linear's input: one buffer, counted once). Its weight is w×w. So
@@ -57,37 +57,47 @@ def one_step(model, run, batch=BATCH):
 # %%
 width = 64 if QUICK else WIDTH
 model = deep_mlp(32, width)
+ratios = {}
 for batch in (width // 4, 4 * width):
     peak = one_step(model, lambda m, x: m(x), batch).max_by_bucket()
+    ratios[batch] = peak["activation"] / peak["parameter"]
     print(f"width {width}, batch {batch:>4}: parameters {memory.format_bytes(peak['parameter']):>10}, "
-          f"activations {memory.format_bytes(peak['activation']):>10} "
-          f"({peak['activation'] / peak['parameter']:.2f}x the parameters)")
+          f"activations {memory.format_bytes(peak['activation']):>10} ({ratios[batch]:.2f}x the parameters)")
+check("below a batch of about the width the parameters are larger; above it the activations",
+      ratios[width // 4] < 1 < ratios[4 * width])
 
 # %% [markdown]
 # ## The sqrt(n) argument on paper
 #
-# Cut n layers into k segments. Keep only each segment's input (k states) during forward. In
-# backward, recompute one segment at a time with its graph (n/k states). The peak is about
-# k + n/k states, smallest at k = sqrt(n): **2·sqrt(n)** instead of n. The price: every layer
+# Cut n layers into k segments. Keep only each segment's input during forward. In backward,
+# recompute one segment at a time with its graph. Few segments: each is long, and the one being
+# recomputed holds many states. Many segments: many inputs are kept. The price: every layer
 # outside the last segment runs its forward twice — about one extra forward pass, +33% when a
 # backward costs two forwards (Chen et al. 2016).
-#
-# ## The code, line by line
-#
-# The checkpoint node is an ordinary `Function`. Its forward runs the segment **without** a
-# graph (`no_grad`) and saves only the inputs and the RNG state:
 
 # %%
-print(inspect.getsource(ckpt.CheckpointFunction.forward))
+n_blocks = 36
+predict(f"{n_blocks} blocks Linear -> ReLU cut into k segments. Roughly how many states does the "
+        "activation peak hold, as a function of k, and which k makes it smallest?")
+tiny = deep_mlp(n_blocks, 16)
+state = 4 * 4 * 16  # one batch x width float32 array at batch 4, width 16
+states = {k: one_step(tiny, lambda m, x, k=k: checkpoint_sequential(m, k, x), 4).max_by_bucket()["activation"] // state
+          for k in (1, 2, 3, 4, 6, 9, 12, 18, 36)}
+best = min(states, key=states.get)
+reveal("activation peak in states, per segment count k: " + ", ".join(f"k={k}: {v}" for k, v in states.items()),
+       f"the peak is smallest at k = sqrt(n) = {math.isqrt(n_blocks)}, with about 2·sqrt(n) states instead of n",
+       best == math.isqrt(n_blocks) and states[best] <= 2 * math.isqrt(n_blocks) + 1 < n_blocks <= states[1])
 
 # %% [markdown]
-# Its backward calls `replay`: restore the RNG (so dropout draws the same mask), mark the run
-# as a recomputation (so BatchNorm-like layers do not update their statistics twice), record
-# the graph from fresh leaves, and run a nested backward through it. The parameters are leaves
-# of that graph: their `.grad` fills up right there.
-
-# %%
-print(inspect.getsource(segments.replay))
+# ## The code
+#
+# The checkpoint node is an ordinary `Function` (`CheckpointFunction` in
+# `tinymem/techniques/checkpoint/segments.py`). Its forward runs the segment **without** a graph
+# (`no_grad`) and saves only the inputs and the RNG state. Its backward calls `replay`: restore
+# the RNG (so dropout draws the same mask), mark the run as a recomputation (so BatchNorm-like
+# layers do not update their statistics twice), record the graph from fresh leaves, and run a
+# nested backward through it. The parameters are leaves of that graph: their `.grad` fills up
+# right there. Exercise 3 asks you to write such a `Function` yourself; read ours after.
 
 # %% [markdown]
 # `checkpoint_sequential` has PyTorch's semantics: `segments - 1` checkpointed segments of
@@ -190,7 +200,7 @@ for fraction in (0.6, 0.35, 0.2):
 # GELU's input, the attention weights, elementwise results). Korthikanti et al. (2022) keep the
 # first and recompute the second; PyTorch calls it selective activation checkpointing. In
 # tinymem it is the `policy` argument of `checkpoint`: `policy=["linear", "matmul", "conv2d"]`
-# (or `ckpt.Policy(save=...)`, or `ckpt.Policy(recompute=[...])` to name what is recomputed).
+# (or `Policy(save=...)`, or `Policy(recompute=[...])` to name what is recomputed).
 #
 # How it works (`tinymem/techniques/checkpoint/selective.py`): the checkpoint's forward runs its
 # function through an *op hook* (`tinymem.autograd.op_hook`, a seam of `Function.apply`) that
@@ -238,9 +248,8 @@ if os.path.exists(os.path.join(committed, "data", "checkpoint.json")):
 # ![the frontier, with whole models on the right](../figures/checkpoint_frontier.png)
 #
 # On the left panel, PyTorch's point at k = 64 is `checkpoint_sequential` with one block per
-# segment: every block is recomputed (one whole extra forward) and each of the 63 checkpoints
-# re-enters the autograd engine with a backward of its own. RNG preservation is not what it
-# pays for: switching it off changes nothing measurable.
+# segment: every block but the last is recomputed (nearly one whole extra forward) and each of
+# the 63 checkpoints re-enters the autograd engine with a backward of its own.
 
 # %% [markdown]
 # ## Pitfalls

@@ -21,6 +21,8 @@
 # accumulation, which is where the speed comes from.
 
 # %%
+import inspect
+
 import numpy as np
 
 import tinymem as tm
@@ -29,7 +31,7 @@ from tinymem import data, models, optim, plots
 from tinymem.measure.timing import best_time
 from tinymem.techniques import precision
 from tinymem.techniques.precision.bfloat16 import bfloat16_bits_to_float32, float32_to_bfloat16_bits
-from course import OUT, QUICK, RECORDS
+from course import OUT, QUICK, RECORDS, predict, reveal
 
 a32 = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
 a16 = a32.astype(np.float16)
@@ -110,12 +112,15 @@ for v, b in zip(edge, float32_to_bfloat16_bits(edge)):
 # float16 simply stops learning once the updates get small.
 
 # %%
+predict("a weight of 1.0 receives 100 updates of -1e-4. What is it after them, stored and updated in "
+        "float16? And in float32, rounded to float16 at the end?")
 w16, w32 = np.float16(1.0), np.float32(1.0)
 for _ in range(100):
     w16 = np.float16(w16 - np.float16(1e-4))
     w32 = np.float32(w32 - np.float32(1e-4))
-print(f"100 updates of -1e-4: float16 weight {float(w16)}, float32 master {float(w32):.6f} "
-      f"-> rounded to float16 {float(np.float16(w32))}")
+reveal(f"float16 weight {float(w16)}, float32 master {float(w32):.6f} -> rounded to float16 {float(np.float16(w32))}",
+       "the float16 weight never moves, while the float32 master carries the updates into float16",
+       w16 == np.float16(1.0) and np.float16(w32) < np.float16(1.0))
 
 # %% [markdown]
 # So the optimizer updates a **float32 master copy** and rounds it into the half weights
@@ -136,15 +141,20 @@ report = precision.fp16_range_report([np.array([1e-9, 1e-7, 1e-3, 1.0, 1e5], np.
 print("fp16_range_report, unscaled:", {k: round(v, 2) for k, v in report.items()})
 
 # %% [markdown]
-# **The scaler's rules** (`GradScaler`, PyTorch's semantics and defaults): start at
-# S = 2^16. If a step's gradients contain inf or NaN (S was too big), **skip the step** and
-# halve S. After `growth_interval` = 2000 clean steps in a row, double S. Static scaling is a
-# fixed S (`growth_factor=1.0, backoff_factor=1.0`). `unscale_` may be called once per step,
-# before clipping; calling it twice raises (it would divide twice).
+# **The scaler's rules** (`GradScaler`, PyTorch's semantics and defaults, printed below from
+# its signature): start at S = `init_scale`. If a step's gradients contain inf or NaN (S was too
+# big), **skip the step** and multiply S by `backoff_factor`. After `growth_interval` clean
+# steps in a row, multiply S by `growth_factor`. Static scaling is a fixed S
+# (`growth_factor=1.0, backoff_factor=1.0`). `unscale_` may be called once per step, before
+# clipping; calling it twice raises (it would divide twice). The run below starts at 8 and grows
+# after every 2 clean steps, so that six steps show every rule.
 
 # %%
 from tinymem.nn.utils import clip_grad_norm_  # noqa: E402
 
+defaults = {name: param.default for name, param in inspect.signature(precision.GradScaler).parameters.items()
+            if name in ("init_scale", "growth_factor", "backoff_factor", "growth_interval")}
+print("GradScaler defaults:", defaults)
 scaler = precision.GradScaler(init_scale=8.0, growth_interval=2)
 w = tm.tensor(np.ones(2, np.float32), requires_grad=True)
 opt = optim.SGD([w], lr=0.1)
@@ -246,7 +256,7 @@ for mode, r in rows.items():
 # ## Exercises (`lessons/exercises/ex02.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_02`)
 #
 # 1. `fp16_fields(x)`: split a float16 into sign, exponent and mantissa bits.
-# 2. `fp16_value(sign, exponent, mantissa)`: the value back, subnormals and inf included.
+# 2. `fp16_value(sign, exponent, mantissa)`: the value back by the formula, subnormals and inf included.
 # 3. `to_bfloat16_bits(x)`: round float32 to bfloat16 with integer arithmetic only.
 # 4. `update_scale(...)`: one step of the dynamic scale rule; the check runs it beside `GradScaler`.
 # 5. `largest_safe_scale(max_abs_grad)`: the largest power-of-two scale that keeps a gradient finite in float16.

@@ -8,7 +8,8 @@
 # beyond the grid's ends are clamped to them.
 #
 # Three places in training and inference can use it, each attacking one bucket of the ledger:
-# **weights** of a trained model (the `parameter` bucket, 4x smaller), **activations** flowing
+# **weights** of a trained model (the `parameter` bucket: an int8 weight is 4x smaller than a
+# float32 one; the biases stay float32, so a model shrinks a little less), **activations** flowing
 # between int8 layers (inference), and the **saved activations** of training (the `activation`
 # bucket, the ActNN idea). The source: `tinymem/techniques/quantization/` — `affine.py` (the map),
 # `observers.py` and `histogram.py` (calibration), `modules.py` (int8 layers, post-training
@@ -22,7 +23,7 @@ import tinymem.functional as F
 from tinymem import memory, plots
 from tinymem.measure.records import read_records
 from tinymem.techniques import quantization as Q
-from course import FIGURES, OUT, QUICK, RECORDS as META
+from course import FIGURES, OUT, QUICK, RECORDS as META, check, predict, reveal
 
 tm.manual_seed(0)
 
@@ -125,7 +126,7 @@ def predictions(m):
 
 
 fp32_predictions = predictions(model)
-quantized = {}
+quantized, shrink = {}, {}
 for name, observer in [("min-max", Q.MinMaxObserver), ("histogram (L2)", Q.HistogramObserver)]:
     for per_channel in (False, True):
         qmodel = tm.models.MLP(sizes)
@@ -137,7 +138,12 @@ for name, observer in [("min-max", Q.MinMaxObserver), ("histogram (L2)", Q.Histo
         print(f"{name:15s} {'per-channel' if per_channel else 'per-tensor ':11s} accuracy "
               f"{accuracy(qmodel):.4f} (fp32 {fp32_acc:.4f}), {changed} of {len(y_test)} predictions "
               f"changed; the ledger freed {before - memory.live_bytes('parameter'):,d} B of parameters")
+        fp32_bytes = sum(p.nbytes for p in model.parameters())
+        shrink[name, per_channel] = fp32_bytes / (fp32_bytes - (before - memory.live_bytes("parameter")))
 print(qmodel)
+print("the quantized model is " + ", ".join(f"{v:.2f}x" for v in shrink.values()) + " smaller than float32")
+check("a quantized model shrinks less than 4x: its biases and scales stay float32",
+      all(3 < v < 4 for v in shrink.values()))
 
 # %% [markdown]
 # **Per-channel versus per-tensor.** One scale for a whole weight matrix is set by its largest
@@ -181,8 +187,13 @@ for name in ("min-max", "histogram (L2)"):
 # float32 GEMM returns exactly the integer result. A long dot product can pass it, so
 # `int_matmul` cuts K into chunks short enough to be safe and adds the chunks' results in int32.
 # (How short? That is exercise 3. uint8 activations are first shifted by −128 into int8; the
-# shift comes back as a per-column correction.) Below, K is several chunks long, and one row
-# and one column are all 127, the largest partial sums int8 can make:
+# shift comes back as a per-column correction.) What bounds a safe chunk is the largest product
+# two int8 values can make — careful: it is not 127 · 127.
+#
+# Below, K is several chunks long, and one row and one column are all 127: their odd products
+# add up past 2**24 to a sum float32 cannot hold. (A row and column of the extreme product would
+# pass 2**24 too, but being multiples of a large power of two, their sums stay exact in float32:
+# the error would not show.)
 
 # %%
 rng = np.random.default_rng(0)
@@ -190,11 +201,14 @@ k = 3077  # a length long enough to need several chunks (the chunk length is exe
 a = rng.integers(-128, 128, (64, k)).astype(np.int8)
 b = rng.integers(-128, 128, (k, 64)).astype(np.int8)
 a[0], b[:, 0] = 127, 127
+predict(f"K = {k}: one float32 GEMM of these int8 matrices. Is it exact? If not, how far off can row 0 x "
+        "column 0 be?")
 exact = a.astype(np.int64) @ b.astype(np.int64)
 plain = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.int64)
-print(f"K = {k}: one float32 GEMM gets {int((plain != exact).sum())} of {exact.size} entries wrong "
-      f"(row 0 x column 0: {plain[0, 0]:,d} instead of {exact[0, 0]:,d})")
-print("int_matmul, chunked, equals the int64 reference:", np.array_equal(Q.int_matmul(a, b), exact))
+reveal(f"one float32 GEMM gets {int((plain != exact).sum())} of {exact.size} entries wrong "
+       f"(row 0 x column 0: {plain[0, 0]:,d} instead of {exact[0, 0]:,d})",
+       "past 2**24 a single float32 GEMM is not exact, and the chunked int_matmul is",
+       exact[0, 0] > 2**24 and plain[0, 0] != exact[0, 0] and np.array_equal(Q.int_matmul(a, b), exact))
 
 # %% [markdown]
 # ## Compressed saved activations for training (ActNN)
@@ -233,16 +247,21 @@ print("2-bit stochastic rounding, mean of 2000 samples:", np.round(samples, 3), 
 # with 32, 8, 4 and 2 bits. Its committed records:
 
 # %%
-for row in read_records(FIGURES, "quantization")["bits"]["rows"]:
+committed = read_records(FIGURES, "quantization")
+for row in committed["bits"]["rows"]:
     print(f"{row['bits']:2d} bits: {row['saved_ratio']:.3f}x the saved bytes of float32, test accuracy {row['accuracy']:.3f}")
+calibrated = committed["calibration"]["accuracy"]
+print(f"and the calibration figure, quant_calibration.png: with {committed['config']['outliers']} in the "
+      f"calibration batches, min-max per tensor scores {calibrated['outliers|min-max|per-tensor']:.3f} "
+      f"(clean data: {calibrated['clean|min-max|per-tensor']:.3f})")
 
 # %% [markdown]
 #
 # ## Pitfalls
 #
 # - **Quantizing without checking accuracy.** A quantized model runs and returns numbers; only
-#   a test set says whether they are right. One outlier in the calibration data can stretch a
-#   min-max range enough to cost points (see `quant_calibration.png`).
+#   a test set says whether they are right. A few outliers in the calibration data can stretch
+#   a min-max range enough to cost most of the accuracy (the last line printed above).
 # - **Calibration data must look like the real inputs.** Observers learn the range from it.
 # - **The ReLU reads its mask from its saved output.** If compression rounds a small positive
 #   value to 0, the gradient through it is cut — a handful of flipped mask bits costs far more

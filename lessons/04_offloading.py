@@ -12,8 +12,8 @@
 # | weights | host or disk | twice per step (forward, backward) | `stream_layers(model, "host")` |
 #
 # PyTorch ships the first as `torch.autograd.graph.save_on_cpu`; DeepSpeed's ZeRO-Offload
-# (Ren et al., 2021) does the second — it trained 13B parameters on one V100 — and
-# ZeRO-Infinity and FlexGen do the third, with NVMe and prefetching.
+# (Ren et al., 2021) does the second — its abstract reports models of over 13 billion parameters
+# trained on a single GPU — and ZeRO-Infinity and FlexGen do the third, with NVMe and prefetching.
 #
 # Sources to keep open, all in `tinymem/techniques/offload/`: `activations.py` (the activation
 # hooks), `store.py` (host copies, files), `prefetch.py` (the prefetch thread), `stream.py`,
@@ -38,7 +38,7 @@ import tinymem.functional as F
 from tinymem import memory
 from tinymem.experiments import offload as exp
 from tinymem.techniques import offload
-from course import OUT, QUICK, RECORDS, peak_phase
+from course import OUT, QUICK, RECORDS, check, predict, reveal
 
 tm.manual_seed(0)
 
@@ -58,8 +58,18 @@ for page_cache in (True, False):
           f"disk write {bw['disk_write'] / 1e6:6.0f} MB/s, disk read {bw['disk_read'] / 1e6:6.0f} MB/s")
 
 # %% [markdown]
-# On a GPU add PCIe: about 25 GB/s each way for pinned memory on PCIe 4 (`measure_bandwidths(...,
-# device="cuda")` reports `h2d` and `d2h`), against 3-5 TB/s for the GPU's own memory.
+# On a GPU add PCIe, the link between host and device. Its ceiling follows from the standard
+# (PCIe 4.0: 16 GT/s per lane, 128b/130b encoding), computed below for 16 lanes; pinned copies
+# reach less, and `measure_bandwidths(..., device="cuda")` reports the real `h2d` and `d2h`.
+# The GPU's own memory is about a hundred times faster: NVIDIA's data sheets give 2,039 GB/s
+# for an A100 80GB SXM and 3.35 TB/s for an H100 SXM.
+
+# %%
+pcie4_x16 = 16e9 * 16 * (128 / 130) / 8
+print(f"PCIe 4.0 x16 ceiling: {pcie4_x16 / 1e9:.1f} GB/s each way; an A100's memory is "
+      f"{2039e9 / pcie4_x16:.0f}x that")
+
+# %% [markdown]
 #
 # ## 2. What to offload first
 #
@@ -118,15 +128,34 @@ def one_step(ctx):
 
 
 MiB = 2**20
+predict("save_on_disk sends every saved activation off the device. Does the device peak drop by all "
+        "the activations that left, or by less, and why?")
+runs = {}
 for name, ctx in [("no offload", None), ("save_on_host", offload.save_on_host(prefetch=0)),
                   ("save_on_disk", offload.save_on_disk(prefetch=0))]:
     t, by_place = one_step(ctx or contextlib.nullcontext())
     split = t.peak_by_bucket()
+    runs[name] = t, by_place
     print(f"{name:<13} activations after forward (MiB) {({p: round(v / MiB, 2) for p, v in by_place.items()})}\n"
           f"{'':<13} device peak growth {t.peak_delta() / MiB:5.2f} MiB (ledger), allocator "
-          f"{t.measured_peak() / MiB:5.2f} MiB; the peak falls in {peak_phase(t)}, where the device holds "
+          f"{t.measured_peak() / MiB:5.2f} MiB; at the peak the device holds "
           f"activation {split['activation'] / MiB:.2f}, workspace {split['workspace'] / MiB:.2f}, "
           f"gradient {split['gradient'] / MiB:.2f} MiB")
+(plain, plain_saved), (disk, _) = runs["no offload"], runs["save_on_disk"]
+left = plain_saved["device"]
+reveal(f"{left / MiB:.2f} MiB of activations left the device; its peak growth fell by "
+       f"{(plain.peak_delta() - disk.peak_delta()) / MiB:.2f} MiB",
+       "the device peak drops by less than the activations that left",
+       plain.peak_delta() - disk.peak_delta() < left)
+check("without offload the peak sits on top of nearly every saved activation (over 90% of them)",
+      plain.peak_by_bucket()["activation"] > 0.9 * left)
+check("with save_on_disk no saved activation is on the device at the peak",
+      disk.peak_by_bucket()["activation"] == 0)
+working_set = disk.peak_delta()
+size_word = ("larger than" if working_set > left else "nearly as large as" if working_set > 0.8 * left
+             else "smaller than")
+print(f"backward's working set with save_on_disk: {working_set / MiB:.2f} MiB, {size_word} "
+      f"the {left / MiB:.2f} MiB of activations")
 
 # %% [markdown]
 # Read the allocator column: with `save_on_host` on the CPU the ledger's device peak drops, but
@@ -134,14 +163,15 @@ for name, ctx in [("no offload", None), ("save_on_host", offload.save_on_host(pr
 # honest accounting the warning above promised. With `save_on_disk` both drop: the bytes left
 # the process.
 #
-# Why does the device peak drop by much less than the activations that left? Because the peak
-# *moves*. Without offload it falls at the start of backward, on top of every saved activation.
+# Why does the device peak drop by less than the activations that left? Because the peak
+# *moves*. Without offload it falls early in backward, on top of the saved activations.
 # With offload the end of forward is light, and the peak falls inside backward instead, where
 # the device holds backward's own working set: the saved input of one layer brought back (from
 # disk; `save_on_host` on NumPy reads its host copy where it is, hence its lower peak), the
 # gradient flowing in, the gradient flowing out (each a batch x width array, workspace) and the
-# weight gradients made so far. In this shallow network that working set is nearly as large as
-# all the activations; the deeper the network, the larger the share that offload removes.
+# weight gradients made so far. In this shallow network that working set is of the size of
+# all the activations (the last line above compares them); it does not grow with depth, so the
+# deeper the network, the larger the share that offload removes.
 #
 # ## 4. The overlap argument, and prefetch
 #
@@ -236,7 +266,6 @@ for path in exp.plot(records, OUT):
 for row in records["modes"]:
     print(f"{row['mode']:<14} {row['seconds'] * 1e3:7.1f} ms measured now, {row['predicted_seconds'] * 1e3:7.1f} ms "
           f"predicted, device peak {row['peak'] / 2**20:5.2f} MiB")
-print("targets:", records["targets"])
 
 # %% [markdown]
 # ## Pitfalls
@@ -258,9 +287,9 @@ print("targets:", records["targets"])
 #
 # ## Exercises (`lessons/exercises/ex04.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_04`)
 #
-# 1. `offloaded_bytes(sizes, batch)`: the bytes `save_on_disk` writes for one forward of
-#    `MLP(sizes)` (ReLU) with a cross-entropy loss. Careful: which arrays are saved twice, and
-#    does offload write them twice?
+# 1. `offloaded_files(sizes, batch)`: the bytes of each file `save_on_disk` writes for one
+#    forward of `MLP(sizes)` (ReLU) with a cross-entropy loss, in the order written. Careful:
+#    which arrays are saved twice, does offload write them twice, and which does it not write?
 # 2. `predicted_step_seconds(base_s, bytes_out, bytes_in, write_bw, read_bw, backward_s=None)`:
 #    the step time without overlap; with `backward_s` given, the reads hide behind that much
 #    backward compute.

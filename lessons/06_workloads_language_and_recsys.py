@@ -22,11 +22,11 @@ import numpy as np
 
 import tinymem as tm
 import tinymem.functional as F
-from tinymem import data, memory, models, nn, optim
+from tinymem import data, memory, models, nn
 from tinymem.experiments import workload_embeddings, workload_seq_len
 from tinymem.measure.records import read_records
 from tinymem.techniques.checkpoint import checkpoint_sequential
-from course import FIGURES, OUT, QUICK, RECORDS
+from course import FIGURES, OUT, QUICK, RECORDS, predict, reveal
 
 tm.manual_seed(0)
 
@@ -42,6 +42,8 @@ tm.manual_seed(0)
 
 # %%
 L, H, E = 1024, 4, 16
+predict(f"L = {L}, {H} heads of {E} features, float32: how many bytes does each op save for backward, "
+        "and what share of the plain op's bytes does the chunked one keep?")
 q, k, v = (tm.randn(1, H, L, E, requires_grad=True) for _ in range(3))
 saved = {}
 for name, fn in (("plain", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
@@ -49,9 +51,11 @@ for name, fn in (("plain", lambda: F.scaled_dot_product_attention(q, k, v, is_ca
     before = memory.live_bytes("activation")
     out = fn()
     saved[name] = memory.live_bytes("activation") - before
-    print(f"{name:>8}: saves {saved[name]:>11,d} B")
     del out
-print(f"chunked / plain at L={L}: {saved['chunked'] / saved['plain']:.3f}")
+reveal(f"plain saves {saved['plain']:,d} B, chunked {saved['chunked']:,d} B: "
+       f"{saved['chunked'] / saved['plain']:.3f} of plain",
+       "the plain op saves an L x L float32 matrix per head; the chunked op saves less than those alone",
+       saved["chunked"] < H * L * L * 4 <= saved["plain"])
 
 # %% [markdown]
 # ## 2. The online softmax, by hand

@@ -26,7 +26,7 @@ from tinymem.techniques.batch_size import find_max_batch
 from tinymem.techniques.checkpoint import checkpoint
 from tinymem.techniques.microbatch import accumulate_gradients
 from tinymem.models.unet import DoubleConv
-from course import FIGURES, OUT, QUICK, RECORDS
+from course import FIGURES, OUT, QUICK, RECORDS, predict, reveal
 
 tm.manual_seed(0)
 
@@ -138,9 +138,9 @@ print("batches tracked after one checkpointed step:", block[1].num_batches_track
 # ## Micro-batching: the big batch's gradient at a small batch's activations
 #
 # Split the batch into k pieces, backward each, let `.grad` accumulate, step once. The one
-# subtle point is the weight of each micro-batch's mean loss when the split is uneven — the
-# sum must be the full batch's mean loss (exercise 3). BatchNorm breaks the equality (it sees
-# micro-batch statistics); a per-sample model keeps it exactly.
+# subtle point is the weight of each micro-batch's mean loss when the split is uneven
+# (exercise 3). BatchNorm breaks the equality with the big batch (it sees micro-batch
+# statistics); a per-sample model keeps it exactly.
 
 # %%
 mlp = models.MLP([64, 256, 256, 10])
@@ -157,11 +157,14 @@ for k in (1, 2, 4, 8):
 #
 # `find_max_batch(model, budget, make_batch)` runs real training steps under the ledger's
 # budget and searches for the largest batch that does not raise `OutOfMemoryError`, with few
-# trial steps (how few: exercise 4). With checkpointing the same budget holds a larger batch.
+# trial steps (how few: exercise 4).
 
 # %%
 res = 32 if QUICK else 64
 pool_x, pool_y = make_phantoms(64, res)
+budget_mib = 6 if QUICK else 48
+predict(f"a budget of {budget_mib} MiB above the model at {res} px: with per-block checkpointing, does a larger "
+        "batch fit than without? How much larger, given that the skip connections stay?")
 
 
 def make_batch(n):
@@ -170,11 +173,12 @@ def make_batch(n):
 
 
 unet = models.UNet(base=8, depth=4)
-budget = memory.live_bytes() + (3 if QUICK else 12) * 2**20
+budget = memory.live_bytes() + budget_mib * 2**20
 plain = find_max_batch(unet, budget, make_batch, max_batch=64)
 unet.checkpoint_fn = checkpoint
 with_ckpt = find_max_batch(unet, budget, make_batch, max_batch=64)
-print(f"{res} px, budget {memory.format_bytes(budget)}: largest batch {plain} plain, {with_ckpt} checkpointed")
+reveal(f"{res} px, budget {memory.format_bytes(budget)} ({budget_mib} MiB above what was live): largest batch {plain} plain, {with_ckpt} checkpointed",
+       "with checkpointing the same budget holds a larger batch", with_ckpt > plain)
 
 # %% [markdown]
 # ## Pitfalls
@@ -185,7 +189,8 @@ print(f"{res} px, budget {memory.format_bytes(budget)}: largest batch {plain} pl
 #   cannot drop them, which is why per-block checkpointing saves about half, not 1 - 1/n.
 # - **BatchNorm** with checkpointing must update running statistics once; with micro-batching
 #   its statistics come from the micro-batch (use GroupNorm, or larger micro-batches).
-# - **Micro-batch loss weights**: 1/k is only right for equal splits.
+# - **Micro-batch loss weights**: an uneven split needs its own weights (exercise 3), or the
+#   accumulated gradient is silently not the big batch's.
 # - **The finder's answer** is for the exact step it tried (model, optimizer, precision); on a
 #   real GPU leave headroom for fragmentation.
 #

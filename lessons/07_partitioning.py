@@ -25,8 +25,7 @@ from tinymem.experiments import partition
 from tinymem.measure import claims
 from tinymem.measure.records import meta
 
-QUICK = os.environ.get("TINYMEM_QUICK") == "1"
-from course import OUT  # where figures go: lessons/out/ (git-ignored) by default
+from course import OUT, QUICK, check, predict, reveal  # OUT: lessons/out/ (git-ignored) by default
 REPO = pathlib.Path(partition.__file__).resolve().parents[2]
 HAVE_MPI = launch.mpi_available()
 print(f"{os.cpu_count()} CPU cores; mpi4py and mpiexec available: {HAVE_MPI}")
@@ -37,13 +36,23 @@ print(f"{os.cpu_count()} CPU cores; mpi4py and mpiexec available: {HAVE_MPI}")
 # Mixed-precision Adam (the ZeRO paper's setting) keeps per parameter: a 2-byte fp16 weight, a
 # 2-byte fp16 gradient, and K = 12 bytes of optimizer state (an fp32 master copy, momentum and
 # variance). Data parallel replicates all 16 on every device. ZeRO (Rajbhandari et al., 2020)
-# removes the replication one bucket at a time: stage 1 gives each of the N devices 1/N of the
-# optimizer state, stage 2 also 1/N of the gradients, stage 3 also 1/N of the weights. Writing
-# the bytes per device of each stage is exercise 1; the paper's example, 7.5 billion parameters
-# on 64 GPUs, is the check:
+# removes the replication one bucket at a time, partitioning it over the devices instead: stage 1
+# the optimizer state, stage 2 the gradients as well, stage 3 the weights as well. Writing the
+# bytes per device of each stage is exercise 1; the paper's example is the check:
 
 # %%
-print(calculator.format_table(calculator.paper_table(7.5e9, 64)))
+predict("7.5 billion parameters on 64 GPUs: which stage first brings the model states per GPU under "
+        "a third of data parallel's, and which under 2 GB?")
+paper = {row["strategy"]: row for row in calculator.paper_table(7.5e9, 64)}
+print(calculator.format_table(paper.values()))
+dp_gb = paper["dp"]["gb"]
+first_third = next(r["label"] for r in paper.values() if r["gb"] < dp_gb / 3)
+under_2 = next(r["label"] for r in paper.values() if r["gb"] < 2)
+reveal(f"{first_third} is the first under a third of {dp_gb:.0f} GB; {under_2} the first under 2 GB",
+       "each stage leaves less per GPU than the one before, and the optimizer state is the largest cut",
+       all(a["gb"] > b["gb"] for a, b in zip(list(paper.values()), list(paper.values())[1:]))
+       and paper["dp"]["gb"] - paper["zero1"]["gb"] == max(a["gb"] - b["gb"] for a, b in
+                                                          zip(list(paper.values()), list(paper.values())[1:])))
 
 # %% [markdown]
 # tinymem trains in float32: 4-byte weights, 4-byte gradients and K = 8 (Adam's m and v) —
@@ -162,9 +171,9 @@ for ranks, result in records["runs"].items():
 # ring formula equals the measurement byte for byte, on every rank (the first claim below). So
 # ZeRO-1 and 2 cost no more traffic than data parallel, and ZeRO-3 1.5 times as much.
 #
-# In the memory columns: ZeRO-1 removes most of the optimizer state, ZeRO-2 the gradients,
-# ZeRO-3 the parameters, until each rank holds about 1/N of data parallel's model states. The
-# activations do not move: every rank still runs its B/N samples through the whole model.
+# In the memory columns: ZeRO-1 shrinks the optimizer state, ZeRO-2 the gradients as well, ZeRO-3
+# the parameters as well — by a share that depends on N (compare the 2-rank and 4-rank tables).
+# The activations do not move: every rank still runs its B/N samples through the whole model.
 #
 # The claims that the figure, its caption and this lesson make, checked on these records:
 
@@ -174,11 +183,13 @@ print(claims.format_rows(records["claims"]))
 # %% [markdown]
 # ## The ring against MPI's own collectives
 #
-# MPI's built-in `Allreduce` (MPICH here) picks its algorithm by size: recursive doubling for
-# small buffers (log2(N) rounds of messages), and for large ones a reduce-scatter followed by an
-# all-gather done by recursive halving and doubling (Rabenseifner's algorithm): the ring's bytes
-# in fewer rounds. The records time both side by side on 2 ranks (one core each), in turns,
-# many calls each; median and interquartile range (IQR):
+# MPI's built-in `Allreduce` (MPICH here) picks its own algorithm by buffer size and rank count.
+# Thakur, Rabenseifner and Gropp (2005), *Optimization of Collective Communication Operations in
+# MPICH*, describe the classic choice: recursive doubling for small buffers (log2(N) rounds of
+# messages), and for large ones Rabenseifner's reduce-scatter then all-gather by recursive
+# halving and doubling, the ring's bytes in fewer rounds. Newer MPICH versions choose from tuning
+# tables, so which one ran here is not recorded. The records time both side by side on 2 ranks
+# (one core each), in turns, many calls each; median and interquartile range (IQR):
 
 # %%
 timing = records.get("collectives")
@@ -262,13 +273,15 @@ four = records["runs"]["4"]
 peaks = {(r["strategy"], r["rank"]): r["max_by_bucket"]["activation"] for r in four["records"]}
 print(f"4 stages, {four['micro_batches']} micro-batches of {four['batch'] // four['micro_batches']} "
       f"({source.split(':')[0]})")
-for stage in range(4):
-    gpipe, ofob = peaks[("gpipe", stage)], peaks[("1f1b", stage)]
-    print(f"  stage {stage}: GPipe {gpipe:>8,} B   1F1B {ofob:>8,} B   ({ofob / gpipe:.2f}x)")
+ratios = [peaks[("1f1b", stage)] / peaks[("gpipe", stage)] for stage in range(4)]
+print(f"  all stages: GPipe {sum(peaks[('gpipe', s)] for s in range(4)):,} B, "
+      f"1F1B {sum(peaks[('1f1b', s)] for s in range(4)):,} B of activations at their peaks")
+check("from stage 1 on, the later the stage, the smaller 1F1B's share of GPipe's activation peak",
+      all(a > b for a, b in zip(ratios[1:], ratios[2:])))
 
 # %% [markdown]
-# The later the stage, the fewer micro-batches 1F1B holds there. Stage 0 is the exception in
-# these numbers: what it saves for backward is its input, and each micro-batch's input is a
+# The later the stage, the fewer micro-batches 1F1B holds there (how many is exercise 5, so the
+# stages are not printed one by one). Stage 0 is the exception in these numbers: what it saves for backward is its input, and each micro-batch's input is a
 # slice of the one batch array, which the ledger counts once, whole, however many slices are
 # alive.
 #

@@ -22,11 +22,12 @@
 import math
 
 import tinymem as tm
-from tinymem import memory, planner
+from tinymem import memory, optim, planner
 from tinymem.experiments import stack as experiment
 from tinymem.planner.recipe import Combination
+from tinymem.measure.records import read_records
 from tinymem.planner.states import buffer_bytes, model_states, parameter_shapes
-from course import OUT, QUICK, RECORDS
+from course import FIGURES, OUT, QUICK, RECORDS, check, predict, reveal
 
 tm.manual_seed(0)
 
@@ -110,24 +111,30 @@ result = planner.plan("mlp", "64,256,256,256,10", batch_size=64 if QUICK else 25
                       optimizers=("Adam", "Adam8bit"), offloads=("none", "optimizer"))
 needs = sorted(r.prediction.total for r in result.rows)
 result = planner.with_budget(result, needs[len(needs) // 4])  # a budget a quarter of them meet
+predict("the table below has a gradient column. Will the rows with micro-batches (k > 1) hold more "
+        "gradient bytes at their peak than the same row at k = 1? Which arrays would make the difference?")
 print_table(planner.table_rows(result, top=8))
 print(planner.summary(result))
 by_combo = {tuple(r.combo): r.prediction.by_bucket["gradient"] for r in result.rows}
 one = ("none", "fp32", "Adam", "optimizer", 1)
 k = min(c[4] for c in by_combo if c[:4] == one[:4] and c[4] > 1)
-largest = max(p.nbytes for p in result.workload.build("none").parameters())
-print(f"gradient bucket at the peak: k = 1 {memory.format_bytes(by_combo[one])}, k = {k} "
-      f"{memory.format_bytes(by_combo[one[:4] + (k,)])}: {by_combo[one[:4] + (k,)] - by_combo[one]:,d} B more; "
-      f"the largest weight's gradient is {largest:,d} B")
+weights = [p.nbytes for p in result.workload.build("none").parameters()]
+all_grads, largest = sum(weights), max(weights)
+reveal(f"gradient bucket at the peak: k = 1 {by_combo[one]:,d} B, k = {k} {by_combo[one[:4] + (k,)]:,d} B; "
+       f"every gradient together is {all_grads:,d} B, the largest weight's {largest:,d} B",
+       f"at k = {k} the peak holds every gradient plus the largest weight's once more; at k = 1 it falls "
+       "mid-backward, before every gradient exists",
+       by_combo[one[:4] + (k,)] == all_grads + largest and by_combo[one] < all_grads)
 measured = planner.measure_step(result.workload, result.proposal.combo, result.batch_size, budget=result.budget)
 print_table(planner.verify_rows(result, measured))
 
 # %% [markdown]
-# Why do the rows with micro-batches (k > 1) carry a larger gradient bucket? From the second
-# micro-batch on, a new gradient is *added* into `.grad` — out of place
+# Why? From the second micro-batch on, a new gradient is *added* into `.grad` — out of place
 # (`leaf.grad.data + g` in `tinymem/autograd/engine.py`, since `g` may be shared), so for a
-# moment the old `.grad` and the new sum of the same weight both exist. At the peak that extra
-# array belongs to the largest weight: the two numbers printed last are equal.
+# moment the old `.grad` and the new sum of the same weight both exist; at the peak that extra
+# array belongs to the largest weight. Every other gradient exists already, from the first
+# micro-batch. At k = 1 the peak falls inside the one backward, when only part of the gradients
+# have been made — so the difference between the two rows is more than the one extra array.
 #
 # The same from the shell, with a budget and the check:
 #
@@ -154,10 +161,25 @@ print(f"the stacked run takes {len(losses)} steps under it, loss {losses[0]:.4f}
 print("wrote", experiment.plot(records, OUT))
 adam, adam8 = per_param["fp32", "Adam", "none"]["optimizer"], per_param["fp32", "Adam8bit", "none"]["optimizer"]
 print(f"Adam8bit keeps {adam8:.2f} of Adam's {adam:.2f} optimizer bytes per parameter (section 1)")
+plain_stage, eight_bit = records["stages"][0], records["stages"][1]
+raised = eight_bit["ledger"] > plain_stage["ledger"]
+print(f"on this stacked model Adam keeps {plain_stage['by_bucket']['optimizer']:,d} B of state; 8-bit Adam "
+      f"{eight_bit['by_bucket']['optimizer']:,d} B, of which {optim.Adam8bit.MAP_BYTES:,d} B are its fixed maps: "
+      f"the stage {'raises' if raised else 'lowers'} the peak")
+others = [b for b in memory.BUCKETS if b != "optimizer"]
+check("the Adam8bit stage changes only the optimizer bucket, so it raises the peak exactly when 8-bit Adam's "
+      "state, maps included, outweighs Adam's",
+      all(eight_bit["by_bucket"][b] == plain_stage["by_bucket"][b] for b in others)
+      and raised == (eight_bit["by_bucket"]["optimizer"] > plain_stage["by_bucket"]["optimizer"]))
+full = read_records(FIGURES, "stack")["stages"]
+print(f"the committed full run ({full[0]['by_bucket']['optimizer']:,d} B of Adam state): "
+      + ", ".join(f"{s['label']} {s['ledger'] / 2**20:.2f} MiB" for s in full))
 
 # %% [markdown]
 # Read the waterfall from left to right. Adam8bit keeps a fraction of Adam's optimizer bytes
-# per parameter (the last line above). The stacked run *runs* under a quarter of the budget;
+# per parameter, plus fixed maps of its own: on a model as small as this one the maps outweigh
+# the saving and the stage *raises* the peak (the lines above say by how much, and the committed
+# full run, with a larger model, shows the stage lowering it). The stacked run *runs* under a quarter of the budget;
 # its few steps at a small rate only show that — its loss barely moves, and whether it learns
 # as well as the plain run is lesson 5's question, not this figure's. Checkpointing with
 # sqrt(n) segments keeps the segment inputs and recomputes one segment at a time. Micro-batches divide what is left of the activations by k and cost k smaller steps.

@@ -20,17 +20,6 @@ FIGURES = HERE.parent / "figures"
 RECORDS = {"meta": meta("cpu", QUICK)}
 
 
-def peak_phase(tracker):
-    """The label of the last ``memory.mark`` before the first moment ``tracker`` reached its peak."""
-    phase = None
-    for event in tracker.timeline():
-        if event["kind"] == "mark":
-            phase = event["label"]
-        elif sum(event["live"].values()) == tracker.peak():
-            return phase
-    return phase
-
-
 def _predict_switch():
     value = os.environ.get("PREDICT", "")
     if value not in ("", "0", "1"):

@@ -61,3 +61,38 @@ def test_lesson_figures_go_to_a_git_ignored_folder_by_default():
     assert result.returncode == 0, result.stderr
     assert pathlib.Path(result.stdout.strip()) == ROOT / "lessons" / "out"
     assert "/lessons/out/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+PREDICTING = [p for p in LESSONS if p.name[:2] <= "08"]
+
+
+@pytest.mark.parametrize("lesson", PREDICTING, ids=[p.stem for p in PREDICTING])
+def test_each_lesson_asks_for_a_prediction_before_it_reveals(lesson):
+    text = lesson.read_text()
+    assert "predict(" in text and "reveal(" in text, f"{lesson.name} has no predict-then-reveal moment"
+    assert text.index("predict(") < text.index("reveal("), f"{lesson.name} reveals before it asks"
+
+
+def _course(code, predict, stdin):
+    env = lesson_env(PREDICT=predict)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT / "lessons", env=env, input=stdin,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_predict_waits_for_enter_only_when_asked():
+    code = "import course; course.predict('how many bytes?'); print('after')"
+    stopped = _course(code, "1", "")  # no Enter to read: the lesson stops at the question
+    assert stopped.returncode != 0 and "EOFError" in stopped.stderr and "after" not in stopped.stdout
+    assert "PREDICT: how many bytes?" in stopped.stdout
+    assert "after" in _course(code, "1", "\n").stdout
+    quick = _course(code, "", "")
+    assert quick.returncode == 0 and "after" in quick.stdout
+    wrong = _course(code, "yes", "\n")
+    assert wrong.returncode != 0 and "PREDICT='yes' is not understood" in wrong.stderr
+
+
+def test_a_claim_the_run_contradicts_stops_the_lesson():
+    held = _course("import course; course.reveal('3 B', 'three is odd', 3 % 2 == 1)", "", "")
+    assert held.returncode == 0 and "MEASURED: 3 B" in held.stdout and "three is odd" in held.stdout
+    broken = _course("import course; course.reveal('4 B', 'four is odd', 4 % 2 == 1)", "", "")
+    assert broken.returncode != 0 and "the lesson says 'four is odd'" in broken.stderr

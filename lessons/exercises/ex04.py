@@ -1,8 +1,10 @@
 """Lesson 4 exercises: the traffic and memory of offload, by formula. Replace each body."""
 
 
-def offloaded_bytes(sizes, batch):
-    """Bytes save_on_disk writes for one forward of MLP(sizes) (ReLU) + cross-entropy loss."""
+def offloaded_files(sizes, batch):
+    """The bytes of each file save_on_disk writes for one forward of MLP(sizes) (ReLU) +
+    cross-entropy loss, float32 inputs of shape (batch, sizes[0]) and int64 targets, as a list
+    in the order the files are written."""
     raise NotImplementedError("exercise 04.1")
 
 

@@ -5,10 +5,11 @@ def _layers(sizes):
     return list(zip(sizes[:-1], sizes[1:]))
 
 
-def offloaded_bytes(sizes, batch):
-    # Each Linear saves its input; each ReLU saves its output, which *is* the next Linear's
-    # input: offload stores that array once. The loss saves probabilities and int64 targets.
-    return 4 * batch * sum(sizes[:-1]) + 4 * batch * sizes[-1] + 8 * batch
+def offloaded_files(sizes, batch):
+    # In forward order: the first Linear saves the input; each ReLU saves its output, which
+    # *is* the next Linear's input, so offload writes it once; the weights stay resident; the
+    # loss saves its probabilities, then the int64 targets.
+    return [4 * batch * width for width in sizes[:-1]] + [4 * batch * sizes[-1], 8 * batch]
 
 
 def predicted_step_seconds(base_s, bytes_out, bytes_in, write_bw, read_bw, backward_s=None):

@@ -1,5 +1,6 @@
 """Checks for lesson 2's exercises (half-precision formats and loss scaling)."""
 import math
+import struct
 
 import numpy as np
 import pytest
@@ -24,6 +25,16 @@ def test_fields_and_value_round_trip(exercise):
         assert (sign << 15) | (exponent << 10) | mantissa == bits, x
         value = mod.fp16_value(sign, exponent, mantissa)
         assert value == float(np.float16(x)) and math.copysign(1, value) == math.copysign(1, float(np.float16(x))), x
+
+
+def test_fp16_value_is_computed_not_reinterpreted(exercise, forbid):
+    fields = [(s, e, m) for s in (0, 1) for e in range(32) for m in range(0, 1024, 7)]
+    expected = [float(np.uint16((s << 15) | (e << 10) | m).view(np.float16)) for s, e, m in fields]
+    forbid((np, "float16"), (struct, "unpack"))  # NumPy's and struct's half floats answer for you
+    value = exercise("ex02").fp16_value
+    for (s, e, m), want in zip(fields, expected):
+        got = value(s, e, m)
+        assert got == want or (math.isnan(got) and math.isnan(want)), (s, e, m)
 
 
 def test_nan_fields(exercise):

@@ -12,7 +12,11 @@ pytestmark = pytest.mark.exercise_03
 @pytest.mark.parametrize("lo,hi,qmin,qmax", [(-1.0, 3.0, 0, 255), (0.5, 2.0, 0, 255), (-4.0, -1.0, -128, 127),
                                              (-0.3, 7.7, 0, 15), (0.0, 0.0, 0, 255),
                                              # -min/scale exactly 2.5 and 3.5: how the tie is rounded shows
-                                             (-1.25, 126.25, 0, 255), (-1.75, 125.75, 0, 255)])
+                                             (-1.25, 126.25, 0, 255), (-1.75, 125.75, 0, 255),
+                                             # quant_min not 0, and the zero point not clamped to it
+                                             (-1.0, 3.0, -128, 127), (-2.0, 5.0, 16, 235),
+                                             # float32 and float64 give scales one bit apart
+                                             (-3.03, 7.29, 0, 255), (-4.07, 9.13, -128, 127)])
 def test_affine_qparams_match_the_observers(exercise, forbid, lo, hi, qmin, qmax):
     dtype = "qint8" if qmin < 0 else "quint8"
     es, ez = Q.qparams_from_minmax(lo, hi, "per_tensor_affine", dtype, qmin, qmax)

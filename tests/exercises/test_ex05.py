@@ -88,6 +88,9 @@ def test_lion_step_matches_the_optimizer(exercise, forbid):
     forbid((optim.Lion, "update_parameter"), (optim.Lion, "step"))
     new_p, m = p0.astype(np.float64), np.zeros((5, 4))
     for g, (want_p, want_m) in zip((g1, g2), expected):
+        inputs = (new_p, m, g)
+        before = [a.copy() for a in inputs]
         new_p, m = exercise("ex05").lion_step(new_p, m, g, 0.01, (0.8, 0.95), 0.3)
+        assert all(np.array_equal(a, b) for a, b in zip(inputs, before)), "return new arrays: leave p, m, g as they are"
         np.testing.assert_allclose(new_p, want_p, rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(m, want_m, rtol=1e-5, atol=1e-7)

@@ -30,15 +30,18 @@ def test_merge_partials_gives_full_attention(exercise, split):
     np.testing.assert_allclose(m + np.log(l), top + np.log(np.exp(s - top[:, None]).sum(1)), rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("chunked", [False, True])
-def test_attention_saved_bytes_match_the_ledger(exercise, chunked):
+def test_attention_saved_bytes_match_the_ledger(exercise, chunked, dtype):
     mod = exercise("ex06_seq")
     B, H, L, E = 2, 3, 96, 8
-    q, k, v = (tm.randn(B, H, L, E, requires_grad=True) for _ in range(3))
+    rng = np.random.default_rng(0)
+    q, k, v = (tm.tensor(rng.standard_normal((B, H, L, E)).astype(dtype), requires_grad=True) for _ in range(3))
     before = memory.live_bytes("activation")
     out = (F.chunked_attention(q, k, v, 32, is_causal=True) if chunked
            else F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    assert mod.attention_saved_bytes(B, H, L, E, chunked) == memory.live_bytes("activation") - before
+    saved = mod.attention_saved_bytes(B, H, L, E, chunked, itemsize=np.dtype(dtype).itemsize)
+    assert saved == memory.live_bytes("activation") - before
     del out
 
 

@@ -12,24 +12,27 @@ from tinymem.techniques.microbatch import accumulate_gradients, split_batch
 pytestmark = pytest.mark.exercise_06
 
 
-@pytest.mark.parametrize("batch,channels,kernel,size,limit", [
-    (8, 3, 3, 10, 10_000),   # several whole samples per block
-    (7, 3, 3, 10, 6_000),    # the last block holds fewer samples than the others
-    (2, 4, 3, 12, 900),      # one sample does not fit: bands of rows
-    (1, 8, 5, 9, 100),       # not even one row fits: one row per band
-    (3, 2, 1, 6, 10 ** 6),   # everything in one block
+@pytest.mark.parametrize("batch,channels,kernel,size,limit,dtype", [
+    (8, 3, 3, 10, 10_000, "float32"),   # several whole samples per block
+    (7, 3, 3, 10, 6_000, "float32"),    # the last block holds fewer samples than the others
+    (2, 4, 3, 12, 900, "float32"),      # one sample does not fit: bands of rows
+    (1, 8, 5, 9, 100, "float32"),       # not even one row fits: one row per band
+    (3, 2, 1, 6, 10 ** 6, "float32"),   # everything in one block
+    (2, 4, 3, 12, 900, "float64"),      # 8 bytes a value
 ])
 def test_column_block_bytes_match_the_blocks_conv2d_builds(exercise, forbid, monkeypatch, batch, channels,
-                                                           kernel, size, limit):
+                                                           kernel, size, limit, dtype):
     monkeypatch.setattr(conv_ops, "WORKSPACE_ELEMENTS", limit)
     built, im2col = [], conv_ops._im2col
     monkeypatch.setattr(conv_ops, "_im2col", lambda *args: built.append(im2col(*args)) or built[-1])
-    x = tm.tensor(np.ones((batch, channels, size, size), np.float32))
+    x = tm.tensor(np.ones((batch, channels, size, size), dtype))
     with tm.no_grad():
-        out = F.conv2d(x, tm.tensor(np.ones((2, channels, kernel, kernel), np.float32)), padding=1)
+        out = F.conv2d(x, tm.tensor(np.ones((2, channels, kernel, kernel), dtype)), padding=1)
     expected = max(cols.nbytes for cols in built)
     forbid(conv_ops._blocks)
-    assert exercise("ex06_vision").column_block_bytes(batch, channels, kernel, *out.shape[2:], limit) == expected
+    answer = exercise("ex06_vision").column_block_bytes(batch, channels, kernel, *out.shape[2:], limit,
+                                                        itemsize=np.dtype(dtype).itemsize)
+    assert answer == expected
 
 
 @pytest.mark.parametrize("stride,padding,shape", [(1, 0, (2, 3, 7, 6)), (1, 1, (2, 3, 7, 6)), (2, 1, (2, 3, 7, 6)),

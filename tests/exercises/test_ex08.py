@@ -83,6 +83,7 @@ def test_micro_batches_needed(exercise):
     assert needed(100, 10, 64, 740) == 1  # exactly at the budget fits
     assert needed(100, 10, 64, 300) == 4  # 100 + 640/4 = 260
     assert needed(100, 10, 64, 120) == 32  # 100 + 20
+    assert needed(100, 10, 64, 110) == 64  # one sample per micro-batch: the last one to try
     assert needed(100, 10, 64, 105) is None  # even 64 micro-batches of one sample: 110
     assert needed(100, 10, 12, 150) == 4
     assert needed(100, 10, 12, 115) is None  # 8 would fit, but 8 does not divide 12
