@@ -122,19 +122,20 @@ weights = [p.nbytes for p in result.workload.build("none").parameters()]
 all_grads, largest = sum(weights), max(weights)
 reveal(f"gradient bucket at the peak: k = 1 {by_combo[one]:,d} B, k = {k} {by_combo[one[:4] + (k,)]:,d} B; "
        f"every gradient together is {all_grads:,d} B, the largest weight's {largest:,d} B",
-       f"at k = {k} the peak holds every gradient plus the largest weight's once more; at k = 1 it falls "
-       "mid-backward, before every gradient exists",
-       by_combo[one[:4] + (k,)] == all_grads + largest and by_combo[one] < all_grads)
+       f"at k = {k} the peak holds every gradient exactly once; at k = 1 it falls mid-backward, before every "
+       "gradient exists",
+       by_combo[one[:4] + (k,)] == all_grads and by_combo[one] < all_grads)
 measured = planner.measure_step(result.workload, result.proposal.combo, result.batch_size, budget=result.budget)
 print_table(planner.verify_rows(result, measured))
 
 # %% [markdown]
-# Why? From the second micro-batch on, a new gradient is *added* into `.grad` — out of place
-# (`leaf.grad.data + g` in `tinymem/autograd/engine.py`, since `g` may be shared), so for a
-# moment the old `.grad` and the new sum of the same weight both exist; at the peak that extra
-# array belongs to the largest weight. Every other gradient exists already, from the first
+# Why? From the second micro-batch on, a new gradient is *added* into `.grad` in place
+# (`grad += g` in `tinymem/autograd/engine.py`, as PyTorch accumulates), so no weight ever has
+# two gradient arrays: at k > 1 the peak holds every gradient once, all made by the first
 # micro-batch. At k = 1 the peak falls inside the one backward, when only part of the gradients
-# have been made — so the difference between the two rows is more than the one extra array.
+# have been made. The difference is one of timing, not of extra arrays. (An out-of-place sum,
+# `grad = grad + g`, would hold the old and the new array of one weight at once: the largest
+# weight's gradient again, on top.)
 #
 # The same from the shell, with a budget and the check:
 #
