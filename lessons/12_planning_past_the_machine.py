@@ -72,9 +72,11 @@ reveal(f"one layer: {closed:,d} B in fp32 by the closed form; the ledger of a re
 #
 # A step does not peak at "all activations". It peaks at one of a few moments (`moments.py`):
 # the last layer has just produced its output, the loss is computed (the fp32 logits beside
-# everything saved), the last checkpointed segment is being recomputed (with the gradients of
-# the layers after it), or the optimizer updates (every gradient, the state, the update's
-# temporaries). `breakdown` evaluates each and reports every bucket's own peak. Here it is
+# everything saved; with int8 storage, the loss packing its probabilities beside float32
+# temporaries of their size, `packing_bytes`), the last checkpointed segment is being
+# recomputed (with the gradients of the layers after it), or the optimizer updates (every
+# gradient, the state, the update's temporaries). `breakdown` evaluates each and reports
+# every bucket's own peak. Here it is
 # against the ledger of a real step, for a few stacks:
 
 # %%

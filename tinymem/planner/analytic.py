@@ -21,11 +21,16 @@ With n parameters (the largest one n_max), N ranks, w = 4 bytes in fp32 and 2 in
                 flight on a pipeline stage (GPipe: all m; 1F1B: min(p, m) on the first stage)
     workspace   what lives beside them at the peak: the fp32 logits 4·N·V when the loss is
                 computed; the optimizer's temporaries, c values of the largest parameter (SGD
-                1, Adam and most others 2, Adam8bit 5) and the token ids and targets 16·B·s
+                1, Adam and most others 2, Adam8bit 5) and the token ids and targets 16·B·s;
+                with int8 storage, while the loss packs its probabilities, 8·N·V (the logits
+                and the probabilities) + 8·B·s (the targets, not yet saved) + 4·N·V + 10·p
+                (the packing's temporaries, p = N·V padded to whole groups of 256; 10·N·V
+                when nothing is padded: :func:`.moments.packing_bytes`)
 
-The step peaks at one of three moments, each the sum of its buckets: the end of a forward
-(the loss), the recomputation of the last checkpointed segment, or the optimizer step. A
-bucket's own peak is its largest value over the step. :func:`breakdown` returns both.
+The step peaks at one of a few moments, each the sum of its buckets: the end of a forward
+(the loss; with int8 storage, the loss packing its probabilities), the recomputation of the
+last checkpointed segment, or the optimizer step. A bucket's own peak is its largest value
+over the step. :func:`breakdown` returns both.
 
 Scope: tinymem's ledger counts arrays the framework registers; an op's internal temporaries
 (the softmax backward's dP, GELU's tanh) are the allocator's, not the ledger's, and are left
@@ -37,9 +42,10 @@ from collections import namedtuple
 from ..checks import positive_int
 
 from . import architectures as archs
-from .activations import Term, activations_per_layer, korthikanti_formula, layer_terms
+from .activations import Term, activations_per_layer, korthikanti_formula, layer_terms, stored_bytes
 from .moments import (activation_moments, attention_backward, compute_bytes, layer_transient, micro_batch_extremes,
-                      micro_batch_sizes, segments, total, transient_bound)  # micro_batch_sizes: re-exported
+                      micro_batch_sizes, packing_bytes, segments, storage_of, total,
+                      transient_bound)  # micro_batch_sizes: re-exported
 from .precision import PRECISIONS, width
 from .sharding import (SCRATCH, divide, model_states, offload_kind, optimizer_bytes, optimizer_label, parameter_total,
                        pipeline_in_flight, scratch_bytes)
@@ -146,6 +152,10 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     for name in ("forward end", "recompute"):
         terms += [("activation", t._replace(name=f"{name}: {t.name}")) for t in act[name]]
     terms.append(("workspace", Term("logits (fp32)", "4·N·V", 4 * worst * arch.seq * arch.vocab)))
+    if storage_of(stack) == "int8":
+        packing = max(mo["workspace"] for name, mo in moments.items() if name.startswith("loss: packing"))
+        terms.append(("workspace", Term("loss packing its probabilities (int8)", "8·N·V + 8·B·s + 4·N·V + 10·p",
+                                        packing)))
     terms.append(("workspace", Term("optimizer temporaries, ids, targets", "c·4·n_max + 16·B·s",
                                     moments["optimizer step"]["workspace"])))
     name, top = max(moments.items(), key=lambda kv: sum(kv[1].values()))
@@ -199,6 +209,14 @@ def _moments(arch, batch, stack, wd, mode, backend, P, G, O, masters, stage_laye
         moments["loss" + suffix] = dict(parameter=P, gradient=g, optimizer=O,
                                         activation=waiting + total(act["forward end"]),
                                         workspace=4 * m * arch.seq * arch.vocab + 4)
+        if storage_of(stack) == "int8":
+            # The loss packs its probabilities before it saves the targets: the fp32 logits and
+            # probabilities and the targets live beside the packing's temporaries.
+            values, targets = m * arch.seq * arch.vocab, 8 * batch * arch.seq
+            moments["loss: packing the probabilities" + suffix] = dict(
+                parameter=P, gradient=g, optimizer=O,
+                activation=waiting + total(act["forward end"]) - stored_bytes(values, "int8") - targets,
+                workspace=8 * values + targets + packing_bytes(values))
         if act["recompute"]:
             # Recomputing segment j keeps the inputs of segments 0..j and collects the gradients
             # of every layer after it: the total is linear in j, so its largest value is at the

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from . import architectures as archs
-from .activations import Term, layer_terms, stored_bytes
+from .activations import INT8_GROUP, Term, layer_terms, stored_bytes
 from .precision import width
 
 def micro_batch_sizes(batch, micro_batches):
@@ -120,6 +120,17 @@ def total(terms):
     return sum(t.bytes for t in terms)
 
 
+def packing_bytes(count):
+    """Workspace while int8 storage packs one saved float tensor of n = ``count`` values
+    (``techniques.quantization.compress``): its float32 copy 4·n, padded to p = 256·ceil(n/256)
+    values in a new array 4·p when n is not a multiple of 256 (the first copy stays alive, a
+    view of it fills the padding), the finite and above-the-minimum masks p + p, and the values
+    above the minimum 4·p: 4·n + 10·p bytes, 10·n without padding. 3.5 float32 arrays of the
+    tensor's size, beside the tensor itself."""
+    padded = _padded(count)
+    return 10 * padded + (4 * count if padded != count else 0)
+
+
 def layer_transient(arch, batch, held, stack, backend="gpu"):
     """Workspace when the last layer has just computed its output: the residual stream's live
     copies (the embedding output, the layer's input, its midpoint, the MLP output and the sum:
@@ -138,23 +149,40 @@ def layer_transient(arch, batch, held, stack, backend="gpu"):
     return out
 
 
+def attention_saved(arch, batch, stack):
+    """Values of each tensor attention saves for backward, in the order it saves them: q, k, v
+    (N·h each) and the weights a·b·s²; chunked: q, k, v, the output and the log-sum-exp a·b·s."""
+    n = batch * arch.seq
+    if stack.attention == "chunked":
+        return [n * arch.hidden] * 4 + [arch.heads * batch * arch.seq]
+    return [n * arch.hidden] * 3 + [arch.heads * batch * arch.seq ** 2]
+
+
+def _padded(count):
+    """Values of an int8-stored tensor of ``count`` values once padded to whole groups."""
+    return INT8_GROUP * math.ceil(count / INT8_GROUP)
+
+
 def attention_backward(arch, batch, held, stack, backend="gpu"):
     """Workspace while attention runs its backward: the saved q, k, v and weights are released
     beside the gradients flowing (4·c·N·h, the targets 8·B·s, two scalars) and the gradient of
     the attention output c·N·h: S(3·N·h) + S(a·b·s²) + 5·c·N·h + 8·B·s + 8, S the stored
     bytes. Chunked attention saves the output and one log-sum-exp per row instead of the
-    weights: S(4·N·h) + S(a·b·s) in place of the first two terms. The largest op's workspace
-    of a Transformer's step as the ledger counts it (an op's own temporaries, such as the
-    softmax gradient or a chunk's scores, are the allocator's)."""
+    weights: S(4·N·h) + S(a·b·s) in place of the first two terms. With int8 storage the packed
+    bytes stay in ``activation`` and backward decodes each saved tensor of n values into a
+    float32 array of its padded size, 4·p with p = 256·ceil(n/256), the last one beside its
+    one-byte mask of code 0 (p): 4·Σp + p_last in place of the S terms. The largest op's
+    workspace of a Transformer's step as the ledger counts it (an op's own temporaries, such as
+    the softmax gradient or a chunk's scores, are the allocator's)."""
     if stack.recompute == "selective":
         return 0
     storage, c = storage_of(stack), compute_bytes(stack, backend)
-    n = batch * arch.seq
-    if stack.attention == "chunked":  # no weights: the output and one log-sum-exp per row instead
-        saved = 4 * n * arch.hidden, arch.heads * batch * arch.seq
+    n, saved = batch * arch.seq, attention_saved(arch, batch, stack)
+    if storage == "int8":
+        padded = [_padded(count) for count in saved]
+        released = 4 * sum(padded) + padded[-1]
     else:
-        saved = 3 * n * arch.hidden, arch.heads * batch * arch.seq ** 2
-    released = sum(stored_bytes(count, storage) for count in saved)
+        released = sum(stored_bytes(count, storage) for count in saved)
     return released + 5 * c * n * arch.hidden + 8 * held * arch.seq + 8
 
 
@@ -168,11 +196,18 @@ def transient_bound(arch, batch, stack, backend="gpu"):
     residual stream has an array or two more alive than at the moments above: at most three
     outputs of the largest op, max(c·N·f, 4·N·V, 4·a·b·s², 4·n_max), plus two residual arrays
     2·c·N·h; with int8 storage a saved tensor also exists in the compute dtype while it is
-    packed (one more op output). Bytes."""
+    packed (one more op output), and backward decodes each saved tensor of n values into a
+    float32 array of whole groups, 4·p with p = 256·ceil(n/256), not 4·n: attention's backward,
+    which decodes the most tensors at once (five, chunked), holds Σ 4·(p − n) more over its
+    saved tensors than the op outputs above count (at most 5·1,020 B at any size).
+    Bytes."""
     arch = archs.get_arch(arch)
     c = compute_bytes(stack, backend)
     m = micro_batch_extremes(batch, stack.micro_batches)[1]
     n, h = m * arch.seq, arch.hidden
     n_max = max(math.prod(s) for s in archs.shape_counts(arch))
     largest = max(c * n * archs.ffn(arch), 4 * n * arch.vocab, 4 * arch.heads * m * arch.seq ** 2, 4 * n_max)
-    return largest * (4 if storage_of(stack) == "int8" else 3) + 2 * c * n * h
+    if storage_of(stack) != "int8":
+        return largest * 3 + 2 * c * n * h
+    padding = sum(4 * (_padded(count) - count) for count in attention_saved(arch, m, stack))
+    return largest * 4 + 2 * c * n * h + padding
