@@ -73,7 +73,8 @@ def test_plan_refuses_zero_and_negative_sizes_instead_of_reading_them_as_not_giv
 def test_monitor_checks_its_arguments_before_starting_the_command(tmp_path, capsys):
     marker = tmp_path / "ran"
     assert cli.main(["monitor", "--interval", "-1", "--", "touch", str(marker)]) == 2
-    assert "--interval must be a positive" in capsys.readouterr().err and not marker.exists()
+    err = capsys.readouterr().err
+    assert "--interval" in err and "must be a positive number of seconds" in err and not marker.exists()
     blocked = tmp_path / "file"
     blocked.write_text("a file where a folder should be")
     assert cli.main(["monitor", "--out", str(blocked / "x" / "out"), "--", "touch", str(marker)]) == 2
