@@ -9,7 +9,8 @@
 from . import autograd, backend, data, functional, memory, models, nn, optim, random
 from .autograd import (Function, Tensor, backward, enable_grad, is_grad_enabled, no_grad,
                        saved_tensors_hooks, set_grad_enabled, tensor)
-from .backend import DeviceError, cuda_available
+from .backend import (DeviceError, cuda_available, default_device_as, get_default_device,
+                      set_default_device)
 from .memory import OutOfMemoryError
 from .random import get_rng_state, manual_seed, set_rng_state
 from .serialization import CheckpointError, load, save

@@ -24,6 +24,7 @@ def _classes():
     return np.concatenate([exact, up, down, halfway, -halfway, bits])
 
 
+@pytest.mark.standin_xfail("float32 arithmetic flushes float16 subnormals to zero, as on the H200 (issue 27, item 3)")
 @pytest.mark.parametrize("which", ["classes", "random values", "random bit patterns"])
 def test_encoder_equals_numpy_astype_bit_for_bit(which, device):
     rng = np.random.default_rng(0)
@@ -40,6 +41,7 @@ def test_encoder_equals_numpy_astype_bit_for_bit(which, device):
     assert bad.size == 0, f"{bad.size} differ, e.g. {x[bad[:3]]}: {got[bad[:3]]} vs {expected[bad[:3]]}"
 
 
+@pytest.mark.standin_xfail("float32 arithmetic flushes float16 subnormals to zero, as on the H200 (issue 27, item 3)")
 def test_decoder_equals_numpy_astype_on_every_float16(device):
     every = np.arange(2 ** 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
     got = backend.to_numpy(F16.float16_to_float32(backend.to_device(every, device)))

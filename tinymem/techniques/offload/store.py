@@ -68,8 +68,7 @@ def _bytes_view(array):
 
 
 def _pinned_empty(shape, dtype):
-    import cupyx
-    return cupyx.empty_pinned(shape, dtype)
+    return backend.get_cupyx().empty_pinned(shape, dtype)
 
 
 class _CopyStream:
