@@ -98,12 +98,15 @@ def use_cuda_module(module):
 def _standin():
     """The tests' stand-in for CuPy, for a process started with ``TINYMEM_CUDA_STANDIN=1``."""
     import importlib.util
+    import sys
+    if "standin_cupy" in sys.modules:  # the tests imported it already: one module, one array class
+        return sys.modules["standin_cupy"]
     path = pathlib.Path(__file__).resolve().parents[1] / "tests" / "standin_cupy.py"
     if not path.exists():
         raise DeviceError(f"TINYMEM_CUDA_STANDIN is set (a test-only switch), but {path} is missing: "
                           "unset it, or run from a checkout of the repository")
     spec = importlib.util.spec_from_file_location("standin_cupy", path)
-    module = importlib.util.module_from_spec(spec)
+    module = sys.modules["standin_cupy"] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 

@@ -67,7 +67,8 @@ def cmd_figures(args):
             records = read_records(outdir, name)
         else:
             start = time.perf_counter()
-            records = module.run(quick=args.quick, device=device)
+            with backend.default_device_as(device):  # what the family makes without device= goes there too
+                records = module.run(quick=args.quick, device=device)
             records["meta"] = dict(meta(device, args.quick), seconds=round(time.perf_counter() - start, 2))
         records["claims"] = claims.evaluate(getattr(module, "CLAIMS", []), records, records["meta"]["quick"])
         write_records(records, outdir, name)
