@@ -168,3 +168,11 @@ def test_every_optimizer_keeps_its_state_on_the_default_device(name, standin):
         F.cross_entropy(model(x), [0, 1, 2, 1]).backward()
         opt.step()
     assert state_arrays(opt) and on_device(*model.parameters(), *state_arrays(opt))
+
+
+def test_a_loader_given_device_arrays_keeps_them_on_the_host_and_batches_on_the_device(standin):
+    x = standin.asarray(np.arange(12, dtype=np.float32).reshape(6, 2))
+    loader = tm.data.DataLoader((x, np.arange(6)), batch_size=4, shuffle=False)
+    assert all(type(a) is np.ndarray for a in loader.arrays)
+    (xb, yb), _ = list(loader)
+    assert on_device(xb, yb) and xb.numpy().tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
