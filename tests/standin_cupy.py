@@ -72,13 +72,20 @@ def _unwrap(value):
 
 
 def _wrap(value):
-    """A result as a stand-in array: fresh buffers are counted by the pool; scalars become 0-d."""
+    """A result as a stand-in array; scalars become 0-d. A view of a device array stays a view;
+    a fresh NumPy buffer is copied into a device array that owns its memory, as a CuPy array
+    does (so the ledger, the pool and ``gc`` see one owner, the device array itself)."""
     if isinstance(value, ndarray):
         return value
     if isinstance(value, _plain):
-        if value.base is None:
-            POOL.adopt(value)
-        return value.view(ndarray)
+        root = value
+        while isinstance(root.base, _plain):
+            root = root.base
+        if isinstance(root, ndarray):
+            return value.view(ndarray)
+        owned = np.ndarray.__new__(ndarray, value.shape, value.dtype)  # counted by __array_finalize__
+        np.copyto(owned.view(_plain), value)
+        return owned
     if isinstance(value, np.generic):
         return _wrap(np.array(value))
     if type(value) in (list, tuple):
