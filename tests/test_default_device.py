@@ -176,3 +176,12 @@ def test_a_loader_given_device_arrays_keeps_them_on_the_host_and_batches_on_the_
     assert all(type(a) is np.ndarray for a in loader.arrays)
     (xb, yb), _ = list(loader)
     assert on_device(xb, yb) and xb.numpy().tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def test_a_numpy_mask_follows_the_default_device_and_numpy_running_statistics_are_refused(standin):
+    a, b = tm.ones(2, 3), tm.zeros(2, 3)
+    picked = F.where(np.array([[True, False, True]]), a, b)
+    assert on_device(picked) and picked.numpy().tolist() == [[1, 0, 1]] * 2
+    x = tm.randn(2, 3, 4, 4)
+    with pytest.raises(tm.DeviceError, match="running_mean is on cpu but the input is on cuda"):
+        F.batch_norm(x, np.zeros(3, np.float32), np.ones(3, np.float32), training=True)
