@@ -93,23 +93,25 @@ def _wrap(value):
     return value
 
 
-def _flushed(array):
-    """``array`` with its float32 subnormals made ±0 (a copy only when there are any)."""
+def _subnormal(array):
+    """Where a float32 array holds subnormals, or None when it holds none (or is no float32)."""
     if not isinstance(array, _plain) or array.dtype != np.float32:
-        return array
+        return None
     size = np.abs(array)
     sub = (size < _TINY32) & (size > 0)
-    if not sub.any():
-        return array
-    return np.where(sub, np.copysign(np.float32(0), array), array)
+    return sub if sub.any() else None
+
+
+def _flushed(array):
+    """``array`` with its float32 subnormals made ±0 (a copy only when there are any)."""
+    sub = _subnormal(array)
+    return array if sub is None else np.where(sub, np.copysign(np.float32(0), array), array)
 
 
 def _flush_in_place(array):
-    if array.dtype == np.float32:
-        size = np.abs(array)
-        sub = (size < _TINY32) & (size > 0)
-        if sub.any():
-            np.copyto(array, np.copysign(np.float32(0), array), where=sub)
+    sub = _subnormal(array)
+    if sub is not None:
+        np.copyto(array, np.copysign(np.float32(0), array), where=sub)
 
 
 class ndarray(np.ndarray):

@@ -14,8 +14,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 QUICK_LESSONS = ["00_the_memory_ledger"]
 SLOW_LESSONS = ["01_gradient_checkpointing", "02_mixed_precision", "04_offloading", "05_optimizer_state"]
-QUICK_FAMILIES = ["memory_timeline", "checkpoint"]
-SLOW_FAMILIES = ["precision", "quantization", "offload", "stack", "what_fits", "workload_embeddings"]
+QUICK_FAMILIES = ["memory_timeline", "checkpoint", "what_fits"]
+SLOW_FAMILIES = ["precision", "quantization", "offload", "stack", "workload_embeddings"]
 
 
 def _run(args, cwd, **env):
