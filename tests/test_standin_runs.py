@@ -1,7 +1,8 @@
 """Lessons and figure families run whole on "cuda" served by the stand-in for CuPy, as they run
 on a GPU: a fresh process with ``TINYMEM_CUDA_STANDIN=1`` (the backend installs
 tests/standin_cupy.py) and ``TINYMEM_DEVICE=cuda`` or ``--device cuda``, nothing else changed.
-The longer ones are marked slow."""
+The longer ones are marked slow. Not here: lesson 07 and the partition family (MPI ranks),
+09 and watching (NVML reads a real GPU), 10 and rl, 11 and edge (they refuse cuda by design)."""
 import json
 import os
 import pathlib
@@ -13,7 +14,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 QUICK_LESSONS = ["00_the_memory_ledger"]
-SLOW_LESSONS = ["01_gradient_checkpointing", "02_mixed_precision", "04_offloading", "05_optimizer_state"]
+SLOW_LESSONS = ["01_gradient_checkpointing", "02_mixed_precision", "03_int8_quantization", "04_offloading",
+                "05_optimizer_state", "06_workloads_language_and_recsys", "06_workloads_vision",
+                "08_planning_and_stacking", "12_planning_past_the_machine"]
 QUICK_FAMILIES = ["memory_timeline", "checkpoint", "what_fits"]
 SLOW_FAMILIES = ["precision", "quantization", "offload", "stack", "workload_embeddings"]
 
