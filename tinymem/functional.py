@@ -120,8 +120,10 @@ def check_gelu(approximate):
 
 
 def where(condition, a, b):
-    cond = _as_tensor(condition)  # a NumPy mask goes to the default device, as a tensor would
-    return E.Where.apply(cond.data if isinstance(cond, Tensor) else cond, _as_tensor(a), _as_tensor(b))
+    cond = condition.data if isinstance(condition, Tensor) else condition
+    if hasattr(cond, "shape") and backend.device_of(cond) == "cpu":  # a NumPy mask goes to the default device
+        cond = backend.to_device(cond, backend.default_device())
+    return E.Where.apply(cond, _as_tensor(a), _as_tensor(b))
 
 
 # -- reductions ------------------------------------------------------------------------------
