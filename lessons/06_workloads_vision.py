@@ -104,7 +104,7 @@ for res in ([32, 64] if QUICK else [64, 128, 256]):
 # %%
 from tinymem.experiments import workload_resolution as W  # noqa: E402
 
-rows = W.sweep([32, 64] if QUICK else [64, 128, 256], base=8, depth=4, device="cpu", repeats=1)
+rows = W.sweep([32, 64] if QUICK else [64, 128, 256], base=8, depth=4, device=tm.get_default_device(), repeats=1)
 plain = {r["resolution"]: r["activation_peak"] for r in rows if r["config"] == "float32"}
 for r in rows:
     print(f"{r['resolution']:4d} px {r['config']:>20}: activations {memory.format_bytes(r['activation_peak']):>10} "

@@ -9,6 +9,7 @@ predict-then-reveal moments.
 import os
 import pathlib
 
+from tinymem import backend
 from tinymem.measure.records import meta
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -16,8 +17,8 @@ QUICK = os.environ.get("TINYMEM_QUICK") == "1"
 OUT = os.environ.get("TINYMEM_LESSON_OUT") or str(HERE / "out")
 # The committed figures and their records (figures/data/NAME.json), made by `tinymem figures`.
 FIGURES = HERE.parent / "figures"
-# Machine, versions and date, printed under each figure a lesson draws.
-RECORDS = {"meta": meta("cpu", QUICK)}
+# Machine (the default device's: TINYMEM_DEVICE), versions and date, printed under each figure a lesson draws.
+RECORDS = {"meta": meta(backend.default_device(), QUICK)}
 
 
 def _predict_switch():

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
+import standin_cupy
 import tinymem as tm
 from tinymem import backend
 from tinymem.distributed import launch
@@ -24,8 +25,10 @@ settings.register_profile("tinymem", max_examples=40, deadline=None, database=No
 settings.register_profile("thorough", max_examples=2000, deadline=None, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "tinymem"))
 
-# Devices are a parameter (needle's _DEVICES): cpu always, cuda when CuPy sees a GPU.
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+# Devices are a parameter (needle's _DEVICES): cpu always, cuda when CuPy sees a GPU, and
+# "standin": the device "cuda" served by tests/standin_cupy.py, a NumPy-backed CuPy that refuses
+# to mix with NumPy arrays, so every CI run has a second device (it skips where a GPU is).
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda), "standin"]
 
 # One tolerance per dtype, written down once (relative, absolute).
 TOL = {"float64": (1e-7, 1e-9), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3)}
@@ -64,7 +67,21 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture(params=DEVICES)
 def device(request):
-    return request.param
+    if request.param != "standin":
+        yield request.param
+        return
+    if backend.cuda_available() and backend.get_cupy().__version__ != standin_cupy.__version__:
+        pytest.skip("a GPU is here: the stand-in for one is not needed")
+    with standin_cupy.installed():
+        yield "cuda"
+
+
+@pytest.fixture
+def standin():
+    """The stand-in for CuPy served as "cuda" and made the default device for the test: the
+    code under test is given no device and must still make everything there."""
+    with standin_cupy.installed(), backend.default_device_as("cuda"):
+        yield standin_cupy
 
 
 def pytest_collection_finish(session):

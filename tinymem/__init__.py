@@ -9,7 +9,8 @@
 from . import autograd, backend, data, functional, memory, models, nn, optim, random
 from .autograd import (Function, Tensor, backward, enable_grad, is_grad_enabled, no_grad,
                        saved_tensors_hooks, set_grad_enabled, tensor)
-from .backend import DeviceError, cuda_available
+from .backend import (DeviceError, cuda_available, default_device_as, get_default_device,
+                      set_default_device)
 from .memory import OutOfMemoryError
 from .random import get_rng_state, manual_seed, set_rng_state
 from .serialization import CheckpointError, load, save
@@ -34,27 +35,58 @@ def _factory_dtype(dtype, floating=False):
 
 def zeros(*shape, dtype="float32", device=None, requires_grad=False):
     shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-    xp = backend.array_module(backend.check_device(device))
-    return Tensor(xp.zeros(shape, _factory_dtype(dtype)), requires_grad=requires_grad)
+    device = backend.check_device(device)
+    return Tensor(backend.array_module(device).zeros(shape, _factory_dtype(dtype)), requires_grad=requires_grad,
+                  device=device)
 
 
 def ones(*shape, dtype="float32", device=None, requires_grad=False):
     shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-    xp = backend.array_module(backend.check_device(device))
-    return Tensor(xp.ones(shape, _factory_dtype(dtype)), requires_grad=requires_grad)
+    device = backend.check_device(device)
+    return Tensor(backend.array_module(device).ones(shape, _factory_dtype(dtype)), requires_grad=requires_grad,
+                  device=device)
 
 
 def randn(*shape, dtype="float32", device=None, requires_grad=False):
     """Standard normal values from tinymem's seeded generator."""
     shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
     device = backend.check_device(device)
-    return Tensor(random.randn(shape, device, _factory_dtype(dtype, floating=True)), requires_grad=requires_grad)
+    return Tensor(random.randn(shape, device, _factory_dtype(dtype, floating=True)), requires_grad=requires_grad,
+                  device=device)
 
 
 def rand(*shape, dtype="float32", device=None, requires_grad=False):
     shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
     device = backend.check_device(device)
-    return Tensor(random.rand(shape, device, _factory_dtype(dtype, floating=True)), requires_grad=requires_grad)
+    return Tensor(random.rand(shape, device, _factory_dtype(dtype, floating=True)), requires_grad=requires_grad,
+                  device=device)
+
+
+def full(*shape, fill_value, dtype="float32", device=None, requires_grad=False):
+    shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+    device = backend.check_device(device)
+    return Tensor(backend.array_module(device).full(shape, fill_value, _factory_dtype(dtype)),
+                  requires_grad=requires_grad, device=device)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None):
+    """``start, start+step, ...`` below ``end`` (``arange(n)`` is 0..n-1): int64 from ints, float32
+    otherwise, on the default device unless ``device`` is given (``torch.arange``)."""
+    start, end = (0, start) if end is None else (start, end)
+    if dtype is None:
+        dtype = "int64" if all(isinstance(v, int) for v in (start, end, step)) else "float32"
+    device = backend.check_device(device)
+    return Tensor(backend.array_module(device).arange(start, end, step, dtype=_factory_dtype(dtype)), device=device)
+
+
+def zeros_like(t, dtype=None, device=None, requires_grad=False):
+    """Zeros of ``t``'s shape, on ``t``'s device and of its dtype unless told otherwise."""
+    return zeros(t.shape, dtype=dtype or t.dtype.name, device=device or t.device, requires_grad=requires_grad)
+
+
+def ones_like(t, dtype=None, device=None, requires_grad=False):
+    """Ones of ``t``'s shape, on ``t``'s device and of its dtype unless told otherwise."""
+    return ones(t.shape, dtype=dtype or t.dtype.name, device=device or t.device, requires_grad=requires_grad)
 
 
 cat = functional.concatenate

@@ -6,12 +6,20 @@ calls only functions that NumPy and CuPy share, so one code path serves both (De
 ``get_array_module``).
 
 CuPy is imported only when a ``"cuda"`` device is asked for, so a CPU-only machine never
-needs it. The default device comes from the ``TINYMEM_DEVICE`` environment variable
-(``cpu`` when unset).
+needs it. One default device decides where everything is made when no ``device=`` is given
+(as ``torch.set_default_device`` does): :func:`set_default_device`, first read from the
+``TINYMEM_DEVICE`` environment variable (``cpu`` when unset).
+
+Test-only seam: :func:`use_cuda_module` serves another module in place of CuPy (the tests'
+NumPy-backed stand-in, ``tests/standin_cupy.py``, so CI without a GPU has a second device);
+``TINYMEM_CUDA_STANDIN=1`` installs that stand-in in a process the tests start (lessons,
+``tinymem figures``). Neither is for users.
 
 Memory cost: none; this module only routes.
 """
+import contextlib
 import os
+import pathlib
 
 import numpy as np
 
@@ -26,6 +34,8 @@ DTYPES = {
 }
 
 _cupy = None
+_cupyx = None
+_default = {"device": None}  # None: not set yet, read $TINYMEM_DEVICE on first use
 
 
 class DeviceError(RuntimeError):
@@ -33,8 +43,32 @@ class DeviceError(RuntimeError):
 
 
 def default_device():
-    """The device used when none is given: ``$TINYMEM_DEVICE`` or ``"cpu"``."""
-    return check_device(os.environ.get("TINYMEM_DEVICE", "cpu"))
+    """The device used when none is given: the last :func:`set_default_device`, else
+    ``$TINYMEM_DEVICE``, else ``"cpu"``."""
+    if _default["device"] is None:
+        return check_device(os.environ.get("TINYMEM_DEVICE", "cpu") or "cpu")
+    return _default["device"]
+
+
+get_default_device = default_device
+
+
+def set_default_device(device):
+    """Make ``device`` (``"cpu"`` or ``"cuda"``) where tensors, parameters, optimizer state, data
+    and draws are made when no ``device=`` is given (``torch.set_default_device``). ``None``
+    goes back to ``$TINYMEM_DEVICE``. Arrays already made stay where they are."""
+    _default["device"] = None if device is None else check_device(device)
+
+
+@contextlib.contextmanager
+def default_device_as(device):
+    """Inside the block, ``device`` is the default device; the previous one after it."""
+    previous = _default["device"]
+    set_default_device(device)
+    try:
+        yield check_device(device)
+    finally:
+        _default["device"] = previous
 
 
 def check_device(device):
@@ -51,10 +85,39 @@ def check_device(device):
     return name
 
 
+def use_cuda_module(module):
+    """Test-only seam: serve ``module`` wherever tinymem asks for CuPy (its ``cupyx`` attribute
+    stands for ``cupyx``). Returns the module it replaces, to pass back later; ``None`` goes back
+    to importing the real CuPy on next use. Used by the tests' NumPy-backed stand-in."""
+    global _cupy, _cupyx
+    previous = _cupy
+    _cupy, _cupyx = module, getattr(module, "cupyx", None)
+    return previous
+
+
+def _standin():
+    """The tests' stand-in for CuPy, for a process started with ``TINYMEM_CUDA_STANDIN=1``."""
+    import importlib.util
+    import sys
+    if "standin_cupy" in sys.modules:  # the tests imported it already: one module, one array class
+        return sys.modules["standin_cupy"]
+    path = pathlib.Path(__file__).resolve().parents[1] / "tests" / "standin_cupy.py"
+    if not path.exists():
+        raise DeviceError(f"TINYMEM_CUDA_STANDIN is set (a test-only switch), but {path} is missing: "
+                          "unset it, or run from a checkout of the repository")
+    spec = importlib.util.spec_from_file_location("standin_cupy", path)
+    module = sys.modules["standin_cupy"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def get_cupy():
     """Import CuPy on first use; explain what is missing when it cannot work."""
     global _cupy
     if _cupy is not None:
+        return _cupy
+    if os.environ.get("TINYMEM_CUDA_STANDIN") == "1":
+        use_cuda_module(_standin())
         return _cupy
     try:
         import cupy
@@ -69,8 +132,16 @@ def get_cupy():
         raise DeviceError(f"CuPy is installed but no GPU is usable ({exc}); use device='cpu'") from exc
     if count == 0:
         raise DeviceError("CuPy is installed but this machine has no GPU; use device='cpu'")
-    _cupy = cupy
+    import cupyx
+    use_cuda_module(cupy)
+    globals()["_cupyx"] = cupyx
     return cupy
+
+
+def get_cupyx():
+    """``cupyx`` (scatter_add, pinned host arrays) of the CuPy in use."""
+    get_cupy()
+    return _cupyx
 
 
 def cuda_available():
@@ -83,30 +154,32 @@ def cuda_available():
 
 
 def device_of(array):
-    """``"cuda"`` for a CuPy array, ``"cpu"`` otherwise."""
-    return "cpu" if isinstance(array, (np.ndarray, np.generic)) else "cuda"
+    """``"cuda"`` for a CuPy array (anything with ``__cuda_array_interface__``), ``"cpu"`` otherwise."""
+    if type(array) is np.ndarray or not hasattr(array, "__cuda_array_interface__"):
+        return "cpu" if isinstance(array, (np.ndarray, np.generic)) else "cuda"
+    return "cuda"
 
 
 def array_module(x):
     """NumPy or CuPy: accepts a device name or an array."""
     if isinstance(x, str):
         return np if check_device(x) == "cpu" else get_cupy()
+    if type(x) is np.ndarray:
+        return np
+    if hasattr(x, "__cuda_array_interface__"):
+        return get_cupy()
     if isinstance(x, (np.ndarray, np.generic)):
         return np
-    if not hasattr(x, "__cuda_array_interface__"):
-        # A list or a Python number is no CUDA request: say what was given, not "needs CuPy".
-        raise TypeError(f"expected a NumPy or CuPy array (or a Tensor), got {type(x).__name__}; "
-                        "wrap it first, e.g. tm.tensor(x)")
-    return get_cupy()
+    # A list or a Python number is no CUDA request: say what was given, not "needs CuPy".
+    raise TypeError(f"expected a NumPy or CuPy array (or a Tensor), got {type(x).__name__}; "
+                    "wrap it first, e.g. tm.tensor(x)")
 
 
 def to_device(array, device):
     """Copy ``array`` to ``device`` (no copy when it is already there)."""
     device = check_device(device)
     if device == "cpu":
-        if isinstance(array, np.ndarray):
-            return array
-        if device_of(array) == "cuda":
+        if hasattr(array, "__cuda_array_interface__"):
             return get_cupy().asnumpy(array)
         return np.asarray(array)
     return get_cupy().asarray(array)
@@ -143,8 +216,7 @@ def scatter_add(xp, target, index, values):
     if xp is np:
         np.add.at(target, index, values)
     else:
-        import cupyx
-        cupyx.scatter_add(target, index, values)
+        get_cupyx().scatter_add(target, index, values)
     return target
 
 

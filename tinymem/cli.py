@@ -70,7 +70,8 @@ def cmd_figures(args):
             tqdm.write(progress.describe(index, len(names), name, last[name],
                                          progress.seconds_left([last[n] for n in names[index - 1:]], done)))
             start = time.perf_counter()
-            records = module.run(quick=args.quick, device=device)
+            with backend.default_device_as(device):  # what the family makes without device= goes there too
+                records = module.run(quick=args.quick, device=device)
             records["meta"] = dict(meta(device, args.quick), seconds=round(time.perf_counter() - start, 2))
             done.append((records["meta"]["seconds"], last[name]))
         records["claims"] = claims.evaluate(getattr(module, "CLAIMS", []), records, records["meta"]["quick"])

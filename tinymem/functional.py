@@ -121,6 +121,8 @@ def check_gelu(approximate):
 
 def where(condition, a, b):
     cond = condition.data if isinstance(condition, Tensor) else condition
+    if hasattr(cond, "shape") and backend.device_of(cond) == "cpu":  # a NumPy mask goes to the default device
+        cond = backend.to_device(cond, backend.default_device())
     return E.Where.apply(cond, _as_tensor(a), _as_tensor(b))
 
 
@@ -268,6 +270,11 @@ def batch_norm(input, running_mean=None, running_var=None, weight=None, bias=Non
     args = [input] + [t for t in (weight, bias) if t is not None]
     if weight is None and bias is not None:
         raise ValueError("batch_norm: a bias without a weight is not supported; pass both or neither")
+    for name, stats in (("running_mean", running_mean), ("running_var", running_var)):
+        # Updated in place: a copy on the input's device would lose the update, so no copy is made.
+        if stats is not None and backend.device_of(stats) != input.device:
+            raise backend.DeviceError(f"batch_norm: {name} is on {backend.device_of(stats)} but the input is on "
+                                      f"{input.device}; make the running statistics on the input's device")
     return BN.BatchNorm2d.apply(*args, running_mean=running_mean, running_var=running_var,
                                 training=training, momentum=momentum, eps=eps)
 

@@ -38,8 +38,9 @@ def _next_seed():
     return seq
 
 
-def generator(device="cpu"):
-    """A generator for one draw (it consumes one step of the state)."""
+def generator(device=None):
+    """A generator for one draw on ``device`` (the default device when None); it consumes one
+    step of the state."""
     seq = _next_seed()
     if backend.check_device(device) == "cpu":
         return np.random.default_rng(seq)
@@ -47,15 +48,15 @@ def generator(device="cpu"):
     return cupy.random.default_rng(int(seq.generate_state(1, np.uint64)[0]))
 
 
-def rand(shape, device="cpu", dtype=np.float32):
+def rand(shape, device=None, dtype=np.float32):
     """Uniform [0, 1) numbers, as a raw array."""
     return generator(device).random(shape, dtype=np.float32).astype(dtype, copy=False)
 
 
-def randn(shape, device="cpu", dtype=np.float32):
+def randn(shape, device=None, dtype=np.float32):
     """Standard normal numbers, as a raw array."""
     return generator(device).standard_normal(shape, dtype=np.float32).astype(dtype, copy=False)
 
 
-def uniform(low, high, shape, device="cpu", dtype=np.float32):
+def uniform(low, high, shape, device=None, dtype=np.float32):
     return (low + (high - low) * rand(shape, device, np.float64)).astype(dtype)

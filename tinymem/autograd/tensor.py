@@ -47,9 +47,14 @@ class Tensor:
     _bucket = "workspace"
 
     def __init__(self, data, requires_grad=False, dtype=None, device=None):
-        device = backend.check_device(device) if device is not None else (
-            backend.device_of(data.data if isinstance(data, Tensor) else data)
-            if hasattr(data, "shape") else backend.default_device())
+        # Without device=: a Tensor or a device array stays where it is; anything else (lists,
+        # NumPy arrays) goes to the default device, as torch.tensor does.
+        if device is not None:
+            device = backend.check_device(device)
+        elif isinstance(data, Tensor) or hasattr(data, "__cuda_array_interface__"):
+            device = backend.device_of(data.data if isinstance(data, Tensor) else data)
+        else:
+            device = backend.default_device()
         self._data = None
         self.data = _as_array(data, backend.resolve_dtype(dtype), device)
         self._ctx = None
@@ -180,7 +185,7 @@ class Tensor:
     def clone(self):
         """A copy (differentiable for floating tensors; other dtypes keep their dtype)."""
         if self._data.dtype.kind not in "fc":
-            return Tensor(self._data.copy())
+            return Tensor(self._data.copy(), device=self.device)
         return self * 1
 
     # -- backward --------------------------------------------------------------------------
@@ -200,7 +205,8 @@ class Tensor:
 
 
 def tensor(data, requires_grad=False, dtype=None, device=None):
-    """Make a leaf Tensor. Python floats give float32.
+    """Make a leaf Tensor. Python floats give float32. Without ``device=``, lists and NumPy
+    arrays go to the default device (``tm.set_default_device``); a Tensor or CuPy array stays.
 
     Unlike ``torch.tensor``, which always copies, an array of the right dtype and device is
     used as it is, not copied (as ``torch.as_tensor`` does): wrapping a batch costs no memory,

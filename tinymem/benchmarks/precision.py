@@ -65,7 +65,7 @@ def torch_reference(width=32, depth=64, batch=2048, repeats=3):
     return out
 
 
-def run(quick=False, device="cpu"):
+def run(quick=False, device=None):
     width, depth, batch = SIZES["quick" if quick else "full"]
     rows, mem = [], {}
     for mode in MODES:

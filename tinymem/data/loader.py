@@ -1,6 +1,7 @@
 """DataLoader: seeded, shuffled batches of Tensors from arrays, one epoch per pass."""
 import numpy as np
 
+from .. import backend
 from ..autograd import Tensor
 from ..checks import is_int
 
@@ -9,7 +10,8 @@ class DataLoader:
     """Iterate ``(x, y, ...)`` batches of Tensors from arrays, shuffled by a seed per epoch.
 
     ``DataLoader((x, y), batch_size=64, shuffle=True, seed=0)``; each pass over it is one
-    epoch and uses the next seed, so runs are reproducible.
+    epoch and uses the next seed, so runs are reproducible. The arrays stay in host memory; each
+    batch is copied to ``device`` (the default device when None): one batch on the device at a time.
     """
 
     def __init__(self, arrays, batch_size=64, shuffle=True, seed=0, drop_last=False, device=None):
@@ -18,7 +20,7 @@ class DataLoader:
             raise TypeError(f"DataLoader takes a tuple of arrays, e.g. (x, y) or (x,); got a {type(arrays).__name__}")
         if not arrays:
             raise ValueError("DataLoader needs at least one array, e.g. (x, y)")
-        self.arrays = tuple(np.asarray(a) for a in arrays)
+        self.arrays = tuple(backend.to_numpy(a) for a in arrays)
         if any(a.ndim == 0 for a in self.arrays):
             raise ValueError("DataLoader's arrays need a first (sample) dimension; got a scalar")
         if len({len(a) for a in self.arrays}) != 1:

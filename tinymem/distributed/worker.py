@@ -278,6 +278,7 @@ def main(argv=None):
     parser.add_argument("--how", choices=["raise", "exit", "kill", "hang"], default="raise", help="crash: how rank 1 fails")
     args = parser.parse_args(argv)
     install_excepthook()
+    backend.set_default_device(args.device)  # labels and anything else made without device= go there too
     comm = Communicator(timeout=args.timeout, transport=args.transport, algorithm=args.algorithm)
     if args.device == "cuda":
         comm.select_gpu()

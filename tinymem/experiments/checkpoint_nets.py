@@ -39,17 +39,17 @@ def one_thread():
             torch.set_num_threads(before)
 
 
-def deep_mlp(depth, width, device="cpu"):
+def deep_mlp(depth, width, device=None):
     random.manual_seed(0)
     return nn.Sequential(*[nn.Sequential(nn.Linear(width, width, device=device), nn.ReLU())
                            for _ in range(depth)])
 
 
-def batch(model, size, device="cpu"):
+def batch(model, size, device=None):
     width = model[0][0].in_features
     data = np.random.default_rng(0).standard_normal((size, width)).astype(np.float32)
     x = Tensor(data, device=device, requires_grad=True)
-    return x, np.ones((size, width), np.float32) if device == "cpu" else x.data * 0 + 1
+    return x, np.ones((size, width), np.float32) if x.device == "cpu" else x.data * 0 + 1
 
 
 def forward(model, x, mode):
@@ -188,7 +188,7 @@ SAVE_MATMULS = ("linear", "matmul", "conv2d")  # the selective policy: keep what
 TRANSFORMER = {"quick": (16, 64, 32, 4, 4, 2), "full": (32, 256, 256, 16, 8, 2)}
 
 
-def transformer_problem(quick, device="cpu"):
+def transformer_problem(quick, device=None):
     """A Transformer LM and a batch of token ids: (model, run(strategy) -> loss)."""
     from ..models import TransformerLM
     from ..techniques.checkpoint import checkpoint, checkpoint_sequential
@@ -216,7 +216,7 @@ def transformer_problem(quick, device="cpu"):
     return name, lm, loss
 
 
-def unet_problem(quick, device="cpu"):
+def unet_problem(quick, device=None):
     """A U-Net and a batch of phantoms: (model, run(strategy) -> loss); every block is one
     checkpoint (its skip connections make the blocks no chain, so there are no sqrt segments)."""
     import functools

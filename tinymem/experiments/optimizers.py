@@ -72,7 +72,7 @@ def _epochs(model, opt, loader, test, epochs, train, heldout):
             break  # diverged: the rest of the run says nothing
 
 
-def train_digits(label, lr, cfg, arrays, device="cpu", data_seed=0, init_seed=0):
+def train_digits(label, lr, cfg, arrays, device=None, data_seed=0, init_seed=0):
     """Train from initialisation ``init_seed`` with the batches shuffled by ``data_seed``; return
     per-step train losses, per-epoch held-out losses, the last epoch's mean train loss, time."""
     x_train, y_train, x_test, y_test = arrays

@@ -58,7 +58,7 @@ def train_steps(mode, width, depth, batch, steps, device, xy=None):
     return model, opt, step, losses
 
 
-def step_memory(mode, width=32, depth=64, batch=2048, steps=2, device="cpu"):
+def step_memory(mode, width=32, depth=64, batch=2048, steps=2, device=None):
     """Peaks of ``steps`` training steps in ``mode``, model and optimizer built in the window."""
     xy = _batch(batch, device)  # the data is not part of the step's memory
     # No timeline: its event list would itself show up in the allocator's measurement.

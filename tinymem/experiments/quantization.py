@@ -13,7 +13,7 @@ import tracemalloc
 
 import numpy as np
 
-from .. import data, memory, models, optim, random
+from .. import backend, data, memory, models, optim, random
 from .. import functional as F
 from ..autograd import Tensor, no_grad
 from ..measure.claims import Claim
@@ -38,7 +38,7 @@ CALIBRATORS = {
 
 def _accuracy(model, x, y):
     with no_grad():
-        return float((model(Tensor(x)).data.argmax(1) == y).mean())
+        return float((model(Tensor(x)).numpy().argmax(1) == y).mean())
 
 
 def _train(sizes, x, y, epochs, batch, bits=32, seed=0):
@@ -98,7 +98,7 @@ def _layer_inputs(model, batches, layer=2):
     out = []
     with no_grad():
         for b in batches:
-            out.append(model[:layer](Tensor(b)).data.ravel())
+            out.append(model[:layer](Tensor(b)).numpy().ravel())
     return np.concatenate(out)
 
 
@@ -165,7 +165,7 @@ def run_bits(x_train, y_train, x_test, y_test, epochs, batch, device):
             saved = memory.live_bytes("activation")
             measured_after_forward = tracemalloc.get_traced_memory()[0] - entry
             loss.backward()
-        g = np.concatenate([p.grad.data.ravel() for p in model.parameters()])
+        g = np.concatenate([p.grad.numpy().ravel() for p in model.parameters()])
         ref = g if ref is None else ref
         trained, _ = _train(sizes, x_train, y_train, epochs, batch, bits)
         rows.append({"bits": bits, "saved_bytes": int(saved), "measured_after_forward": measured_after_forward,
@@ -180,7 +180,8 @@ def run_bits(x_train, y_train, x_test, y_test, epochs, batch, device):
         _loss(model, xb, yb, bits).backward()
 
     # one saved array of the step, packed and unpacked alone: where the compressed step's time goes
-    array = np.maximum(np.random.default_rng(0).standard_normal((batch, sizes[1])), 0).astype(np.float32)
+    array = backend.to_device(np.maximum(np.random.default_rng(0).standard_normal((batch, sizes[1])), 0)
+                              .astype(np.float32), device)
     codecs = {bits: (lambda b=bits: Q.decompress(Q.compress(array, b, stochastic=b < 8))) for bits in (8, 4, 2)}
     with one_blas_thread():
         samples = _per_call(interleaved_samples({r["bits"]: _calls(lambda b=r["bits"]: step(b), 5) for r in rows},
@@ -199,9 +200,6 @@ def run_bits(x_train, y_train, x_test, y_test, epochs, batch, device):
 
 
 def run(quick=False, device="cpu"):
-    if device != "cpu":
-        raise ValueError("the quantization figures run on the CPU (QuantizedLinear's float-GEMM "
-                         "trick is the same on CuPy, but the sweep uses NumPy test data)")
     x_train, y_train, x_test, y_test = data.load_digits()
     epochs = 6 if quick else 20
     model, step = _train(SIZES, x_train, y_train, epochs, 64)

@@ -26,7 +26,7 @@ ORDER = 90
 FIGURES = ["stack_waterfall.png"]
 
 
-def run(quick=False, device="cpu"):
+def run(quick=False, device=None):
     if quick:
         sizes, batch, k = [32] + [64] * 8 + [10], 1024, 16
     else:

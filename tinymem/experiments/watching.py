@@ -36,7 +36,7 @@ def _layers(quick, device):
     width, batch, steps = (256, 256, 2) if quick else (1024, 1024, 3)
     model = models.MLP([64, width, width, width, 10]).to(device)
     opt = optim.Adam(model.parameters(), lr=1e-3)
-    x = Tensor(random.randn((batch, 64), device))
+    x = Tensor(random.randn((batch, 64), device), device=device)
     y = backend.to_device(np.arange(batch) % 10, device)
 
     def step():

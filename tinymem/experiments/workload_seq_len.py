@@ -72,7 +72,7 @@ def _attention_sweep(lengths, device, repeats=9):
     return points
 
 
-def train_lm(steps, batch_size=32, context=64, device="cpu", log_every=25, seed=0, lr=3e-3):
+def train_lm(steps, batch_size=32, context=64, device=None, log_every=25, seed=0, lr=3e-3):
     """Train the tiny character LM on ``pydoc_data.topics`` with Adam, the learning rate
     decaying from ``lr`` to lr/10 on a cosine; returns the records of the run and a sample
     (temperature 0.6)."""

@@ -14,12 +14,15 @@ from ..memory import attribution
 
 
 class Parameter(Tensor):
-    """A Tensor that is a weight: it requires a gradient and counts in the ``parameter`` bucket."""
+    """A Tensor that is a weight: it requires a gradient and counts in the ``parameter`` bucket.
+    It stays on the device of the array it is given (layers make their arrays where they live)."""
 
     _bucket = "parameter"
 
     def __init__(self, data, requires_grad=True):
-        super().__init__(data.data if isinstance(data, Tensor) else data, requires_grad=requires_grad)
+        data = data.data if isinstance(data, Tensor) else data
+        super().__init__(data, requires_grad=requires_grad,
+                         device=backend.device_of(data) if hasattr(data, "shape") else None)
 
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()

@@ -28,7 +28,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     grads = [p.grad.data for p in parameters if p.grad is not None]
     norm_type = float(norm_type)
     if not grads:
-        return Tensor(np.zeros((), np.float32))
+        return Tensor(np.zeros((), np.float32))  # no gradient anywhere: a 0 on the default device
     for g in grads:
         if g.dtype.kind != "f":
             raise TypeError(f"clip_grad_norm_: gradient of dtype {g.dtype} (bfloat16 bits?); clip the "

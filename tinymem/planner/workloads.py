@@ -114,7 +114,7 @@ class MLPWorkload(Workload):
         return CheckpointedChain(blocks, _segments(schedule, len(blocks)))
 
     def batch(self, n):
-        x = Tensor(random.randn((n, self.sizes[0]), self.device))
+        x = Tensor(random.randn((n, self.sizes[0]), self.device), device=self.device)
         classes = self.sizes[-1]
         if self.sizes[0] >= classes:  # a learnable rule: the class is the largest of the first inputs
             y = backend.to_numpy(x.data[:, :classes]).argmax(axis=1).astype(np.int64)
@@ -146,7 +146,7 @@ class UNetWorkload(Workload):
 
     def batch(self, n):
         c, k, _, _, res = self.sizes
-        x = Tensor(random.randn((n, c, res, res), self.device))
+        x = Tensor(random.randn((n, c, res, res), self.device), device=self.device)
         labels = (np.arange(n * res * res).reshape(n, res, res) % k).astype(np.int64)
         return x, backend.to_device(labels, self.device)
 

@@ -74,9 +74,8 @@ def measure_bandwidths(chunk_bytes=1 << 20, total_bytes=32 << 20, directory=None
 
 
 def _pcie(chunks, repeats):
-    import cupyx
     cupy = backend.get_cupy()
-    pinned = [cupyx.empty_pinned(c.shape, c.dtype) for c in chunks]
+    pinned = [backend.get_cupyx().empty_pinned(c.shape, c.dtype) for c in chunks]
     for p, c in zip(pinned, chunks):
         p[...] = c
     on_device = [cupy.empty(c.shape, c.dtype) for c in chunks]

@@ -14,8 +14,7 @@ from ... import backend
 
 def pinned_empty(shape, dtype):
     """A page-locked host array (CuPy's pinned memory pool): copies from it can be asynchronous."""
-    import cupyx
-    return cupyx.empty_pinned(shape, dtype)
+    return backend.get_cupyx().empty_pinned(shape, dtype)
 
 
 class InFlight:

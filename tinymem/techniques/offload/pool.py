@@ -22,7 +22,7 @@ import weakref
 
 import numpy as np
 
-from ... import memory
+from ... import backend, memory
 
 
 class _Buffer:
@@ -32,8 +32,7 @@ class _Buffer:
 
     def __init__(self, nbytes, pinned):
         if pinned:
-            import cupyx
-            self.raw = cupyx.empty_pinned((nbytes,), np.uint8)
+            self.raw = backend.get_cupyx().empty_pinned((nbytes,), np.uint8)
         else:
             self.raw = np.empty(nbytes, np.uint8)
         # Lent arrays look at the bytes through this ctypes object, not as NumPy views of

@@ -1,0 +1,126 @@
+"""The stand-in for CuPy holds what CuPy does: it refuses NumPy operands, flushes float32
+subnormals in arithmetic, counts every buffer in its pool and calls memory hooks as CuPy does.
+And the backend's seam and default device route to it."""
+import gc
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import standin_cupy as sc
+import tinymem as tm
+from tinymem import backend
+
+
+@pytest.fixture
+def xp():
+    with sc.installed():
+        yield sc
+
+
+def test_device_arrays_are_cuda_and_refuse_numpy_operands(xp):
+    a = xp.asarray(np.arange(4, dtype=np.float32))
+    assert backend.device_of(a) == "cuda" and backend.array_module(a) is xp
+    assert backend.device_of(np.zeros(2)) == "cpu"
+    for mixed in (lambda: a + np.ones(4, np.float32), lambda: np.maximum(a, np.zeros(4, np.float32)),
+                  lambda: xp.concatenate([a, np.ones(1, np.float32)]), lambda: xp.exp(np.ones(2))):
+        with pytest.raises(TypeError, match="Unsupported type <class 'numpy.ndarray'>"):
+            mixed()
+    results = [a * 2.0 + np.float32(1), a.sum(), a[[0, 2]], a.copy(), xp.zeros(3), np.stack([a, a])]
+    assert all(isinstance(r, xp.ndarray) for r in results)
+    assert a.sum().shape == ()  # a reduction gives a 0-d device array, as on CuPy
+    assert type(backend.to_numpy(a)) is np.ndarray and backend.to_numpy(a).tolist() == [0, 1, 2, 3]
+
+
+def test_float32_arithmetic_flushes_subnormals_and_copies_stay_exact(xp):
+    x = xp.asarray(np.array([1e-40, -1e-40, 1.0], np.float32))
+    y = x * 1
+    assert backend.to_numpy(y).tolist() == [0.0, 0.0, 1.0] and np.signbit(backend.to_numpy(y)[1])
+    assert backend.to_numpy(x.copy())[0] == np.float32(1e-40)  # copies are exact, as on a GPU
+    assert (xp.asarray(np.float32(1e-30)) * np.float32(1e-10)).item() == 0.0  # outputs flush too
+    assert (xp.asarray(np.float64(1e-40)) * 1).item() == 1e-40  # float64 does not flush
+    half = xp.asarray(np.float16(6e-8))
+    assert (half * 1).item() > 0  # a float16 subnormal is a normal float32 in the kernel: it survives
+
+
+def test_the_pool_counts_live_buffers_in_512_byte_blocks_and_caches_freed_ones(xp):
+    pool = xp.get_default_memory_pool()
+    gc.collect()
+    used = pool.used_bytes()
+    a = xp.zeros(1000, np.float32)  # 4,000 bytes -> 4,096
+    view = a[10:]
+    assert pool.used_bytes() - used == 4096
+    del a
+    assert pool.used_bytes() - used == 4096  # the view keeps the buffer alive
+    del view
+    gc.collect()
+    assert pool.used_bytes() == used and pool.total_bytes() >= used + 4096  # cached, not returned
+    pool.free_all_blocks()
+    assert pool.total_bytes() == pool.used_bytes()
+
+
+def test_memory_hooks_see_every_malloc_and_free_and_alloc_only_when_the_pool_grows(xp):
+    calls = []
+
+    class Hook(xp.cuda.MemoryHook):
+        name = "test_hook"
+
+        def malloc_postprocess(self, **kw):
+            calls.append(("malloc", kw["size"], kw["mem_size"], sorted(kw)))
+
+        def free_postprocess(self, **kw):
+            calls.append(("free", kw["mem_size"], sorted(kw)))
+
+        def alloc_postprocess(self, **kw):
+            calls.append(("alloc", kw["mem_size"]))
+
+    gc.collect()  # no garbage of earlier tests is freed while the hook listens
+    xp.get_default_memory_pool().free_all_blocks()
+    with Hook():
+        a = xp.ones(100, np.float64)
+        del a
+        b = xp.ones(100, np.float64)  # the same block size again: reused, no alloc
+        del b
+    gc.collect()
+    malloc_keys = ["device_id", "mem_ptr", "mem_size", "pmem_id", "size"]
+    free_keys = ["device_id", "mem_ptr", "mem_size", "pmem_id"]
+    malloc = ("malloc", 800, 1024, ["device_id", "mem_ptr", "mem_size", "pmem_id", "size"])
+    free = ("free", 1024, ["device_id", "mem_ptr", "mem_size", "pmem_id"])
+    assert calls == [("alloc", 1024), malloc, free, malloc, free]
+
+
+def test_an_allocation_over_the_limit_raises_cupys_out_of_memory_error(xp):
+    pool = xp.get_default_memory_pool()
+    gc.collect()
+    pool.free_all_blocks()
+    pool.set_limit(size=pool.used_bytes() + 4096)
+    try:
+        keep = xp.zeros(1024, np.float32)  # exactly the 4,096 bytes left
+        with pytest.raises(xp.cuda.memory.OutOfMemoryError, match="Out of memory allocating 4,096 bytes"):
+            keep + 1
+        assert pool.get_limit() > 0
+    finally:
+        pool.set_limit(size=0)
+
+
+def test_the_seam_installs_and_restores_and_the_default_device_follows_it():
+    before = backend._cupy
+    with sc.installed():
+        assert backend.get_cupy() is sc and backend.get_cupyx() is sc.cupyx
+        with backend.default_device_as("cuda"):
+            assert tm.get_default_device() == "cuda"
+            assert isinstance(tm.tensor([3] * 4).data, sc.ndarray)
+        assert tm.get_default_device() == backend.check_device(os.environ.get("TINYMEM_DEVICE") or "cpu")
+    assert backend._cupy is before
+
+
+def test_a_process_started_with_the_standin_switch_runs_cuda_on_it():
+    code = ("import tinymem as tm; t = tm.randn(3, device='cuda'); "
+            "print(type(t.data).__module__, tm.backend.get_cupy().__version__)")
+    env = dict(os.environ, TINYMEM_CUDA_STANDIN="1", PYTHONPATH=str(pathlib.Path(__file__).parents[1]))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["standin_cupy", "standin"]
