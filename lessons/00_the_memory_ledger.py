@@ -64,6 +64,7 @@ for entry in memory.LEDGER.entries.values():
         print(f"  {entry.nbytes:>9,d} B  {str(array.dtype):<8} {str(array.shape):<10} "
               f"{names.get(id(array), 'another array still referenced')}")
 print(f"  {listed:>9,d} B  in all: the workspace bucket holds {memory.live_bytes('workspace'):,d} B")
+del entry, array  # the loop's names would keep the last entry's array (any bucket) alive
 
 # %% [markdown]
 # ## One step under the microscope
