@@ -103,6 +103,30 @@ def test_the_two_techniques_save_alike_as_the_models_grow():
     assert gaps[-1] < 0.05 < gaps[0]
 
 
+@pytest.mark.parametrize("change", [{}, {"sequence_parallel": True, "recompute": "selective"}],
+                         ids=["tensor", "+ sequence + selective"])
+def test_the_22b_models_head_is_split_as_megatrons(change):
+    """Korthikanti et al. Section 4.3: with p = 1 the first stage also holds the final norm's and
+    the output layer's inputs, 2·sbh/t each with sequence parallelism, and the fp32 logits of the
+    vocab-parallel cross-entropy, 4·sbv/t; their embedding dropout adds sbhp/t, which a model
+    without dropout lacks. The planner's breakdown holds those (plus 150 kB of token ids, targets
+    and norm statistics; rel 1e-3) over the stage's layers: 0.235 GB for the 22B model. Before the
+    head was split it held the probabilities of all 51,200 columns on each of the 8 ranks
+    (4·sbv = 1.68 GB). The paper says these terms are "less than 0.01%" of the 22B model's
+    activations; by its own formula they are 0.57% of a layer stack without recomputation
+    ((p + 4(1 + v/h))/(L(34 + 5as/h))), and 2.3% with sequence parallelism and selective recompute."""
+    a, h, layers, t, p, global_batch, b = TABLE_3["22B"]
+    s, v = 2048, 51200
+    arch, stack = table_3_arch("22B"), table_3_stack("22B", **change)
+    outside = analytic.breakdown(arch, b, stack, mode="korthikanti").buckets["activation"] \
+        - parallel.stage_activations(arch, b, stack)
+    norm_and_head = (2 + 2) * s * b * h / (t if stack.sequence_parallel else 1)
+    assert outside == pytest.approx(norm_and_head + 4 * s * b * v / t, rel=1e-3)
+    if stack.sequence_parallel:  # the paper's whole extra term, less the embedding dropout's mask
+        paper = s * b * h * layers / t * (p / layers + 4 / layers * (1 + v / h))
+        assert outside == pytest.approx(paper - s * b * h * p / t, rel=1e-3)
+
+
 @pytest.mark.parametrize("model", ["175B", "530B"])
 @pytest.mark.parametrize("change", CONFIGS.values(), ids=CONFIGS.keys())
 def test_the_interleaved_schedule_holds_the_papers_extra_layers(model, change):

@@ -45,7 +45,7 @@ from . import architectures as archs
 from .activations import Term, activations_per_layer, korthikanti_formula, layer_terms, stored_bytes
 from .moments import (activation_moments, attention_backward, compute_bytes, layer_transient, micro_batch_extremes,
                       micro_batch_sizes, packing_bytes, segments, storage_of, total,
-                      transient_bound)  # micro_batch_sizes: re-exported
+                      transient_bound, vocab_share)  # micro_batch_sizes: re-exported
 from .precision import PRECISIONS, width
 from .sharding import (SCRATCH, divide, model_states, offload_kind, optimizer_bytes, optimizer_label, parameter_total,
                        pipeline_in_flight, scratch_bytes)
@@ -151,7 +151,8 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu"):
     act = activation_moments(arch, worst, stack, mode, 4 if backend == "numpy" else None, batch, stage_layers)
     for name in ("forward end", "recompute"):
         terms += [("activation", t._replace(name=f"{name}: {t.name}")) for t in act[name]]
-    terms.append(("workspace", Term("logits (fp32)", "4·N·V", 4 * worst * arch.seq * arch.vocab)))
+    logits = 4 * worst * arch.seq * vocab_share(arch, stack.tensor)  # vocab-parallel over t ranks
+    terms.append(("workspace", Term("logits (fp32)", "4·N·V/t", logits)))
     if storage_of(stack) == "int8":
         packing = max(mo["workspace"] for name, mo in moments.items() if name.startswith("loss: packing"))
         terms.append(("workspace", Term("loss packing its probabilities (int8)", "8·N·V + 8·B·s + 4·N·V + 10·p",
@@ -208,11 +209,11 @@ def _moments(arch, batch, stack, wd, mode, backend, P, G, O, masters, stage_laye
                                               workspace=layer_transient(arch, m, batch, stack, backend))
         moments["loss" + suffix] = dict(parameter=P, gradient=g, optimizer=O,
                                         activation=waiting + total(act["forward end"]),
-                                        workspace=4 * m * arch.seq * arch.vocab + 4)
+                                        workspace=4 * m * arch.seq * vocab_share(arch, stack.tensor) + 4)
         if storage_of(stack) == "int8":
             # The loss packs its probabilities before it saves the targets: the fp32 logits and
             # probabilities and the targets live beside the packing's temporaries.
-            values, targets = m * arch.seq * arch.vocab, 8 * batch * arch.seq
+            values, targets = m * arch.seq * vocab_share(arch, stack.tensor), 8 * batch * arch.seq
             moments["loss: packing the probabilities" + suffix] = dict(
                 parameter=P, gradient=g, optimizer=O,
                 activation=waiting + total(act["forward end"]) - stored_bytes(values, "int8") - targets,

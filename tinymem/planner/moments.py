@@ -50,19 +50,28 @@ def segments(layers, recompute):
     return count - 1, size, layers - (count - 1) * size
 
 
-def head_terms(arch, batch, held, storage, loss_storage, mode):
+def vocab_share(arch, tensor):
+    """Vocabulary columns one of ``tensor`` ranks holds: Megatron's output layer and cross-entropy
+    are vocab-parallel, so a rank's logits and probabilities are N·V/t (Korthikanti et al. 4.3)."""
+    return -(-arch.vocab // tensor)
+
+
+def head_terms(arch, batch, held, storage, loss_storage, mode, tensor=1, sequence_parallel=False):
     """Saved tensors outside the layers: token ids and targets (int64, of the ``held`` sequences:
     micro-batches are views of the whole batch), positions, final norm, head input, the loss's
-    probabilities (fp32 unless int8: the loss runs outside the half model)."""
+    probabilities (fp32 unless int8: the loss runs outside the half model). Over ``tensor`` ranks
+    the probabilities are split by vocabulary, and with ``sequence_parallel`` the final norm's
+    and the head's inputs by sequence (2·N·h/t each, the paper's Section 4.3)."""
     s, h, n = arch.seq, arch.hidden, batch * arch.seq
     st = "fp16" if mode == "korthikanti" else storage
+    split = tensor if sequence_parallel else 1
     rows = [Term("token ids", "8·B·s", 8 * held * s)]
     if arch.positions == "learned":
         rows.append(Term("positions", "8·s", 8 * s))
-    rows += [Term("final norm x-hat", "N·h", stored_bytes(n * h, st)),
-             Term("final norm 1/std", "N", stored_bytes(n, st)),
-             Term("head input", "N·h", stored_bytes(n * h, st)),
-             Term("loss probabilities", "N·V", stored_bytes(n * arch.vocab, loss_storage)),
+    rows += [Term("final norm x-hat", "N·h", stored_bytes(-(-n * h // split), st)),
+             Term("final norm 1/std", "N", stored_bytes(-(-n // split), st)),
+             Term("head input", "N·h", stored_bytes(-(-n * h // split), st)),
+             Term("loss probabilities", "N·V", stored_bytes(n * vocab_share(arch, tensor), loss_storage)),
              Term("targets", "8·B·s", 8 * held * s)]
     return rows
 
@@ -103,7 +112,8 @@ def activation_moments(arch, batch, stack, mode="tinymem", compute=None, held=No
                                     compute=compute, **options))
     kept, size, last = segments(layers, stack.recompute)
     loss_storage = "int8" if storage == "int8" else "fp32"
-    head = head_terms(arch, batch, batch if held is None else held, storage, loss_storage, mode)
+    head = head_terms(arch, batch, batch if held is None else held, storage, loss_storage, mode,
+                      stack.tensor, stack.sequence_parallel)
     embed = [t for t in head if t.name in ("token ids", "positions")]
     inputs = [Term(f"kept segment inputs ({kept})", "kept·input", kept * kept_input)] if kept else []
     through = embed + inputs + [Term(f"layers run plainly ({last})", "last·layer", last * layer)]
