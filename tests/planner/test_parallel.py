@@ -73,6 +73,13 @@ def test_the_papers_four_models_hold_its_first_stage_activations(model):
     points over "under 20%", the text's round number), full recomputation within 0.07-0.10
     (7.6-9.5%), the ratio of the two within 10% of 2 (4.25/2 = 2.125 at t = 8 for every model),
     and each technique alone within 0.45-0.70 of the baseline ("nearly in half": 49-67%).
+    Shares are what can be compared: Figure 1's bars (GB against the 80 GB line) print no numbers,
+    the paper runs 175B and 530B interleaved (x1.29, x1.32 on every configuration alike, see the
+    interleaving test), its "GB" are GiB (Appendix B's sbhp = 2.73 GB is 2.94e9 bytes), and its
+    measured results include Appendix B's output-tensor deallocation, which Equation 5 (and the
+    planner) never counts. The planner's first stage, GB (1e9), tensor / + sequence / + selective
+    on both / full: 22B 63.6/42.5/10.3/4.8, 175B 55.6/34.4/10.3/4.8, 530B 92.5/54.0/18.7/8.8,
+    1T 140.9/82.2/28.5/13.4.
     """
     a, h, layers, t, p, global_batch, b = TABLE_3[model]
     arch = table_3_arch(model)
