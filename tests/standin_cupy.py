@@ -256,7 +256,12 @@ def asarray(a, dtype=None, order=None):
     return _wrap(np.array(a, dtype=dtype, order=order or "K"))
 
 
-array = asarray
+def array(obj, dtype=None, copy=True, order="K", ndmin=0):
+    """A device array of ``obj`` (CuPy's ``cupy.array``: a copy unless ``copy=False`` allows none)."""
+    if isinstance(obj, ndarray) and not copy and (dtype is None or obj.dtype == np.dtype(dtype)) and obj.ndim >= ndmin:
+        return obj
+    return _wrap(np.array(obj.view(np.ndarray) if isinstance(obj, ndarray) else obj, dtype=dtype, copy=True,
+                          order=order, ndmin=ndmin))
 
 
 def asnumpy(a, stream=None, out=None):
