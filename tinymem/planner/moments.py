@@ -175,9 +175,10 @@ def _padded(count):
 
 def attention_backward(arch, batch, held, stack, backend="gpu"):
     """Workspace while attention runs its backward: the saved q, k, v and weights are released
-    beside the gradients flowing (4·c·N·h, the targets 8·B·s, two scalars) and the gradient of
-    the attention output c·N·h: S(3·N·h) + S(a·b·s²) + 5·c·N·h + 8·B·s + 8, S the stored
-    bytes. Chunked attention saves the output and one log-sum-exp per row instead of the
+    beside the gradients flowing (4·c·N·h), the targets 8·B·s and two scalars:
+    S(3·N·h) + S(a·b·s²) + 4·c·N·h + 8·B·s + 8, S the stored bytes. (The gradient of the
+    attention output is not among them: the engine lets go of a node's incoming gradients
+    before the next node's backward runs.) Chunked attention saves the output and one log-sum-exp per row instead of the
     weights: S(4·N·h) + S(a·b·s) in place of the first two terms. With int8 storage the packed
     bytes stay in ``activation`` and backward decodes each saved tensor of n values into a
     float32 array of its padded size, 4·p with p = 256·ceil(n/256), the last one beside its
@@ -193,7 +194,7 @@ def attention_backward(arch, batch, held, stack, backend="gpu"):
         released = 4 * sum(padded) + padded[-1]
     else:
         released = sum(stored_bytes(count, storage) for count in saved)
-    return released + 5 * c * n * arch.hidden + 8 * held * arch.seq + 8
+    return released + 4 * c * n * arch.hidden + 8 * held * arch.seq + 8
 
 
 def transient_bound(arch, batch, stack, backend="gpu"):
