@@ -82,7 +82,7 @@ def test_layernorm_and_embedding_modules_match_torch():
     import torch
 
     ln = nn.LayerNorm(6)
-    ln.weight.data = np.linspace(0.5, 1.5, 6).astype(np.float32)
+    ln.weight.data = tm.tensor(np.linspace(0.5, 1.5, 6).astype(np.float32)).data  # on the default device
     ref = torch.nn.LayerNorm(6)
     with torch.no_grad():
         ref.weight.copy_(torch.tensor(ln.weight.numpy()))
@@ -90,7 +90,7 @@ def test_layernorm_and_embedding_modules_match_torch():
     np.testing.assert_allclose(ln(tm.tensor(x)).numpy(), ref(torch.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
     emb = nn.Embedding(10, 4)
     idx = np.array([[1, 9], [1, 0]])
-    np.testing.assert_array_equal(emb(idx).numpy(), emb.weight.numpy()[idx])
+    np.testing.assert_array_equal(emb(tm.tensor(idx)).numpy(), emb.weight.numpy()[idx])
 
 
 def test_reassigning_a_layer_keeps_its_place_in_a_sequential():
