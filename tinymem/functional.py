@@ -22,11 +22,15 @@ from .ops.attention import chunked_attention, scaled_dot_product_attention  # no
 from .ops.embedding_bag import embedding_bag  # noqa: F401
 
 
-def _as_tensor(x):
-    """Arrays become constant Tensors; numbers stay numbers (NumPy keeps the tensor's dtype)."""
+def _as_tensor(x, like=None):
+    """Arrays become constant Tensors; numbers stay numbers (NumPy keeps the tensor's dtype).
+    An array given beside a Tensor ``like`` (targets beside logits, indices beside a table) is
+    made on that tensor's device, so the op's inputs meet; with none, on the default device. A
+    device array stays where it is: copying it to the host silently would hide the mix."""
     if isinstance(x, Tensor) or isinstance(x, (int, float, bool)):
         return x
-    return Tensor(x)
+    on_host = not hasattr(x, "__cuda_array_interface__")
+    return Tensor(x, device=like.device if on_host and isinstance(like, Tensor) else None)
 
 
 def _binary(fn, name):
@@ -40,8 +44,8 @@ def _binary(fn, name):
 
     def op(a, b):
         try:
-            return apply(a if isinstance(a, Tensor) else _as_tensor(a),
-                            b if isinstance(b, Tensor) else _as_tensor(b))
+            return apply(a if isinstance(a, Tensor) else _as_tensor(a, like=b),
+                            b if isinstance(b, Tensor) else _as_tensor(b, like=a))
         except ValueError as exc:
             if "broadcast" not in str(exc):
                 raise
@@ -71,7 +75,7 @@ def matmul(a, b):
     if ka != kb:
         raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not fit "
                          f"({ka} != {kb})")
-    return R.MatMul.apply(_as_tensor(a), _as_tensor(b))
+    return R.MatMul.apply(_as_tensor(a, like=b), _as_tensor(b, like=a))
 
 
 # -- elementwise functions -------------------------------------------------------------------
@@ -121,9 +125,11 @@ def check_gelu(approximate):
 
 def where(condition, a, b):
     cond = condition.data if isinstance(condition, Tensor) else condition
-    if hasattr(cond, "shape") and backend.device_of(cond) == "cpu":  # a NumPy mask goes to the default device
-        cond = backend.to_device(cond, backend.default_device())
-    return E.Where.apply(cond, _as_tensor(a), _as_tensor(b))
+    like = a if isinstance(a, Tensor) else b
+    device = like.device if isinstance(like, Tensor) else backend.default_device()
+    if hasattr(cond, "shape") and backend.device_of(cond) == "cpu":  # a NumPy mask goes to the values' device
+        cond = backend.to_device(cond, device)
+    return E.Where.apply(cond, _as_tensor(a, like=like), _as_tensor(b, like=like))
 
 
 # -- reductions ------------------------------------------------------------------------------
@@ -199,16 +205,16 @@ def log_softmax(x, axis=-1):
 
 def cross_entropy(logits, target, reduction="mean"):
     """Mean (or sum, or per-row) cross-entropy of logits (N, C) against class indices (N,)."""
-    return LS.CrossEntropy.apply(logits, _as_tensor(target), reduction=reduction)
+    return LS.CrossEntropy.apply(logits, _as_tensor(target, like=logits), reduction=reduction)
 
 
 def mse_loss(input, target, reduction="mean"):
-    return LS.MSELoss.apply(input, _as_tensor(target), reduction=reduction)
+    return LS.MSELoss.apply(input, _as_tensor(target, like=input), reduction=reduction)
 
 
 def huber_loss(input, target, reduction="mean", delta=1.0):
     """Quadratic for |input - target| <= delta, linear beyond (``torch.nn.functional.huber_loss``)."""
-    return LS.HuberLoss.apply(input, _as_tensor(target), reduction=reduction, delta=delta)
+    return LS.HuberLoss.apply(input, _as_tensor(target, like=input), reduction=reduction, delta=delta)
 
 
 def smooth_l1_loss(input, target, reduction="mean", beta=1.0):
@@ -290,7 +296,7 @@ def dropout(x, p=0.5, training=True):
 
 def embedding(indices, weight):
     """Rows ``weight[indices]``; ``indices`` is an integer Tensor or array."""
-    return NL.Embedding.apply(_as_tensor(indices), weight)
+    return NL.Embedding.apply(_as_tensor(indices, like=weight), weight)
 
 
 # -- Tensor's operators and array methods: one table --------------------------------------------
