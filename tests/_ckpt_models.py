@@ -2,7 +2,7 @@
 import numpy as np
 
 import tinymem as tm
-from tinymem import autograd
+from tinymem import autograd, backend
 
 
 class Counted(tm.nn.Module):
@@ -32,13 +32,15 @@ class RunningMean(tm.nn.Module):
         return x
 
 
-def mlp(device="cpu", dtype="float32", depth=4, width=16, dropout=0.25):
-    """An MLP with dropout and LayerNorm, as a list of layers (Linear, LayerNorm, ReLU, Dropout)."""
+def mlp(device=None, dtype="float32", depth=4, width=16, dropout=0.25):
+    """An MLP with dropout and LayerNorm, as a list of layers (Linear, LayerNorm, ReLU, Dropout),
+    on ``device`` (the default device when None)."""
     tm.manual_seed(0)
-    return tm.models.MLP([8] + [width] * depth + [3], dropout=dropout, layernorm=True).to(device, dtype)
+    model = tm.models.MLP([8] + [width] * depth + [3], dropout=dropout, layernorm=True)
+    return model.to(device or backend.default_device(), dtype)
 
 
-def step_grads(model, run, device="cpu", dtype="float32", seed=5):
+def step_grads(model, run, device=None, dtype="float32", seed=5):
     """Input and parameter gradients of one cross-entropy step with ``run(model, x)``."""
     for p in model.parameters():
         p.grad = None

@@ -139,7 +139,7 @@ def test_bad_segment_counts(segments):
 
 
 def test_closure_without_grad_inputs_warns():
-    w = tm.nn.Parameter(np.ones((4, 4), np.float32))
+    w = tm.nn.Parameter(tm.ones(4, 4))  # on the default device, with the input
     with pytest.warns(UserWarning, match="not a Module"):
         checkpoint(lambda x: x @ w, tm.randn(2, 4))
 

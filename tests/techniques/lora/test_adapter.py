@@ -57,16 +57,16 @@ def test_the_formula_tests_use_matches_float64_differences():
 
 def test_layer_gradient_equals_float64_differences_of_the_layer():
     arrays = _arrays(seed=3)
-    layer = _layer("cpu", arrays)
+    layer = _layer("cpu", arrays)  # on the CPU: the differences write NumPy arrays into it
     layer.to(dtype="float64")
-    x = tm.tensor(arrays[0], requires_grad=True)
+    x = tm.tensor(arrays[0], requires_grad=True, device="cpu")
     w_out = np.random.default_rng(4).standard_normal((3, 4))
-    (layer(x) * tm.tensor(w_out)).sum().backward()
+    (layer(x) * tm.tensor(w_out, device="cpu")).sum().backward()
 
     def through_layer(a, bb):
         layer.lora_A.data, layer.lora_B.data = a, bb
         with tm.no_grad():
-            return layer(tm.tensor(arrays[0])).numpy()
+            return layer(tm.tensor(arrays[0], device="cpu")).numpy()
 
     ga, gb = layer.lora_A.grad.numpy(), layer.lora_B.grad.numpy()
     _, (na, nb) = numeric_grads(through_layer, arrays[3:])
@@ -74,7 +74,7 @@ def test_layer_gradient_equals_float64_differences_of_the_layer():
     w123 = np.random.default_rng(123).standard_normal((3, 4))
     layer.lora_A.data, layer.lora_B.data = arrays[3].copy(), arrays[4].copy()
     layer.lora_A.grad = layer.lora_B.grad = None
-    (layer(tm.tensor(arrays[0])) * tm.tensor(w123)).sum().backward()
+    (layer(tm.tensor(arrays[0], device="cpu")) * tm.tensor(w123, device="cpu")).sum().backward()
     np.testing.assert_allclose(layer.lora_A.grad.numpy(), na, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(layer.lora_B.grad.numpy(), nb, rtol=1e-6, atol=1e-8)
     assert not np.allclose(ga, layer.lora_A.grad.numpy())  # the weights differ: the check is not vacuous

@@ -167,7 +167,7 @@ def test_a_graph_dropped_without_backward_takes_its_files_with_it(tmp_path):
 def test_one_context_entered_twice_gives_each_graph_its_own_tensors(make, tmp_path):
     model = _model("cpu")
     x, y = _batch("cpu")
-    x2 = tm.tensor(x.numpy()[::-1].copy())
+    x2 = tm.tensor(x.numpy()[::-1].copy(), device=x.device)
     ctx = make(prefetch=2) if make is offload.save_on_host else make(str(tmp_path), prefetch=2)
     with ctx:
         first = F.cross_entropy(model(x), y)

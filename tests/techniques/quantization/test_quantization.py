@@ -171,7 +171,7 @@ def test_quantized_linear_close_to_float_and_four_times_smaller(device, per_chan
     tm.manual_seed(0)
     model = nn.Sequential(nn.Linear(48, 40, device=device))
     x = _x(device, (32, 48), 1.0)
-    ref = to_np(model(tm.tensor(x)).data)
+    ref = to_np(model(tm.tensor(x, device=device)).data)
     before = memory.live_bytes("parameter")
     float_weight = model[0].weight.nbytes
     Q.quantize_model(model, [x], Q.MinMaxObserver, per_channel=per_channel)
@@ -182,7 +182,7 @@ def test_quantized_linear_close_to_float_and_four_times_smaller(device, per_chan
     # int8 weight + fp32 bias + scales + int32 weight column sums, against fp32 weight + bias.
     expected = before - float_weight + qlin.weight.nbytes + qlin.weight_scale.nbytes + qlin.weight_colsum.nbytes
     assert after == expected, memory.format_table(memory.LEDGER.by_bucket())
-    out = to_np(qlin(tm.tensor(x)).data)
+    out = to_np(qlin(tm.tensor(x, device=device)).data)
     # Error budget: half an input step times sum|w| plus half a weight step times sum|x|.
     w = to_np(model[0].weight.data).astype(np.float64) * to_np(qlin.weight_scale)[:, None]
     bound = qlin.input_scale / 2 * np.abs(w).sum(1) + to_np(qlin.weight_scale) / 2 * np.abs(to_np(x)).sum(1, keepdims=True)
@@ -191,14 +191,14 @@ def test_quantized_linear_close_to_float_and_four_times_smaller(device, per_chan
 
 def test_quantized_linear_matches_integer_reference():
     tm.manual_seed(1)
-    model = nn.Sequential(nn.Linear(20, 6))
+    model = nn.Sequential(nn.Linear(20, 6, device="cpu"))  # the reference is NumPy integer arithmetic
     x = _x("cpu", (5, 20), 1.0)
     Q.quantize_model(model, [x], Q.MinMaxObserver)
     q = model[0]
     qx = Q.quantize(x, q.input_scale, q.input_zero_point, "quint8").astype(np.int64)
     acc = (qx - q.input_zero_point) @ q.weight.data.astype(np.int64).T
     expected = (acc * np.float64(q.input_scale) * q.weight_scale.astype(np.float64) + q.bias.data).astype(np.float32)
-    np.testing.assert_allclose(q(tm.tensor(x)).numpy(), expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(q(tm.tensor(x, device="cpu")).numpy(), expected, rtol=1e-6, atol=1e-6)
 
 
 def test_prepare_convert_keep_layer_order_and_reject_bare_linear():
@@ -278,8 +278,8 @@ def test_keep_sign_preserves_the_relu_mask(device, bits):
 def _mlp_step(bits, device="cpu", batch=64):
     tm.manual_seed(0)
     model = models.MLP([64, 256, 256, 10], device=device)
-    x = tm.tensor(_x(device, (batch, 64), 1.0))
-    y = tm.tensor(backend.to_device(np.arange(batch) % 10, device))
+    x = tm.tensor(_x(device, (batch, 64), 1.0), device=device)
+    y = tm.tensor(np.arange(batch) % 10, device=device)
     with memory.track(measure=False) as t:
         if bits == 32:
             loss = F.cross_entropy(model(x), y)

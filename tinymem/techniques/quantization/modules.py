@@ -158,15 +158,19 @@ def prepare(model, observer=MinMaxObserver):
 
 
 def calibrate(model, batches):
-    """Run ``batches`` (Tensors or arrays, or (x, y) tuples) through ``model`` without a graph."""
+    """Run ``batches`` (Tensors or arrays, or (x, y) tuples) through ``model`` without a graph.
+    A NumPy batch is copied to the model's device (one batch at a time: one batch of memory)."""
     if hasattr(batches, "shape"):  # iterating one batch would calibrate on its rows, one by one
         raise TypeError(f"calibrate() takes an iterable of batches, got one {type(batches).__name__} of shape "
                         f"{tuple(batches.shape)}: pass [x] or a DataLoader")
+    first = next(iter(model.parameters()), None)
+    device = first.device if first is not None else None
     n = 0
     with no_grad():
         for batch in batches:
             x = batch[0] if isinstance(batch, (tuple, list)) else batch
-            model(x if isinstance(x, Tensor) else Tensor(x))
+            on_host = not hasattr(x, "__cuda_array_interface__")  # a device array stays where it is
+            model(x if isinstance(x, Tensor) else Tensor(x, device=device if on_host else None))
             n += 1
     if n == 0:
         raise ValueError("calibrate() got no batches: pass an iterable of input batches")
