@@ -99,6 +99,8 @@ def layer_terms(seq, batch, hidden, heads, mode="tinymem", recompute="none", att
 
     ``compute``: bytes per value of the layer input that full recomputation keeps (default: 4
     for fp32 and int8 storage, 2 for fp16/bf16; tinymem on NumPy computes in float32, so 4).
+    It also says whether fp16 is computed as stored (None, a GPU) or in float32 (4, NumPy): only
+    then is chunked attention's merged output a view of the saved one.
     ``kv_heads``: grouped-query attention saves k and v of N·kv·h/a values each; ``experts`` and
     ``top_k``: each token's MLP tensors top_k times, and the router's probabilities N·E.
     """
@@ -127,7 +129,10 @@ def layer_terms(seq, batch, hidden, heads, mode="tinymem", recompute="none", att
         rows.append(term("attention weights", "a·b·s²", a * b * s * s))
     elif attention == "chunked":
         rows += [term("attention output", "N·h", n * h), term("attention log-sum-exp", "b·a·s", b * a * s)]
-    if attention == "chunked" and 1 in (a, s, h // a) and storage == "fp32":
+    # The layer computes in the dtype it stores: float32, or float16 on a GPU (compute None;
+    # on NumPy float16 is computed in float32 and each saved tensor is a rounded copy).
+    stored_as_computed = storage == "fp32" or (storage == "fp16" and compute is None)
+    if attention == "chunked" and 1 in (a, s, h // a) and stored_as_computed:
         # One head, one token or heads of width one: merging the heads is a view of the saved
         # output, which the ledger counts once.
         rows.append(Term("output projection input (a view of the output)", "0", 0))

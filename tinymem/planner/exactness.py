@@ -15,6 +15,7 @@ checkpoint policy tinymem does not have yet: :func:`measure` refuses it.
 import contextlib
 import gc
 
+from .. import backend as tm_backend
 from .. import memory, random
 from ..techniques.quantization.compressed import compress_saved_activations
 from . import analytic, architectures
@@ -83,9 +84,11 @@ def measure(sizes, batch, stack, chunk_size=None, seed=0):
 
 
 def predict(sizes, batch, stack):
-    """:func:`analytic.breakdown` of the same step (tinymem mode, fp32 compute as on NumPy)."""
+    """:func:`analytic.breakdown` of the same step in tinymem mode, on the device :func:`measure`
+    runs on (the default one): NumPy computes half precision in float32, CuPy in float16."""
     arch = architectures.tinymem_lm(*sizes)
-    return analytic.breakdown(arch, batch, stack, mode="tinymem", backend="numpy")
+    on = "numpy" if tm_backend.default_device() == "cpu" else "gpu"
+    return analytic.breakdown(arch, batch, stack, mode="tinymem", backend=on)
 
 
 def compare(sizes, batch, stack, chunk_size=None):

@@ -105,7 +105,8 @@ def activation_moments(arch, batch, stack, mode="tinymem", compute=None, held=No
                    tensor_parallel=stack.tensor, sequence_parallel=stack.sequence_parallel,
                    ffn=archs.ffn(arch), mlp=arch.mlp, norm=arch.norm, dropout=arch.dropout,
                    kv_heads=archs.kv_heads(arch), experts=arch.experts, top_k=arch.top_k)
-    layer = total(layer_terms(arch.seq, batch, arch.hidden, arch.heads, recompute=per_layer, **options))
+    layer = total(layer_terms(arch.seq, batch, arch.hidden, arch.heads, recompute=per_layer, compute=compute,
+                              **options))
     if compute is None:  # the compute dtype follows the precision, whatever the storage
         compute = width(stack.precision).compute
     kept_input = total(layer_terms(arch.seq, batch, arch.hidden, arch.heads, recompute="full",
