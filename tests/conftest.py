@@ -63,14 +63,6 @@ def pytest_runtest_setup(item):
         missing_reference("mpi4py or mpiexec", "pip install .[dist]")
     if item.get_closest_marker("cuda") and not backend.cuda_available():
         pytest.skip("needs CuPy and a GPU")
-    cpu_only = item.get_closest_marker("cpu_only")
-    if cpu_only and backend.default_device() != "cpu":
-        # The test is about the host itself (tracemalloc, RSS, NumPy's own behaviour, a module
-        # that refuses cuda by design): under TINYMEM_DEVICE=cuda it skips, saying why.
-        if not cpu_only.args:
-            raise pytest.UsageError(f"{item.nodeid}: pytest.mark.cpu_only needs a reason, "
-                                    "e.g. @pytest.mark.cpu_only('measures host RSS')")
-        pytest.skip(f"CPU only, the default device is {backend.default_device()}: {cpu_only.args[0]}")
 
 
 @pytest.fixture(params=DEVICES)
