@@ -92,6 +92,6 @@ def test_the_checks_leave_valid_input_alone():
     memory.set_per_process_memory_fraction(None)
     with memory.device_queue("refused-ok", timeout=0) as ticket:
         assert ticket.waited >= 0
-    with memory.track(monitor=0.01, measure=False) as w:
+    with memory.track(monitor=0.01, measure=False, device="cpu") as w:  # RSS: no GPU monitor needed
         pass
     assert w.process_peak() >= 0

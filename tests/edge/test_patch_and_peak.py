@@ -1,4 +1,5 @@
 """Layer-by-layer inference peak and patch-based inference: exact outputs, ledger-measured peaks."""
+import functools
 import gc
 
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 
 import tinymem as tm
 from conftest import requires_torch
-from tinymem import models, nn
+from tinymem import backend, models, nn
 from tinymem.edge.chain import ConvLayer, PoolLayer, chain, run_chain, unet_encoder
 from tinymem.edge.patch import patch_inference, tiles, trace_back, whole_and_patch_equal
 from tinymem.edge.peak import inference_peak
@@ -19,11 +20,12 @@ def small_cnn():
                         nn.Conv2d(8, 16, 5, padding=2), nn.BatchNorm2d(16), nn.ReLU(),
                         nn.Conv2d(16, 16, 3, stride=2, padding=1), nn.ReLU())
     rng = np.random.default_rng(1)
+    here = functools.partial(backend.to_device, device=tm.get_default_device())  # where net lives
     for m in net.modules():  # non-trivial running statistics, so folding BatchNorm is tested
         if isinstance(m, nn.BatchNorm2d):
-            m.running_mean = rng.standard_normal(m.num_features).astype(np.float32)
-            m.running_var = rng.uniform(0.5, 2, m.num_features).astype(np.float32)
-            m.weight.data = rng.uniform(0.5, 1.5, m.num_features).astype(np.float32)
+            m.running_mean = here(rng.standard_normal(m.num_features).astype(np.float32))
+            m.running_var = here(rng.uniform(0.5, 2, m.num_features).astype(np.float32))
+            m.weight.data = here(rng.uniform(0.5, 1.5, m.num_features).astype(np.float32))
     return net.eval()
 
 

@@ -32,8 +32,10 @@ def _family_params():
 
 @pytest.fixture(scope="module")
 def quick_figures(tmp_path_factory):
+    # The CPU run, whatever the default device: the committed figures and their claims are the
+    # CPU's (RSS, tracemalloc); tests/test_standin_runs.py runs the families on "cuda".
     out = tmp_path_factory.mktemp("figures")
-    assert cli.main(["figures", "--quick", "--out", str(out)]) == 0
+    assert cli.main(["figures", "--quick", "--device", "cpu", "--out", str(out)]) == 0
     return out
 
 

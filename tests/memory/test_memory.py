@@ -122,7 +122,7 @@ def test_ledger_peak_agrees_with_tracemalloc_on_a_unet_step():
     """Conv2d's output, padded copies and products and BatchNorm's temporaries were in no bucket:
     tracemalloc measured 22% above the ledger on this step."""
     from tinymem import planner
-    work = planner.workload("unet", [1, 4, 8, 3, 64], "cpu")
+    work = planner.workload("unet", [1, 4, 8, 3, 64])  # on the default device, as track() measures
     model = work.build("none")
     opt = tm.optim.Adam(model.parameters())
     batch = work.batch(4)

@@ -28,7 +28,7 @@ def test_a_touched_200_mb_allocation_and_its_free_are_seen():
 
 
 def test_track_with_monitor_reports_the_process_peak_beside_the_ledger():
-    with memory.track(monitor=0.002) as t:
+    with memory.track(device="cpu", monitor=0.002) as t:  # the process's RSS, whatever the default
         held = memory.register(np.ones(50 * MB // 8), "workspace")
         time.sleep(0.2)
         del held

@@ -124,14 +124,14 @@ def test_a_fraction_caps_one_process_however_empty_the_device(name):
 
 
 def test_set_per_process_memory_fraction_is_the_default_on_the_cpu(name):
-    memory.set_per_process_memory_fraction(0.3)
+    memory.set_per_process_memory_fraction(0.3, device="cpu")
     try:
         assert default_fraction() == 0.3
         with pytest.raises(memory.OutOfMemoryError, match="own limit"):
-            with memory.track(budget=BUDGET, shared=name, measure=False):
+            with memory.track(budget=BUDGET, shared=name, measure=False, device="cpu"):
                 memory.register(np.ones(4_000_000 // 8), "workspace")
     finally:
-        memory.set_per_process_memory_fraction(None)
+        memory.set_per_process_memory_fraction(None, device="cpu")
     with pytest.raises(ValueError, match="fraction"):
         memory.set_per_process_memory_fraction(1.5)
 

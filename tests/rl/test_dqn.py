@@ -54,7 +54,7 @@ def test_terminal_steps_do_not_bootstrap():
     batch = _batch(rng, 8)._replace(done=np.ones(8, np.float32))
     for _ in range(300):  # every target is the reward alone: Q(obs, a) learns r
         agent.update(batch)
-    q = agent.online(batch.obs).data[np.arange(8), batch.action]
+    q = agent.online(batch.obs).numpy()[np.arange(8), batch.action]
     np.testing.assert_allclose(q, batch.reward, atol=0.05)
 
 

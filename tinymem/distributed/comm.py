@@ -170,10 +170,10 @@ class Communicator:
     def _use_nccl(self, array):
         if backend.device_of(array) != "cuda" or self.transport == "mpi":
             return False
-        if self._nccl is None:
-            from .nccl import NcclBackend
-            self._nccl = NcclBackend(self)
-        return True
+        if self._nccl is None:  # "auto": NCCL where CuPy has it, else MPI through host memory
+            from .nccl import NcclBackend, nccl_available
+            self._nccl = NcclBackend(self) if nccl_available() else False
+        return self._nccl is not False
 
     def _host(self, array):
         """The buffer MPI reads: the array itself, or a host copy of a CuPy array."""

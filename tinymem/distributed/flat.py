@@ -99,4 +99,4 @@ def address(array):
     """Address of an array's first element (NumPy or CuPy): tells whether two views coincide."""
     if backend.device_of(array) == "cpu":
         return array.__array_interface__["data"][0]
-    return array.data.ptr
+    return array.__cuda_array_interface__["data"][0]  # CuPy's array.data.ptr, by the protocol

@@ -19,6 +19,15 @@ _DTYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCC
            "int32": "NCCL_INT32", "int64": "NCCL_INT64", "uint8": "NCCL_UINT8", "int8": "NCCL_INT8"}
 
 
+def nccl_available():
+    """Whether this CuPy has NCCL (``cupy.cuda.nccl`` imports)."""
+    try:
+        from cupy.cuda import nccl  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 class NcclBackend:
     """NCCL collectives for one :class:`~tinymem.distributed.comm.Communicator`."""
 

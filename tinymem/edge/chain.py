@@ -34,12 +34,13 @@ class ConvLayer:
     input when ``padding`` > 0. Inference only: no gradient is recorded.
     """
 
-    def __init__(self, weight, bias, stride, padding, relu=False):
+    def __init__(self, weight, bias, stride, padding, relu=False, device=None):
         if weight.ndim != 4 or weight.shape[2] != weight.shape[3]:
             # The loops and the window tracing use one kernel size for rows and columns.
             raise ValueError(f"ConvLayer needs a square kernel, weight of shape (O, C, k, k); got {weight.shape}")
-        self.weight = memory.register(np.ascontiguousarray(weight, np.float32), "parameter")
-        self.bias = memory.register(np.asarray(bias, np.float32), "parameter")
+        # On ``device`` (the default device when None): the layer multiplies them with its input.
+        self.weight = memory.register(backend.to_device(np.ascontiguousarray(weight, np.float32), device), "parameter")
+        self.bias = memory.register(backend.to_device(np.asarray(bias, np.float32), device), "parameter")
         self.kernel, self.stride, self.padding, self.relu = weight.shape[2], stride, padding, relu
         self.out_channels = weight.shape[0]
 
@@ -148,7 +149,8 @@ def chain(model):
             relu = j < len(flat) and isinstance(flat[j], nn.ReLU)
             _single(m.kernel_size, "kernel")
             w, b = _fold(m, bn)
-            layers.append(ConvLayer(w, b, _single(m.stride, "stride"), _single(m.padding, "padding"), relu))
+            layers.append(ConvLayer(w, b, _single(m.stride, "stride"), _single(m.padding, "padding"), relu,
+                                    device=backend.device_of(m.weight.data)))
             i = j + relu
         elif isinstance(m, nn.MaxPool2d):
             if m.padding:

@@ -103,7 +103,8 @@ def patch_inference(model, x, split, grid=4):
                     rows[i]["peak"] = max(rows[i]["peak"], step.peak() - base)
                     macs_patch += layer.macs(t.shape[2], t.shape[3])
                 if out is None:
-                    out = memory.register(np.empty((1, t.shape[1], heights[-1], widths[-1]), np.float32),
+                    out = memory.register(array_module(t.data).empty((1, t.shape[1], heights[-1], widths[-1]),
+                                                                     np.float32),
                                           "workspace", label="patch stage output")
                 out[:, :, r[0]:r[1], c[0]:c[1]] = t.data
                 del t

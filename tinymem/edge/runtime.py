@@ -46,7 +46,8 @@ def tinymem_codes(model, x):
         h = Tensor(np.asarray(data, np.float32))
         for m in model if isinstance(model, nn.Sequential) else [model]:
             if isinstance(m, QuantizedLinear):
-                codes.append(quantize(h.data, m.input_scale, m.input_zero_point, m.input_dtype, *m.input_qrange))
+                codes.append(backend.to_numpy(quantize(h.data, m.input_scale, m.input_zero_point, m.input_dtype,
+                                                       *m.input_qrange)))
             h = m(h)
     return backend.to_numpy(h.data), codes
 

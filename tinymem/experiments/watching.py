@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from .. import backend, memory, models, optim, planner, plots, random
+from .. import memory, models, optim, planner, plots, random
 from .. import functional as F
 from ..autograd import Tensor
 from ..measure.claims import Claim
@@ -37,7 +37,7 @@ def _layers(quick, device):
     model = models.MLP([64, width, width, width, 10]).to(device)
     opt = optim.Adam(model.parameters(), lr=1e-3)
     x = Tensor(random.randn((batch, 64), device), device=device)
-    y = backend.to_device(np.arange(batch) % 10, device)
+    y = Tensor(np.arange(batch) % 10, device=device)  # a bare NumPy array would go to the default device
 
     def step():
         model.zero_grad()

@@ -40,7 +40,7 @@ class Tracker:
                  shared=None, fraction=None):
         self.budget = parse_bytes(budget)
         self.measure, self.keep_timeline = measure, timeline
-        self.device = backend.check_device(device) if measure else None
+        self.device = backend.check_device(device)  # what measure= and monitor= read
         if shared is None and fraction is not None:
             raise ValueError("fraction= caps a process on a shared device: pass shared='name' too")
         self.shared_name, self.fraction = shared, fraction
@@ -60,8 +60,7 @@ class Tracker:
         if self.measure:
             self._probe = CupyProbe() if self.device == "cuda" else TracemallocProbe()
         if self.monitor_interval:
-            self._monitor = Monitor(self.monitor_interval, self.device or backend.default_device(),
-                                    t0=self.t0).start()
+            self._monitor = Monitor(self.monitor_interval, self.device, t0=self.t0).start()
         # Snapshot and start listening with the collector paused: no weakref callback may free
         # an array between the snapshot and the first event, or the attribution would drift.
         collecting = gc.isenabled()

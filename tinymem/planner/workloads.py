@@ -88,6 +88,13 @@ class Workload:
     def __repr__(self):
         return f"{self.name}({','.join(map(str, self.sizes))})"
 
+    def loss(self, net, batch):
+        """The step's loss, computed with this workload's device as the default: the labels of
+        :meth:`batch` on the CPU are NumPy arrays, which an op would otherwise move to the
+        default device ("cuda" under TINYMEM_DEVICE=cuda) beside a CPU model's logits."""
+        with backend.default_device_as(self.device):
+            return self.step_loss(net, batch)
+
 
 class MLPWorkload(Workload):
     name, sizes_help = "mlp", "in,hidden,...,out (e.g. 64,1024,1024,10)"
@@ -123,7 +130,7 @@ class MLPWorkload(Workload):
         return x, backend.to_device(y, self.device)
 
     @staticmethod
-    def loss(net, batch):
+    def step_loss(net, batch):
         x, y = batch
         return F.cross_entropy(net(x), y)
 
@@ -151,7 +158,7 @@ class UNetWorkload(Workload):
         return x, backend.to_device(labels, self.device)
 
     @staticmethod
-    def loss(net, batch):
+    def step_loss(net, batch):
         x, labels = batch
         return models.segmentation_loss(net(x), labels)
 
@@ -186,7 +193,7 @@ class TransformerWorkload(Workload):
         return (backend.to_device(ids[:, :-1].copy(), self.device),
                 backend.to_device(ids[:, 1:].copy(), self.device))
 
-    def loss(self, net, batch):
+    def step_loss(self, net, batch):
         ids, targets = batch
         return F.cross_entropy(net(ids).reshape(-1, self.sizes[0]), targets.reshape(-1))
 

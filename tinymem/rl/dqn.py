@@ -16,6 +16,7 @@ buffer holds the rest, in host RAM or on disk (``replay.py``): for Atari it dwar
 """
 import numpy as np
 
+from .. import backend
 from .. import functional as F
 from .. import models, nn, optim
 from ..autograd import Tensor, no_grad
@@ -98,8 +99,12 @@ class DQN:
         self._check_batch(batch)
         with no_grad():
             next_q = self.target(batch.next_obs).data.max(axis=1)
-        target = (batch.reward + self.gamma * (1.0 - batch.done) * next_q).astype(np.float32)
-        q = self.online(batch.obs)[np.arange(len(batch.action)), batch.action]
+        # The replay batch is on the host; the network's outputs are on its device.
+        device = backend.device_of(next_q)
+        reward, done = backend.to_device(batch.reward, device), backend.to_device(batch.done, device)
+        target = (reward + self.gamma * (1.0 - done) * next_q).astype(np.float32)
+        rows = backend.array_module(device).arange(len(batch.action))
+        q = self.online(batch.obs)[rows, backend.to_device(batch.action, device)]
         loss = F.smooth_l1_loss(q, Tensor(target))
         self.optimizer.zero_grad()
         loss.backward()
