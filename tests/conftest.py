@@ -65,11 +65,6 @@ def pytest_runtest_setup(item):
         pytest.skip("needs CuPy and a GPU")
     # A test about the CPU itself (tracemalloc, RSS, NumPy's behaviour, a CPU-only design)
     # skips under TINYMEM_DEVICE=cuda, saying why; a marker without its reason is a mistake.
-    cpu_only = item.get_closest_marker("cpu_only")
-    if cpu_only and not cpu_only.args:
-        pytest.fail("pytest.mark.cpu_only needs its reason: pytest.mark.cpu_only(\"why\")", pytrace=False)
-    if cpu_only and backend.default_device() != "cpu":
-        pytest.skip(f"CPU only ({cpu_only.args[0]}); the default device is {backend.default_device()!r}")
 
 
 @pytest.fixture(params=DEVICES)
