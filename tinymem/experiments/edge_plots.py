@@ -46,7 +46,8 @@ def plot_onnx(records, outdir, name):
     agree = o["agreement"]
     fused, ref = agree["fused int8 kernels"], agree["reference kernels"]
     axes[1].set_title(f"int8 codes vs tinymem: reference kernels {ref['codes_off_by_one']} of {ref['codes']:,} off;\n"
-                      f"fused kernels {fused['codes_off_by_one']} off by one step (max {fused['codes_max_diff']}), "
+                      f"fused kernels {fused['codes_off_by_one']} off by one step, {fused['codes_beyond_one_step']} "
+                      f"further (int16 pair saturation explains {fused['beyond_explained_by_int16_pairs']}), "
                       f"{fused['predictions_differ']} predictions differ", fontsize=8)
     rows = o["latency"]
     xs = np.arange(len(rows))
