@@ -9,8 +9,11 @@ Contract:
 - A starts as a Linear's weight does, U(-1/sqrt(in), 1/sqrt(in)); B starts at zero, so a freshly
   wrapped model computes exactly what the base model did, to the last bit.
 - ``merge()`` folds ``(alpha / r) · B A`` into the base weight (inference then costs what the
-  base layer costs); ``unmerge()`` takes it back out. Both round in float32, so merged and
-  unmerged outputs agree to float32 rounding, not bit for bit. A merged layer does not train.
+  base layer costs); ``unmerge()`` takes it back out. Both round in the weight's dtype, so merged
+  and unmerged outputs agree to that rounding, not bit for bit. A merged layer does not train.
+  The flag is saved in the state_dict (``merged``), so a merged state loads as merged.
+- A and B are stored in the base weight's float dtype (float32 for an NF4 base), as PEFT does:
+  a float16 model stays float16 after the layer.
 - Dropout acts on the adapter's input only; the base path sees ``x`` unchanged.
 
 Memory for a Linear (in, out) in float32 with Adam: the frozen weight stays 4·in·out bytes of

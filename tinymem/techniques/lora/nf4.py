@@ -90,7 +90,7 @@ def quantize_nf4(w, block=BLOCK):
     finite = xp.isfinite(flat)
     if not bool(finite.all()):
         bad = int(flat.size - finite.sum())
-        first = int(xp.argmin(finite))
+        first = int(xp.flatnonzero(~finite)[0])
         raise ValueError(f"quantize_nf4: the weight holds {bad} non-finite value(s) (the first, {float(flat[first])}, "
                          f"at flat index {first}); a block's scale is its largest |value|, so one inf or NaN "
                          "would turn its whole block into NaN: find where the weight diverged and fix it first")
