@@ -81,5 +81,7 @@ def test_the_paging_order_is_saved_and_restored():
     assert again.state_dict()["paging_order"] == order
     with pytest.raises(ValueError, match="paging_order must list parameter indices below 4"):
         again.load_state_dict(dict(opt.state_dict(), paging_order=[7]))
+    with pytest.raises(ValueError, match="paging_order must list"):
+        again.load_state_dict(dict(opt.state_dict(), paging_order=5))
     opt.close()
     again.close()

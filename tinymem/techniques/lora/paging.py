@@ -65,22 +65,25 @@ class PagedOptimizer(OptimizerWrapper):
         """Load a paged or plain optimizer's state dict; all state lands on the device."""
         params = [p for g in self.param_groups for p in g["params"]]
         order = state_dict.get("paging_order", range(len(params))) if isinstance(state_dict, dict) else ()
-        if not all(is_int(i) and 0 <= i < len(params) for i in order):
+        if not isinstance(order, (list, tuple, range)) or not all(is_int(i) and 0 <= i < len(params) for i in order):
             raise ValueError(f"load_state_dict: paging_order must list parameter indices below {len(params)}, "
-                             f"got {list(order)!r:.80}")
+                             f"got {order!r:.80}")
         self.optimizer.load_state_dict(state_dict)
         self._order = {id(params[i]): params[i] for i in order if self.state.get(params[i]) is not None}
 
     def step(self):
         memory.mark("optimizer")
+        for group in self.optimizer.param_groups:  # every gradient checked before any update
+            for p in group["params"]:
+                if (p.grad is not None and getattr(p.grad.data, "is_sparse", False)
+                        and not self.optimizer.accepts_sparse_grad):
+                    raise TypeError(
+                        f"paged {type(self.optimizer).__name__} does not take sparse gradients (parameter of shape "
+                        f"{tuple(p.shape)}): use optim.RowWiseAdagrad, or make the lookup with sparse=False")
         for group in self.optimizer.param_groups:
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                if getattr(p.grad.data, "is_sparse", False) and not self.optimizer.accepts_sparse_grad:
-                    raise TypeError(
-                        f"paged {type(self.optimizer).__name__} does not take sparse gradients (parameter of shape "
-                        f"{tuple(p.shape)}): use optim.RowWiseAdagrad, or make the lookup with sparse=False")
                 self._pinned = p
                 try:
                     state = self._page_in(p, dict(self.optimizer.state.get(p, ())))
