@@ -95,6 +95,9 @@ def test_a_shared_linear_gets_one_adapter_and_merging_adds_its_update_once():
             layer.merge()
         merged = to_np(model(x))
     np.testing.assert_allclose(merged, unmerged, rtol=1e-5, atol=1e-5)
+    twice = nn.Linear(4, 4)
+    quantized = apply_qlora(nn.Sequential(twice, nn.GELU(), twice), 2)
+    assert quantized[0] is quantized[2] and len(trainable_parameters(quantized)) == 2  # quantized once
     tied = nn.Linear(4, 4)
     partly = nn.Sequential(tied, nn.GELU(), nn.Sequential(tied))
     with pytest.raises(ValueError, match=r"shared by \['0', '2.0'\].*match all or none"):

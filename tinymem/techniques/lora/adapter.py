@@ -165,8 +165,8 @@ def apply_lora(model, r, alpha=None, targets=("*",), dropout=0.0, wrap=None):
     if not isinstance(model, Module):
         raise TypeError(f"apply_lora works on an nn.Module, got a {type(model).__name__}")
     if type(model) is Linear or isinstance(model, LoRALinear):
-        raise TypeError("apply_lora replaces the Linears inside a model, in place; a bare Linear has no "
-                        "parent to hold its adapter: use LoRALinear(linear, r) instead, or put it in a model "
+        raise TypeError(f"apply_lora replaces the Linears inside a model, in place; a bare {type(model).__name__} "
+                        "has no parent to hold its adapter: use LoRALinear(linear, r) instead, or put it in a model "
                         "(nn.Sequential(linear))")
     targets = _checked_targets(targets)
     r, alpha, dropout = check_options("apply_lora", r, alpha, dropout)
