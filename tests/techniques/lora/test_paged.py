@@ -20,7 +20,7 @@ def _batch(rows, device, seed):
     return tm.tensor(np.random.default_rng(seed).standard_normal((rows, 64)).astype(np.float32), device=device)
 
 
-def _train(device, budget=None, paging=False, shared=None):
+def _train(device, budget=None, paging=False, shared=None, fraction=None):
     """One small step (makes the state), then, tracked under ``budget``: a spike (batch 512)
     and a small step again. Returns the adapters, the window's peak, what paged (None without
     paging) and the state's bytes; nothing else of the run survives it to count in the next."""
@@ -38,7 +38,7 @@ def _train(device, budget=None, paging=False, shared=None):
 
     step(_batch(4, device, 0))
     try:
-        with memory.track(budget=budget, measure=False, shared=shared) as t:
+        with memory.track(budget=budget, measure=False, shared=shared, fraction=fraction) as t:
             step(_batch(512, device, 1))
             step(_batch(4, device, 2))
     finally:
@@ -81,12 +81,14 @@ def shared_name():
         os.remove(path)
 
 
-def test_on_a_shared_device_the_pagers_are_asked_as_under_a_private_budget(shared_name):
+@pytest.mark.parametrize("times,fraction", [(1, None), (2, 0.5)])
+def test_on_a_shared_device_the_pagers_are_asked_as_under_a_private_budget(shared_name, times, fraction):
+    """The same limit as a private budget: the whole shared device, or half of one twice as big."""
     expected, free_peak, _, state = _train("cpu")
     budget = free_peak - state // 2
     with pytest.raises(memory.OutOfMemoryError, match="shared device"):
-        _train("cpu", budget, shared=shared_name)
-    got, peak, moved, _ = _train("cpu", budget, paging=True, shared=shared_name)
+        _train("cpu", times * budget, shared=shared_name, fraction=fraction)
+    got, peak, moved, _ = _train("cpu", times * budget, paging=True, shared=shared_name, fraction=fraction)
     assert peak <= budget and moved["bytes_paged_out"] >= state // 2
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
