@@ -132,8 +132,8 @@ class Module:
     def to(self, device=None, dtype=None):
         """Move (and/or cast) every parameter in place, keeping the Parameter objects; a
         gradient moves and casts with its parameter, as in PyTorch. Each sub-module's extra
-        state (running statistics, NF4 codes) moves too, through :meth:`_move_extra_state`:
-        a layer's own ``to`` is not called when a parent moves, PyTorch's buffers move with it."""
+        state (running statistics, NF4 codes) moves too, through :meth:`_move_extra_state`, as
+        PyTorch's buffers do (a sub-module's own ``to`` is not called when its parent moves)."""
         device = backend.check_device(device) if device is not None else None
         dtype = backend.resolve_dtype(dtype)
 
