@@ -95,6 +95,8 @@ class Tracker:
     def _check_budget(self, nbytes, bucket, label):
         what = f" for {bucket}" + (f" ({label})" if label else "")
         if self._shared is not None:
+            if LEDGER.pagers:  # as under a private budget: the pagers free what the device lacks first
+                LEDGER.page_out(LEDGER.bytes() + nbytes - self._shared_room())
             self._shared.reserve(LEDGER.bytes(), nbytes, what)
         elif self.budget is not None and LEDGER.bytes() + nbytes > self.budget:
             if LEDGER.pagers:  # pagers (a paged optimizer) move bytes to the host first
@@ -107,6 +109,13 @@ class Tracker:
                 f"{LEDGER.bytes():,d} B already live\n" + format_table(LEDGER.by_bucket())
                 + "\nfree memory with a technique (checkpointing, half precision, offload) "
                   "or raise the budget" + (gpu_processes_text(os.getpid()) if self.device == "cuda" else ""))
+
+    def _shared_room(self):
+        """The most device bytes this process may hold on its shared device now: the budget less
+        what the other processes hold, and at most its own limit (``fraction``)."""
+        others = sum(b for pid, b in self._shared.processes().items() if pid != self._shared.pid)
+        room = self._shared.budget - others
+        return room if self._shared.limit is None else min(room, self._shared.limit)
 
     def _record(self, kind, bucket, place, nbytes, label, entry=None):
         if place == "device":

@@ -131,7 +131,9 @@ class Module:
 
     def to(self, device=None, dtype=None):
         """Move (and/or cast) every parameter in place, keeping the Parameter objects; a
-        gradient moves and casts with its parameter, as in PyTorch."""
+        gradient moves and casts with its parameter, as in PyTorch. Each sub-module's extra
+        state (running statistics, NF4 codes) moves too, through :meth:`_move_extra_state`, as
+        PyTorch's buffers do (a sub-module's own ``to`` is not called when its parent moves)."""
         device = backend.check_device(device) if device is not None else None
         dtype = backend.resolve_dtype(dtype)
 
@@ -145,6 +147,9 @@ class Module:
                 # A row-sparse gradient has no device move: it is dropped, as every gradient was.
                 sparse = getattr(p.grad.data, "is_sparse", False)
                 p.grad = None if sparse else moved(p.grad.data)
+        if device is not None:
+            for module in self.modules():
+                module._move_extra_state(device)
         return self
 
     def num_parameters(self):
@@ -190,6 +195,9 @@ class Module:
 
     def _load_extra_state(self, name, value):
         setattr(self, name, value)
+
+    def _move_extra_state(self, device):
+        """Put the extra state on ``device`` (called by :meth:`to`); nothing to move by default."""
 
     def __repr__(self):
         lines = [f"{type(self).__name__}({self.extra_repr()}"]

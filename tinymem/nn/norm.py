@@ -81,15 +81,12 @@ class BatchNorm2d(Module):
         memory.register(array, "parameter")
         setattr(self, name, array)
 
-    def to(self, device=None, dtype=None):
-        """Move the parameters (and cast them); the running statistics move but stay float32."""
-        super().to(device, dtype)
-        if device is not None:
-            self._device = backend.check_device(device)
-            if self.track_running_stats:
-                for name in ("running_mean", "running_var"):
-                    self._load_extra_state(name, getattr(self, name))
-        return self
+    def _move_extra_state(self, device):
+        """The running statistics follow the parameters' device (and stay float32 whatever the dtype)."""
+        self._device = backend.check_device(device)
+        if self.track_running_stats:
+            for name in ("running_mean", "running_var"):
+                self._load_extra_state(name, getattr(self, name))
 
     def extra_repr(self):
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"

@@ -12,17 +12,37 @@ from tinymem import memory, nn, optim
 from tinymem.techniques.lora import (LEVELS, NF4Linear, apply_qlora, dequantize_absmax, dequantize_nf4,
                                      expected_bits_per_weight, quantize_absmax, quantize_nf4, trainable_parameters)
 
-# The NF4 table bitsandbytes publishes: the constant array of its CUDA dequantization kernel
-# (csrc/kernels.cu, "nf4_dequantization_lut"), also listed in Appendix E of the QLoRA paper.
-BITSANDBYTES_NF4 = [-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-                    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-                    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
-                    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0]
+# The NF4 table of bitsandbytes 0.50.2.dev0 (commit 95f9af30): get_4bit_type("nf4") in
+# bitsandbytes/functional.py makes these literals float32 and divides them by their largest |value|
+# (1.0); its kernels (csrc/kernels.cu, cpu_ops.cpp) hold the same constants. Also Appendix E of the QLoRA paper.
+BITSANDBYTES_NF4 = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+                             -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+                             0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+                             0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0], np.float32)
 
 
-def test_levels_equal_bitsandbytes_published_table():
-    np.testing.assert_allclose(LEVELS, BITSANDBYTES_NF4, rtol=0, atol=1e-6)
+def test_levels_equal_bitsandbytes_float32_table_bit_for_bit():
+    assert LEVELS.dtype == np.float32
     assert (LEVELS > 0).sum() == 8 and (LEVELS < 0).sum() == 7 and (LEVELS == 0).sum() == 1
+    np.testing.assert_array_equal(LEVELS.view(np.uint32), BITSANDBYTES_NF4.view(np.uint32))
+
+
+def test_a_weight_equal_to_a_bitsandbytes_level_round_trips_and_gets_its_code():
+    w = np.concatenate([BITSANDBYTES_NF4, BITSANDBYTES_NF4[::-1] * np.float32(0.5)])  # block 0 scale 1, block 1 0.5
+    packed, absmax = quantize_nf4(w, block=16)
+    codes = np.stack([packed & 15, packed >> 4], axis=1).reshape(-1)
+    np.testing.assert_array_equal(codes, np.concatenate([np.arange(16), np.arange(16)[::-1]]))
+    np.testing.assert_array_equal(dequantize_nf4(packed, absmax, w.size, block=16), w)
+
+
+def test_codes_are_the_nearest_bitsandbytes_level():
+    w = np.random.default_rng(0).standard_normal(64 * 500).astype(np.float32)
+    packed, absmax = quantize_nf4(w)
+    codes = np.stack([packed & 15, packed >> 4], axis=1).reshape(-1)
+    scaled = (w.reshape(-1, 64) / absmax[:, None]).reshape(-1)
+    distance = np.abs(scaled[:, None].astype(np.float64) - BITSANDBYTES_NF4[None, :])
+    chosen = distance[np.arange(w.size), codes]
+    assert np.all(chosen <= distance.min(axis=1))
 
 
 def _half_level_bound(w, scales, block=64):

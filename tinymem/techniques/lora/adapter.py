@@ -9,8 +9,11 @@ Contract:
 - A starts as a Linear's weight does, U(-1/sqrt(in), 1/sqrt(in)); B starts at zero, so a freshly
   wrapped model computes exactly what the base model did, to the last bit.
 - ``merge()`` folds ``(alpha / r) · B A`` into the base weight (inference then costs what the
-  base layer costs); ``unmerge()`` takes it back out. Both round in float32, so merged and
-  unmerged outputs agree to float32 rounding, not bit for bit. A merged layer does not train.
+  base layer costs); ``unmerge()`` takes it back out. Both round in the weight's dtype, so merged
+  and unmerged outputs agree to that rounding, not bit for bit. A merged layer does not train.
+  The flag is saved in the state_dict (``merged``), so a merged state loads as merged.
+- A and B are stored in the base weight's float dtype (float32 for an NF4 base), as PEFT does:
+  a float16 model stays float16 after the layer.
 - Dropout acts on the adapter's input only; the base path sees ``x`` unchanged.
 
 Memory for a Linear (in, out) in float32 with Adam: the frozen weight stays 4·in·out bytes of
@@ -21,37 +24,43 @@ saves its input x (the frozen base keeps only its weight, for the input's gradie
 alone would keep 4·in when it trains. Time: two thin matmuls beside the base one, about 2r/out extra.
 """
 import fnmatch
+import math
 
 import numpy as np
 
 from ... import backend
 from ... import functional as F
 from ...autograd import no_grad
-from ...checks import positive_int
+from ...checks import positive_int, real_number
 from ...nn import Linear, Module, Parameter
 from ...nn.init import uniform
 
 
 class LoRALinear(Module):
-    """A frozen ``base`` layer (a Linear, or :class:`~.qlinear.NF4Linear`) plus trainable A, B."""
+    """A frozen ``base`` layer (a Linear, or :class:`~.qlinear.NF4Linear`) plus trainable A, B.
+
+    A and B take the base weight's float dtype (an NF4 base computes in float32), as PEFT gives
+    new adapters its base layer's dtype: a float16 model stays float16 after the layer."""
 
     def __init__(self, base, r, alpha=None, dropout=0.0):
         super().__init__()
         if not hasattr(base, "in_features") or not hasattr(base, "out_features"):
             raise TypeError(f"LoRALinear wraps a Linear (or an NF4Linear), got a {type(base).__name__}")
-        positive_int("LoRALinear: r (the adapter's rank)", r)
-        if not 0 <= dropout < 1:
-            raise ValueError(f"LoRALinear: dropout must be in [0, 1), got {dropout}")
+        if isinstance(base, LoRALinear):
+            raise TypeError("LoRALinear: the base already is a LoRALinear; one adapter per layer (train it, "
+                            "or merge() it and wrap the merged base Linear)")
+        r, alpha, dropout = check_options("LoRALinear", r, alpha, dropout)
         self.r, self.alpha = r, float(r if alpha is None else alpha)
         self.scaling = self.alpha / r
         self.dropout, self.merged = dropout, False
         for p in base.parameters():
             p.requires_grad = False
         self.base = base
-        device = base_device(base)
-        self.lora_A = uniform((r, base.in_features), 1.0 / np.sqrt(base.in_features), device)
+        device, dtype = base_device(base), base_dtype(base)
+        a = uniform((r, base.in_features), 1.0 / np.sqrt(base.in_features), device)
+        self.lora_A = a if a.dtype == dtype else Parameter(a.data.astype(dtype))
         xp = backend.array_module(device)
-        self.lora_B = Parameter(xp.zeros((base.out_features, r), np.float32))
+        self.lora_B = Parameter(xp.zeros((base.out_features, r), dtype))
 
     @property
     def in_features(self):
@@ -95,6 +104,14 @@ class LoRALinear(Module):
         self.merged = False
         return self
 
+    def _extra_state(self):
+        # Saved with the weights: a merged model's base already holds the update, so a model
+        # loading that state must skip the adapter path (or it would add the update twice).
+        return {"merged": np.array(self.merged)}
+
+    def _load_extra_state(self, name, value):
+        self.merged = bool(value)
+
     def extra_repr(self):
         return f"r={self.r}, alpha={self.alpha:g}, dropout={self.dropout}, merged={self.merged}"
 
@@ -106,6 +123,24 @@ def base_device(layer):
     return backend.device_of(layer.stored_weight())
 
 
+def base_dtype(layer):
+    """The dtype the adapters of ``layer`` compute in: its weight's, when that is a float."""
+    weight = getattr(layer, "weight", None)
+    return weight.dtype if weight is not None and weight.dtype.kind == "f" else np.dtype(np.float32)
+
+
+def check_options(who, r, alpha, dropout):
+    """``(r, alpha, dropout)`` checked, before anything is changed: a positive integer rank, a
+    finite alpha (or None: alpha = r) and a dropout probability in [0, 1)."""
+    r = positive_int(f"{who}: r (the adapter's rank)", r)
+    if alpha is not None and not math.isfinite(real_number(f"{who}: alpha", alpha)):
+        raise ValueError(f"{who}: alpha must be a finite number (the update is scaled by alpha / r), got {alpha!r}")
+    dropout = real_number(f"{who}: dropout (a probability, e.g. 0.1)", dropout)
+    if not 0 <= dropout < 1:
+        raise ValueError(f"{who}: dropout must be in [0, 1), got {dropout!r}")
+    return r, alpha, dropout
+
+
 def lora_modules(model):
     """``(name, LoRALinear)`` for every adapter in ``model``."""
     return [(name, m) for name, m in model.named_modules() if isinstance(m, LoRALinear)]
@@ -114,31 +149,80 @@ def lora_modules(model):
 def apply_lora(model, r, alpha=None, targets=("*",), dropout=0.0, wrap=None):
     """Replace every Linear of ``model`` whose dotted name matches one of ``targets`` (shell
     patterns, e.g. ``"*.mlp.*"``) by a :class:`LoRALinear`, in place, and freeze every other
-    parameter of the model (embeddings, norms, the raw attention projection): after it, only the
-    adapters train. ``wrap(linear)`` may turn each Linear into another frozen base first (QLoRA
-    passes ``NF4Linear.from_linear``). Returns ``model``.
+    parameter of the model (embeddings, norms, the raw attention projection) except existing
+    adapters: after it, only the adapters train. ``wrap(linear)`` may turn each Linear into
+    another frozen base first (QLoRA passes ``NF4Linear.from_linear``). Returns ``model``.
+
+    - A Linear that already is an adapter's base is skipped, as PEFT never wraps a LoRA layer's
+      base layer again: a second call adapts only new layers and leaves the first adapters
+      training. A call that matches only adapted layers is refused.
+    - A Linear used in several places (a shared layer) gets one LoRALinear, put in each place:
+      one adapter pair, merged once. All its places must match ``targets``, or none.
+    - Everything is checked before anything changes: a refused call leaves the model as it was.
 
     Memory: see :class:`LoRALinear`; the replaced Linears' weights are kept (not copied) unless
     ``wrap`` makes a smaller base, in which case the float weight is freed."""
     if not isinstance(model, Module):
         raise TypeError(f"apply_lora works on an nn.Module, got a {type(model).__name__}")
-    if isinstance(targets, str):
-        targets = (targets,)
-    chosen = [(parent, child_name, child)
-              for parent_name, parent in list(model.named_modules())
-              for child_name, child in list(parent.named_children())
-              if type(child) is Linear and any(fnmatch.fnmatchcase(
-                  f"{parent_name}.{child_name}" if parent_name else child_name, t) for t in targets)]
+    if type(model) is Linear or isinstance(model, LoRALinear):
+        raise TypeError(f"apply_lora replaces the Linears inside a model, in place; a bare {type(model).__name__} "
+                        "has no parent to hold its adapter: use LoRALinear(linear, r) instead, or put it in a model "
+                        "(nn.Sequential(linear))")
+    targets = _checked_targets(targets)
+    r, alpha, dropout = check_options("apply_lora", r, alpha, dropout)
+    if wrap is not None and not callable(wrap):
+        raise TypeError(f"apply_lora: wrap must be a function of a Linear, got a {type(wrap).__name__}")
+    places, adapted = _places(model, targets)
+    chosen = [(linear, slots) for linear, slots in places.values() if any(match for *_, match in slots)]
     if not chosen:
         names = [n for n, m in model.named_modules() if type(m) is Linear]
-        raise ValueError(f"apply_lora: no Linear matches targets {list(targets)}; the model's Linears are "
-                         f"{names or 'none'}")
+        already = f"; these already carry adapters (skipped: one adapter per layer): {adapted}" if adapted else ""
+        raise ValueError(f"apply_lora: no Linear matches targets {list(targets)}; the model's "
+                         f"Linears are {names or 'none'}{already}")
+    for _, slots in chosen:
+        if not all(match for *_, match in slots):
+            raise ValueError(f"apply_lora: one Linear is shared by {[name for _, _, name, _ in slots]}, and targets "
+                             f"{list(targets)} match only some of them: adapting it in one place would change "
+                             "the others; match all or none")
+    bases = [(wrap(linear) if wrap is not None else linear, slots) for linear, slots in chosen]
+    keep = {id(p) for _, m in lora_modules(model) for p in (m.lora_A, m.lora_B)}
     for p in model.parameters():
-        p.requires_grad = False
-    for parent, name, child in chosen:
-        base = wrap(child) if wrap is not None else child
-        parent.replace_child(name, LoRALinear(base, r, alpha, dropout))
+        if id(p) not in keep:
+            p.requires_grad = False
+    for base, slots in bases:
+        adapter = LoRALinear(base, r, alpha, dropout)
+        for parent, child_name, _, _ in slots:
+            parent.replace_child(child_name, adapter)
     return model
+
+
+def _checked_targets(targets):
+    if isinstance(targets, str):
+        targets = (targets,)
+    try:
+        targets = tuple(targets)
+    except TypeError:
+        targets = None
+    if not targets or not all(isinstance(t, str) for t in targets):
+        raise TypeError(f"apply_lora: targets must be a shell pattern of dotted Linear names, or a list of them "
+                        f"(e.g. '*' for every Linear, ['*.q', '*.v']), got {targets!r}")
+    return targets
+
+
+def _places(model, targets):
+    """``{id(linear): (linear, [(parent, child name, dotted name, matches targets)])}`` for every
+    Linear that is not an adapter's base, and the names of the adapters already there."""
+    places, adapted = {}, []
+    for parent_name, parent in model.named_modules():
+        if isinstance(parent, LoRALinear):
+            adapted.append(parent_name)
+            continue
+        for child_name, child in parent.named_children():
+            if type(child) is Linear:
+                name = f"{parent_name}.{child_name}" if parent_name else child_name
+                match = any(fnmatch.fnmatchcase(name, t) for t in targets)
+                places.setdefault(id(child), (child, []))[1].append((parent, child_name, name, match))
+    return places, adapted
 
 
 def trainable_parameters(model):

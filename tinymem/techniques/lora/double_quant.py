@@ -12,6 +12,10 @@ signed map's codes are all in use. Bits per weight, codes + scales:
 
     4 + 8/64 + 32/(64·256) = 4.127     (against 4 + 32/64 = 4.5 without it)
 
+The mean is taken over the finite scales only: an inf or NaN scale (quantize_nf4 refuses the
+weights that would make one, but this function takes any scales) then spoils its own block of
+256, not, through the mean, every scale of the tensor.
+
 The reconstructed scale is off by at most half the map's largest gap times the block's largest
 |c| (the map's own error bound), so every weight of a block moves by at most that much.
 """
@@ -33,9 +37,15 @@ def _map(xp):
 
 def quantize_absmax(absmax, block=BLOCK2):
     """``(codes8, scale2, mean)``: uint8 per scale, float32 per ``block`` scales, and the float32
-    mean as a 1-element array (kept on the scales' device)."""
+    mean as a 1-element array (kept on the scales' device), the mean of the finite scales.
+    Temporaries: one byte per scale (the finiteness mask)."""
     xp = backend.array_module(absmax)
-    mean = absmax.mean(keepdims=True).astype(np.float32)
+    finite = xp.isfinite(absmax)
+    if bool(finite.all()):
+        mean = absmax.mean(keepdims=True).astype(np.float32)
+    else:
+        count = max(int(finite.sum()), 1)
+        mean = (xp.where(finite, absmax, 0).sum(keepdims=True) / count).astype(np.float32)
     codes, scale2 = quantize(absmax - mean, _map(xp), block)
     return codes, scale2, mean
 

@@ -10,6 +10,13 @@ each of the 16 codes about equally often. The levels, as the paper builds them:
 - Scaled so the largest is 1: levels span [-1, 1], asymmetric (8 above zero, 7 below), and
   zero is exact, so padding and zeroed weights stay zero.
 
+The rounding follows bitsandbytes' ``create_normal_map`` (bitsandbytes 0.50.2.dev0, commit
+95f9af30), whose float32 results are the table that ``get_4bit_type("nf4")`` and its CUDA kernels
+use: delta written as 0.9677083, the probabilities spaced in float32 (``torch.linspace``), the
+quantiles rounded to float32, and the division by the largest done in float32. Computing it all in
+float64 instead moves 12 of the 16 levels by up to 1.8e-7, enough for a weight equal to one of
+bitsandbytes' levels to come back as its neighbour.
+
 Storage of a weight of n values: blocks of 64 consecutive values share one scale, the block's
 absolute maximum; each value keeps the 4-bit index of its nearest level, two indices per byte.
 That is n/2 bytes of codes and 4·n/64 bytes of float32 scales: 4.5 bits per weight (double
@@ -23,20 +30,31 @@ from statistics import NormalDist
 import numpy as np
 
 from ... import backend
+from ...checks import is_int, positive_int
 from ...optim.blockwise import Codebook, quantize as blockwise_quantize
 
 BLOCK = 64  # values per absmax: the paper's block for the weights
 CHUNK = 16384  # bytes of codes converted to gather indices at a time on NumPy (a 128 KiB index)
 
 
+def _spaced32(start, stop, n):
+    """``n`` float32 values from ``start`` to ``stop`` as ``torch.linspace`` makes them: a float32
+    step, added to ``start`` for the first half and taken from ``stop`` for the second."""
+    start, stop = np.float32(start), np.float32(stop)
+    step = (stop - start) / np.float32(n - 1)
+    return [start + step * np.float32(i) if i < n // 2 else stop - step * np.float32(n - 1 - i)
+            for i in range(n)]
+
+
 def nf4_levels():
-    """The 16 NF4 levels, sorted, as float32 NumPy (computed in float64 from Phi^-1)."""
-    delta = ((1 - 1 / 30) + (1 - 1 / 32)) / 2
+    """The 16 NF4 levels, sorted, as float32 NumPy: bitsandbytes' table, bit for bit (the
+    quantiles in float64, everything else in float32, as the module docstring says)."""
+    delta = 0.9677083  # ((1 - 1/30) + (1 - 1/32)) / 2 = 0.96770833..., as bitsandbytes writes it
     quantile = NormalDist().inv_cdf
-    positive = [quantile(p) for p in np.linspace(delta, 0.5, 9)[:-1]]
-    negative = [-quantile(p) for p in np.linspace(delta, 0.5, 8)[:-1]]
-    levels = np.sort(np.array(positive + negative + [0.0]))
-    return (levels / levels.max()).astype(np.float32)
+    positive = [quantile(float(p)) for p in _spaced32(delta, 0.5, 9)[:-1]]
+    negative = [-quantile(float(p)) for p in _spaced32(delta, 0.5, 8)[:-1]]
+    levels = np.sort(np.array(positive + negative + [0.0], np.float32))
+    return levels / levels.max()
 
 
 LEVELS = nf4_levels()
@@ -62,9 +80,21 @@ def quantize_nf4(w, block=BLOCK):
     """``(packed, absmax)`` of a float32 array: uint8 codes two per byte (value 2i in the low
     4 bits of byte i), float32 absmax per block of ``block`` values. An odd size is padded
     with one zero. Temporaries while quantizing: 17 bytes per value (the search's 16, and one
-    byte per code before packing)."""
+    byte per code before packing), and one byte per value for the finiteness check.
+
+    A non-finite value is refused: its block's absmax would be inf or NaN and every value of the
+    block would come back NaN."""
+    positive_int("quantize_nf4: block (values per scale)", block)
     xp = backend.array_module(w)
     flat = w.reshape(-1).astype(np.float32)
+    finite = xp.isfinite(flat)
+    if not bool(finite.all()):
+        bad = int(flat.size - finite.sum())
+        first = int(xp.flatnonzero(~finite)[0])
+        raise ValueError(f"quantize_nf4: the weight holds {bad} non-finite value(s) (the first, {float(flat[first])}, "
+                         f"at flat index {first}); a block's scale is its largest |value|, so one inf or NaN "
+                         "would turn its whole block into NaN: find where the weight diverged and fix it first")
+    del finite
     if flat.size % 2:
         flat = xp.concatenate([flat, xp.zeros(1, np.float32)])
     codes, absmax = blockwise_quantize(flat, _codebook(xp), block)
@@ -81,6 +111,14 @@ def dequantize_nf4(packed, absmax, size, block=BLOCK, scratch=None):
     with any integer type, the whole array is one chunk.
     Memory: the result (4 bytes per value) and the index, both passed to ``scratch`` (the
     caller's ledger registration); the index is freed before the return."""
+    stored = 2 * packed.size
+    if not is_int(size) or not 0 <= size <= stored:
+        raise ValueError(f"dequantize_nf4: size must be an integer from 0 to {stored} (the values the "
+                         f"{packed.size} bytes of codes hold), got {size!r}")
+    positive_int("dequantize_nf4: block (values per scale)", block)
+    if absmax.size != -(-stored // block):
+        raise ValueError(f"dequantize_nf4: {stored} values in blocks of {block} need {-(-stored // block)} "
+                         f"scales, got {absmax.size}: pass the absmax that quantize_nf4 returned with these codes")
     xp = backend.array_module(packed)
     keep = scratch or (lambda a: a)
     values = keep(xp.empty((packed.size, 2), np.float32))

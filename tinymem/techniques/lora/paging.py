@@ -14,6 +14,10 @@ Contract:
   copies are exact, so a paged run is bit for bit the unpaged one.
 - The state of the parameter being updated is never paged out from under its update.
 - Only a budget (``tinymem.track(budget=...)``) triggers paging; without one nothing moves.
+- ``state_dict()`` is the wrapped optimizer's, wherever each array is at the time (paged-out
+  state is saved like the rest), plus the paging order; ``load_state_dict`` puts all state on
+  the device, as a plain optimizer's load does. Either loads the other's state dict, so a paged
+  fine-tune resumes bit for bit, paged or not.
 
 Memory: at most the wrapped optimizer's state on the device (less while paged out: those
 bytes are counted at place ``host``); during a page-in, the state of one parameter on both
@@ -23,6 +27,7 @@ host are the same RAM: the move is the ledger's accounting and a memcpy, not a s
 import numpy as np
 
 from ... import backend, memory
+from ...checks import is_int
 from ...optim.optimizer import OptimizerWrapper
 
 
@@ -48,8 +53,33 @@ class PagedOptimizer(OptimizerWrapper):
     def stats(self):
         return {"bytes_paged_out": self.bytes_out, "bytes_paged_in": self.bytes_in}
 
+    def state_dict(self):
+        """The wrapped optimizer's state dict (arrays copied to the CPU from the device or the
+        host), with ``"paging_order"``: the parameters' indices, least recently updated first."""
+        state = self.optimizer.state_dict()
+        index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        state["paging_order"] = [index[key] for key in self._order]
+        return state
+
+    def load_state_dict(self, state_dict):
+        """Load a paged or plain optimizer's state dict; all state lands on the device."""
+        params = [p for g in self.param_groups for p in g["params"]]
+        order = state_dict.get("paging_order", range(len(params))) if isinstance(state_dict, dict) else ()
+        if not isinstance(order, (list, tuple, range)) or not all(is_int(i) and 0 <= i < len(params) for i in order):
+            raise ValueError(f"load_state_dict: paging_order must list parameter indices below {len(params)}, "
+                             f"got {order!r:.80}")
+        self.optimizer.load_state_dict(state_dict)
+        self._order = {id(params[i]): params[i] for i in order if self.state.get(params[i]) is not None}
+
     def step(self):
         memory.mark("optimizer")
+        for group in self.optimizer.param_groups:  # every gradient checked before any update
+            for p in group["params"]:
+                if (p.grad is not None and getattr(p.grad.data, "is_sparse", False)
+                        and not self.optimizer.accepts_sparse_grad):
+                    raise TypeError(
+                        f"paged {type(self.optimizer).__name__} does not take sparse gradients (parameter of shape "
+                        f"{tuple(p.shape)}): use optim.RowWiseAdagrad, or make the lookup with sparse=False")
         for group in self.optimizer.param_groups:
             for p in group["params"]:
                 if p.grad is None:

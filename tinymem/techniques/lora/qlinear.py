@@ -19,7 +19,8 @@ import math
 import numpy as np
 
 from ... import backend, memory
-from ...autograd import Function
+from ...autograd import Function, Tensor
+from ...checks import positive_int
 from ...nn import Module, Parameter
 from .adapter import apply_lora
 from .double_quant import dequantize_absmax, quantize_absmax
@@ -52,6 +53,13 @@ class NF4Linear(Module):
         if getattr(weight, "ndim", None) != 2 or weight.dtype.kind != "f":
             raise TypeError(f"NF4Linear stores a 2-d float weight (out_features, in_features), got "
                             f"{getattr(weight, 'dtype', type(weight).__name__)} of shape {getattr(weight, 'shape', None)}")
+        if weight.size == 0:
+            raise ValueError(f"NF4Linear needs a weight with at least one value, got shape {tuple(weight.shape)}")
+        bias = bias.data if isinstance(bias, Tensor) else bias
+        if bias is not None and (getattr(bias, "shape", None) != weight.shape[:1] or bias.dtype.kind != "f"):
+            raise ValueError(f"NF4Linear: the bias must be a float array of shape ({weight.shape[0]},), one value "
+                             f"per output, got {getattr(bias, 'dtype', type(bias).__name__)} of shape "
+                             f"{getattr(bias, 'shape', None)}: a Linear's bias is not broadcast")
         self.out_features, self.in_features = weight.shape
         self.double_quant = double_quant
         packed, absmax = quantize_nf4(weight)
@@ -113,6 +121,13 @@ class NF4Linear(Module):
     def _load_extra_state(self, name, value):
         getattr(self, name)[...] = backend.to_device(np.asarray(value), backend.device_of(self.packed))
 
+    def _move_extra_state(self, device):
+        """The codes and scales go where ``Module.to`` sends the parameters (the bias), as
+        bitsandbytes moves its quantization state with ``Params4bit``. They stay NF4 whatever the
+        dtype: a cast would mean quantizing again."""
+        for name, value in self.stored().items():
+            setattr(self, name, memory.register(backend.to_device(value, device), "parameter"))
+
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"double_quant={self.double_quant}, bits_per_weight={self.bits_per_weight():.3f}")
@@ -121,6 +136,7 @@ class NF4Linear(Module):
 def expected_bits_per_weight(n, double_quant=True):
     """The formula the stored arrays are held to: codes, scales and (double quantization) the
     8-bit scales, their float32 scales and the one float32 mean, for ``n`` weights."""
+    positive_int("expected_bits_per_weight: n (the number of weights)", n)
     blocks = math.ceil(n / BLOCK)
     if not double_quant:
         return 8 * (math.ceil(n / 2) + 4 * blocks) / n
