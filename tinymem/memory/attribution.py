@@ -17,6 +17,7 @@ memory measures the difference.
 """
 import contextlib
 import os
+import runpy
 import sys
 import threading
 
@@ -24,6 +25,7 @@ ENABLED = True
 ROOT = "(model)"
 _PATH = "_module_path"
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_RUNPY = runpy.__file__  # python -m and tinymem timeline's script runner: not the user's code
 
 
 class Scope:
@@ -150,11 +152,13 @@ def leave_backward(outer):
 
 def user_site():
     """``(filename, line, function)`` of the innermost frame outside tinymem: the user's line
-    that made the array being registered (``None`` when every frame is tinymem's). A walk up
-    the stack, a few tens of frames at most: about a microsecond."""
+    that made the array being registered (``None`` when every frame is tinymem's, or Python's
+    ``runpy``). A walk up the stack, a few tens of frames at most: about a microsecond."""
     frame = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
         frame = frame.f_back
+    if frame is not None and frame.f_code.co_filename == _RUNPY:
+        return None
     if frame is None:
         return None
     return frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name

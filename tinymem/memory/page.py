@@ -89,19 +89,19 @@ def _thin(series, peak_x):
     return sorted(keep)
 
 
-def render(tracker, title):
-    """The page's HTML text."""
+def render(numbers):
+    """The page's HTML text for :func:`data`'s dict."""
     with open(TEMPLATE, encoding="utf-8") as f:
         template = f.read()
-    payload = json.dumps(data(tracker, title), separators=(",", ":")).replace("</", "<\\/")
-    return template.replace("/*DATA*/null", payload).replace("<!--TITLE-->", _escape(title))
+    payload = json.dumps(numbers, separators=(",", ":")).replace("</", "<\\/")
+    return template.replace("/*DATA*/null", payload).replace("<!--TITLE-->", _escape(numbers["title"]))
 
 
 def _escape(text):
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def write(tracker, path, title="one training step"):
-    """Write the page of a closed window to ``path`` atomically."""
-    html = render(tracker, title).encode("utf-8")
+def write(numbers, path):
+    """Write the page of :func:`data`'s dict to ``path`` atomically."""
+    html = render(numbers).encode("utf-8")
     write_atomically(path, lambda f: f.write(html), suffix=".html")

@@ -225,7 +225,7 @@ class Tracker:
     def export_page(self, path, title="one training step"):
         """Write the window as one self-contained HTML page (no network needed to view it):
         memory stacked by bucket, the phase marks, the peak, each array on hover. See ``page.py``."""
-        page.write(self, path, title)
+        page.write(page.data(self, title), path)
 
 
 @contextlib.contextmanager
