@@ -68,3 +68,15 @@ def test_bad_input_is_refused_before_the_step(tmp_path, capsys):
     assert cli.main(["timeline", "--out", str(tmp_path / "a.html"), "--", "python", "train.sh"]) == 2
     assert "give a Python script" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
+
+
+def test_the_memory_timeline_family_writes_its_page_beside_the_png(tmp_path):
+    assert cli.main(["figures", "--quick", "--only", "memory_timeline", "--out", str(tmp_path)]) == 0
+    records = json.loads((tmp_path / "data" / "memory_timeline.json").read_text())
+    numbers = _page_numbers(tmp_path / "memory_timeline.html")
+    assert numbers["peak"]["bytes"] == records["peak"] > 0
+    assert [label for _, label in numbers["marks"]] == [
+        "step 1: forward", "backward", "optimizer", "step 2: forward", "backward", "optimizer"]
+    os.remove(tmp_path / "memory_timeline.html")  # --replot draws it again from the records alone
+    assert cli.main(["figures", "--replot", "--only", "memory_timeline", "--out", str(tmp_path)]) == 0
+    assert _page_numbers(tmp_path / "memory_timeline.html") == numbers
