@@ -10,7 +10,7 @@ import pytest
 import tinymem as tm
 import tinymem.functional as F
 from tinymem import memory
-from tinymem.memory import snapshot
+from tinymem.memory import page, snapshot
 
 
 def _step(device="cpu", model=None):
@@ -120,6 +120,9 @@ def test_the_standin_device_exports_the_ledgers_sizes(standin):
     snap = snapshot.build(t, at="peak")
     active = sum(b["size"] for b in snap["segments"][0]["blocks"] if b["state"] == "active_allocated")
     assert active == t.peak() > 0
+    numbers = page.data(t, "on the stand-in")
+    x = numbers["peak"]["x"]
+    assert sum(a[1] for a in numbers["arrays"] if a[2] <= x and (a[3] < 0 or a[3] > x)) == t.peak()
 
 
 def test_refused_windows_and_paths_write_nothing(tmp_path):
