@@ -160,6 +160,36 @@ except tm.OutOfMemoryError as err:
     check("the error names the buckets that filled it", all(b in str(err) for b in memory.BUCKETS))
 
 # %% [markdown]
+# ## The step in a browser, and in PyTorch's memory viewer
+#
+# A picture you can point at answers "what is this block?" better than a table. The window `t`
+# of the step above kept every allocation and free, so it can be written out twice:
+#
+# - a page of our own, one HTML file that needs no network: the buckets stacked over the step,
+#   the phase marks and the peak; hover over a band to name the array under the pointer (shape,
+#   dtype, bytes, bucket, module, op, the line of this lesson that made it), click to list
+#   everything live at that moment, largest first;
+# - PyTorch's memory snapshot, the file `torch.cuda.memory._dump_snapshot()` writes: open
+#   https://pytorch.org/memory_viz and drag the file in. Its "Active Memory Timeline" is the same
+#   step as PyTorch users see theirs; the bucket of each block is the first line of its stack.
+#
+# Open both, find the peak, and hover over its largest block: which bucket, and which op, made it?
+
+# %%
+import os
+import pickle
+
+page_path = os.path.join(OUT, "lesson00_step.html")
+snapshot_path = os.path.join(OUT, "lesson00_step.pickle")
+t.export_page(page_path, f"one Adam step, MLP {sizes}, batch {batch} (simulated device)")
+t.export_snapshot(snapshot_path)
+print(f"open {page_path} in a browser;\ndrag {snapshot_path} into https://pytorch.org/memory_viz")
+with open(snapshot_path, "rb") as f:
+    blocks = [b for b in pickle.load(f)["segments"][0]["blocks"] if b["state"] == "active_allocated"]
+check("the snapshot's blocks at the end of the window are the ledger's bytes then, to the byte",
+      sum(b["size"] for b in blocks) == sum(events[-1]["live"].values()))
+
+# %% [markdown]
 # ## Exercises (`lessons/exercises/ex00.py`, check with `TINYMEM_EXERCISES=student python -m pytest -m exercise_00`)
 #
 # 1. `mlp_parameter_bytes(sizes, bytes_per_value=4)`: the parameter bytes of `MLP(sizes)`.

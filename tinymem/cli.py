@@ -275,6 +275,12 @@ def cmd_monitor(args):
     return code
 
 
+def cmd_timeline(args):
+    from .experiments import timeline_command
+
+    return timeline_command.run(args)
+
+
 def print_table(rows):
     if not rows:
         return
@@ -352,6 +358,16 @@ def build_parser():
     mon.add_argument("--gpu", type=int, default=0, help="GPU index for --device cuda (default 0)")
     mon.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     mon.set_defaults(fn=cmd_monitor)
+    tl = sub.add_parser("timeline", help="one step's memory as an offline HTML page (and a PyTorch "
+                        "memory snapshot)", usage="tinymem timeline [options] [-- python script.py ...]")
+    tl.add_argument("--workload", default=None, help="mlp, unet or transformer (default transformer)")
+    tl.add_argument("--sizes", default=None, help="the workload's sizes, as for tinymem plan --sizes")
+    tl.add_argument("--batch", type=int, default=8, help="samples per step (default 8)")
+    tl.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the step runs")
+    tl.add_argument("--out", default="timeline.html", help="the page to write (default timeline.html)")
+    tl.add_argument("--snapshot", default=None, help="also write PyTorch's memory snapshot (a .pickle)")
+    tl.add_argument("command", nargs=argparse.REMAINDER, help="a script to run instead, after --")
+    tl.set_defaults(fn=cmd_timeline)
     return parser
 
 

@@ -14,14 +14,12 @@ Memory: saving copies GPU arrays to the host one at a time; loading returns NumP
 them with ``model.load_state_dict`` / ``Tensor.to``).
 """
 import json
-import os
-import secrets
-import stat
 
 import numpy as np
 
 from . import backend
 from .autograd import Tensor
+from .measure.files import write_atomically
 
 _FORMAT = "tinymem-checkpoint-1"
 
@@ -118,48 +116,6 @@ def save(obj, path):
     members = {f"a{i}": a for i, a in enumerate(arrays)}
     members["manifest"] = np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)
     write_atomically(path, lambda f: np.savez(f, **members), suffix=".npz")
-
-
-def write_atomically(path, write, suffix=""):
-    """Call ``write(file)`` on a temporary file beside ``path``, flush it to the disk and rename
-    it over ``path``: a reader sees the old file or the whole new one, never half of it, and the
-    temporary file is removed when anything fails. A new file gets the usual permissions (0666
-    less the umask); an overwritten one keeps its own."""
-    if not isinstance(path, (str, bytes, os.PathLike)):
-        raise TypeError(f"the path to write must be a str or os.PathLike, got {type(path).__name__}")
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):  # else the error names the temporary file, not the folder
-        raise FileNotFoundError(f"cannot write {path}: the folder {folder} does not exist; create it first")
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except FileNotFoundError:
-        mode = None
-    fd, tmp = _create_temporary(folder, suffix)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def _create_temporary(folder, suffix):
-    """A new file beside the target, opened like ``open(..., "w")`` would create it (0666 less
-    the umask; ``tempfile.mkstemp`` makes 0600, which the rename would hand to the checkpoint)."""
-    for _ in range(100):
-        tmp = os.path.join(folder, f".tmp-{secrets.token_hex(6)}{suffix}")
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
-        except FileExistsError:
-            continue
-    raise CheckpointError(f"cannot create a temporary file in {folder}")
 
 
 def load(path):

@@ -26,7 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .. import backend, nn
-from ..serialization import write_atomically
+from ..measure.files import write_atomically
 from ..techniques.quantization import QuantizedLinear
 
 OPSET, IR_VERSION = 13, 8

@@ -4,14 +4,19 @@ An MLP on the digits data, two Adam steps: the forward pass piles up activations
 turns them into gradients and frees them, the optimizer's first step creates its state (2 floats
 per parameter), which the second step finds already there from its first byte. The step's peak
 is in the update, where the state, the gradients and the update's temporaries live together.
+Beside the PNG, ``memory_timeline.html``: the same window as the offline page (hover names each
+array, a click lists what is live), drawn from the page's numbers kept in the records.
 """
+import os
+
 from .. import data, memory, models, optim, plots, random
 from .. import functional as F
 from ..measure.claims import Claim
+from ..memory import page
 
 NAME = "memory_timeline"
 ORDER = 0
-FIGURES = ["memory_timeline.png"]
+FIGURES = ["memory_timeline.png", "memory_timeline.html"]
 
 
 def run(quick=False, device="cpu"):
@@ -33,6 +38,7 @@ def run(quick=False, device="cpu"):
             opt.step()
             del loss
     return {"config": {"sizes": model.sizes, "batch": batch, "optimizer": "Adam", "steps": 2},
+            "page": page.data(t, f"two Adam steps, MLP {model.sizes}, batch {batch}"),
             "parameter_bytes": sum(p.nbytes for p in model.parameters()),
             "timeline": t.timeline(), "peak": t.peak(), "peak_by_bucket": t.peak_by_bucket(),
             "peak_delta": t.peak_delta(), "measured_peak": t.measured_peak()}
@@ -93,7 +99,10 @@ def plot(records, outdir):
     cfg = records["config"]
     plots.stacked_timeline(ax, records["timeline"], f"Two training steps: MLP {cfg['sizes']}, batch {cfg['batch']}, "
                            f"{cfg['optimizer']}", ylabel=f"{plots.device_label(records)} memory (MiB)")
-    return [plots.save(fig, records, outdir, FIGURES[0],
-                       note="What to see: activations pile up in forward and are freed in backward; Adam's "
-                            "state (green) appears in the first update and stays for the second step; the peak "
-                            "is in the update.")]
+    png = plots.save(fig, records, outdir, FIGURES[0],
+                     note="What to see: activations pile up in forward and are freed in backward; Adam's "
+                          "state (green) appears in the first update and stays for the second step; the peak "
+                          "is in the update.")
+    html = os.path.join(outdir, FIGURES[1])
+    page.write(records["page"], html)
+    return [png, html]

@@ -10,6 +10,8 @@
     command.py  `tinymem monitor`: a command and its children sampled, signals passed on, reaped
     nvidia.py   a GPU's used memory and its processes, through NVML or nvidia-smi
     attribution.py  the module path and op stamped on each entry; top and by-module reports
+    snapshot.py the window as PyTorch's memory snapshot (Tracker.export_snapshot), for its viewer
+    page.py     the window as one offline HTML page (Tracker.export_page; drawn by timeline.html)
     leaks.py    live_tensors(), find_leaks(step_fn): what grows per step, and what holds it
     shared.py   one simulated device for several processes; fractions, a device queue
     units.py    parse_bytes("64MB"), format_bytes, format_table

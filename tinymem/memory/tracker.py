@@ -13,7 +13,7 @@ import time
 
 from .. import backend
 from ..checks import positive_int
-from . import attribution
+from . import attribution, page, snapshot
 from .ledger import BUCKETS, LEDGER, OutOfMemoryError
 from .sampler import Monitor, check_interval
 from .probes import CupyProbe, TracemallocProbe
@@ -34,6 +34,8 @@ class Tracker:
 
     Memory: a timeline tuple per event (``timeline=False`` for long windows), and for the
     attribution at the peak one dict slot per live device array plus the events since the peak.
+    With the timeline, each array born in the window also keeps a small record (shape, dtype,
+    the user's file and line: about 300 bytes) for :meth:`export_snapshot` and the timeline page.
     """
 
     def __init__(self, budget=None, measure=True, timeline=True, device=None, monitor=False,
@@ -50,6 +52,7 @@ class Tracker:
         self._peak_split = self._bucket_max = dict.fromkeys(BUCKETS, 0)
         self._probe = self._monitor = self._shared = None
         self._live, self._since_peak, self._peak_state = {}, [], None
+        self.entered, self.details, self.closed = {}, {}, False
 
     # -- opening and closing ----------------------------------------------------------------
     def _open(self):
@@ -67,6 +70,8 @@ class Tracker:
         gc.disable()
         try:
             self._live = {e: e.bucket for e in list(LEDGER.entries.values()) if e.place == "device"}
+            if self.keep_timeline:  # what the window started with, for a snapshot's first state
+                self.entered = dict(self._live)
             split = LEDGER.by_bucket()
             self.start = self._peak = sum(split.values())
             self._peak_split, self._bucket_max = split, dict(split)
@@ -81,6 +86,7 @@ class Tracker:
                                    + format_table(LEDGER.by_bucket()))
 
     def _close(self):
+        self.closed = True
         if self in LEDGER.trackers:
             LEDGER.trackers.remove(self)
         try:
@@ -141,8 +147,10 @@ class Tracker:
             if self._shared is not None:
                 self._shared.update(total)
         if self.keep_timeline and (place == "device" or kind == "mark"):
+            if entry is not None and entry not in self.details:
+                self.details[entry] = attribution.describe(entry)
             self.events.append((time.perf_counter() - self.t0, kind, bucket, nbytes, label,
-                                tuple(LEDGER.live["device"][b] for b in BUCKETS)))
+                                tuple(LEDGER.live["device"][b] for b in BUCKETS), entry))
 
     # -- results --------------------------------------------------------------------------
     def peak(self):
@@ -186,7 +194,7 @@ class Tracker:
         """Events as dicts: time (s), kind (alloc/free/mark), bucket, bytes, label, and the
         device bytes of every bucket just after the event (for a stacked plot)."""
         return [dict(t=t, kind=k, bucket=b, bytes=n, label=lab, live=dict(zip(BUCKETS, live)))
-                for t, k, b, n, lab, live in self.events]
+                for t, k, b, n, lab, live, _ in self.events]
 
     def peak_entries(self):
         """``{ledger entry: bucket}`` of the device arrays live at the peak: the live set now,
@@ -217,6 +225,16 @@ class Tracker:
 
     def table(self):
         return format_table(self.peak_by_bucket(), "device bytes per bucket at the peak")
+
+    def export_snapshot(self, path):
+        """Write the window as PyTorch's memory snapshot (``torch.cuda.memory._snapshot()``,
+        pickled) to ``path``: open it at pytorch.org/memory_viz. See ``snapshot.py``."""
+        snapshot.write(snapshot.build(self), path)
+
+    def export_page(self, path, title="one training step"):
+        """Write the window as one self-contained HTML page (no network needed to view it):
+        memory stacked by bucket, the phase marks, the peak, each array on hover. See ``page.py``."""
+        page.write(page.data(self, title), path)
 
 
 @contextlib.contextmanager

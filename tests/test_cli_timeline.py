@@ -1,0 +1,82 @@
+"""``tinymem timeline``: a workload's step or a script as a page and a snapshot; bad input is
+refused before anything runs, and a step that raises leaves no file behind."""
+import json
+import os
+import pickle
+import re
+
+from tinymem import cli
+
+SCRIPT = """
+import numpy as np
+import tinymem as tm
+import tinymem.functional as F
+model = tm.models.MLP([8, 16, 2])
+loss = F.cross_entropy(model(tm.tensor(np.ones((4, 8), np.float32))), np.array([0, 1, 0, 1]))
+loss.backward()
+{tail}
+"""
+
+
+def _page_numbers(path):
+    text = path.read_text()
+    return json.loads(re.search(r"const DATA = (\{.*?\});\n", text, re.S).group(1).replace("<\\/", "</"))
+
+
+def test_a_workload_step_writes_the_page_and_the_snapshot(tmp_path, capsys):
+    page, snap = tmp_path / "step.html", tmp_path / "step.pickle"
+    code = cli.main(["timeline", "--workload", "mlp", "--sizes", "16,32,4", "--batch", "4",
+                     "--out", str(page), "--snapshot", str(snap)])
+    assert code == 0
+    peak = int(re.search(r"peak ([\d,]+) B", capsys.readouterr().out).group(1).replace(",", ""))
+    numbers = _page_numbers(page)
+    assert numbers["peak"]["bytes"] == peak > 0
+    assert [label for _, label in numbers["marks"]] == ["forward", "backward", "optimizer"]
+    with open(snap, "rb") as f:
+        trace = pickle.load(f)["device_traces"][0]
+    assert {e["action"] for e in trace} == {"alloc", "free_requested", "free_completed"}
+
+
+def test_a_script_runs_in_the_window_and_its_lines_are_named(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tail=""))
+    page = tmp_path / "run.html"
+    assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 0
+    details = _page_numbers(page)["details"]
+    assert any("train.py:7" in d for d in details)  # the backward line made the gradients
+
+
+def test_a_script_that_raises_halfway_writes_nothing(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tail="raise RuntimeError('diverged')"))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert cli.main(["timeline", "--out", str(out / "run.html"), "--snapshot", str(out / "run.pickle"),
+                     "--", "python", str(script)]) == 1
+    assert "raised RuntimeError: diverged" in capsys.readouterr().err
+    assert os.listdir(out) == []
+
+
+def test_bad_input_is_refused_before_the_step(tmp_path, capsys):
+    missing = tmp_path / "nope" / "step.html"
+    assert cli.main(["timeline", "--out", str(missing)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert cli.main(["timeline", "--workload", "mlp", "--out", str(tmp_path / "a.html"), "--", "x.py"]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert cli.main(["timeline", "--workload", "resnet", "--out", str(tmp_path / "a.html")]) == 2
+    assert "unknown workload 'resnet'" in capsys.readouterr().err
+    assert cli.main(["timeline", "--out", str(tmp_path / "a.html"), "--", "python", "train.sh"]) == 2
+    assert "give a Python script" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_memory_timeline_family_writes_its_page_beside_the_png(tmp_path):
+    assert cli.main(["figures", "--quick", "--only", "memory_timeline", "--out", str(tmp_path)]) == 0
+    records = json.loads((tmp_path / "data" / "memory_timeline.json").read_text())
+    numbers = _page_numbers(tmp_path / "memory_timeline.html")
+    assert numbers["peak"]["bytes"] == records["peak"] > 0
+    assert [label for _, label in numbers["marks"]] == [
+        "step 1: forward", "backward", "optimizer", "step 2: forward", "backward", "optimizer"]
+    os.remove(tmp_path / "memory_timeline.html")  # --replot draws it again from the records alone
+    assert cli.main(["figures", "--replot", "--only", "memory_timeline", "--out", str(tmp_path)]) == 0
+    assert _page_numbers(tmp_path / "memory_timeline.html") == numbers

@@ -1,0 +1,57 @@
+"""Writing a file atomically: a reader sees the old file or the whole new one, never half.
+
+Every file tinymem writes for a user (checkpoints, ONNX models, memory snapshots, timeline
+pages) goes through :func:`write_atomically`: the bytes go to a temporary file in the target's
+folder, are flushed to the disk, and the temporary file is renamed over the target (a rename
+within one folder is atomic). When anything fails the temporary file is removed.
+"""
+import os
+import secrets
+import stat
+
+
+def write_atomically(path, write, suffix=""):
+    """Call ``write(file)`` on a temporary file beside ``path``, flush it to the disk and rename
+    it over ``path``: a reader sees the old file or the whole new one, never half of it, and the
+    temporary file is removed when anything fails. A new file gets the usual permissions (0666
+    less the umask); an overwritten one keeps its own."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"the path to write must be a str or os.PathLike, got {type(path).__name__}")
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):  # else the error names the temporary file, not the folder
+        raise FileNotFoundError(f"cannot write {path}: the folder {folder} does not exist; create it first")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"cannot write {path}: it is a folder; give a file name inside it")
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = None
+    fd, tmp = _create_temporary(folder, suffix, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _create_temporary(folder, suffix, path):
+    """A new file beside the target, opened like ``open(..., "w")`` would create it (0666 less
+    the umask; ``tempfile.mkstemp`` makes 0600, which the rename would hand to the target)."""
+    for _ in range(100):
+        tmp = os.path.join(folder, f".tmp-{secrets.token_hex(6)}{suffix}")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+        except PermissionError:
+            raise PermissionError(f"cannot write {path}: the folder {folder} is not writable; "
+                                  "choose another folder") from None
+    raise FileExistsError(f"cannot create a temporary file in {folder}")
