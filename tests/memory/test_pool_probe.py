@@ -166,3 +166,14 @@ def test_the_ledger_is_within_5_percent_of_the_allocators_peak(name, device):
     assert ledger > 1 << 20
     assert abs(measured - ledger) <= 0.05 * ledger, (
         f"{name} on {device}: ledger peak growth {ledger:,} B vs the allocator's {measured:,} B\n{t.table()}")
+
+
+def test_a_failed_allocation_is_not_counted(pool):
+    """CuPy calls ``malloc_postprocess`` even when the allocation failed, with ``mem_ptr`` 0
+    (and then raises OutOfMemoryError): that block was never handed out."""
+    probe = CupyProbe()
+    block = pool.malloc(4096)
+    pool._call("malloc_postprocess", device_id=0, size=1 << 30, mem_size=1 << 30, mem_ptr=0, pmem_id=0)
+    probe.stop()
+    pool.free(block)
+    assert probe.peak() == 4096
