@@ -181,7 +181,7 @@ def cmd_bench_cuda(args):
     """``tinymem bench targets --device cuda``: the GPU targets into bench_cuda.json/.png."""
     from . import backend
     from .benchmarks import targets, targets_cuda
-    from .measure.records import meta, write_records
+    from .measure.records import meta
 
     if args.names not in ([], ["targets"]):
         print(f"tinymem bench: --device cuda runs the GPU targets only (tinymem bench targets --device cuda), "
@@ -193,13 +193,17 @@ def cmd_bench_cuda(args):
         print(f"tinymem bench: {exc}", file=sys.stderr)
         return 2
     print(f"\n== targets on cuda: {targets_cuda.__doc__.splitlines()[0]}")
-    records = targets_cuda.run(quick=args.quick, device="cuda")
+    # Written after every row: a run killed halfway keeps what it measured.
+    records = targets_cuda.run(quick=args.quick, device="cuda", on_row=targets_cuda.writer(args.out, args.quick))
     print_table(targets_cuda.table_rows(records))
-    records["meta"] = meta("cuda", args.quick)
-    print(write_records(records, args.out, "bench_cuda"))
-    for path in targets.plot(records, args.out, "bench_cuda.png"):
-        print(path)
-    return 0
+    print(os.path.join(args.out, "data", "bench_cuda.json"))
+    if any("error" not in row for row in records["rows"]):
+        for path in targets.plot(dict(records, meta=meta("cuda", args.quick)), args.out, "bench_cuda.png"):
+            print(path)
+    errors = [row for row in records["rows"] if "error" in row]
+    for row in errors:
+        print(f"tinymem bench: row {row['key']} failed: {row['error']}", file=sys.stderr)
+    return 1 if errors else 0
 
 
 def cmd_plan(args):

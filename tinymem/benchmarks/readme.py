@@ -96,6 +96,9 @@ def gpu_table(records):
              f"{records['clock']}: median ratio of {records['rounds']} rounds taken in turns (quartiles in brackets).",
              "", "| what | tinymem | PyTorch | target | met |", "| --- | --- | --- | --- | --- |"]
     for row in records["rows"]:
+        if "error" in row:  # the row raised on the GPU: said as such, never as a number
+            lines.append(f"| {row['what']} | error: {row['error']} | - | - | no |")
+            continue
         mine, theirs = row["contenders"]["tinymem"], row["contenders"].get("torch")
         if "band" in row:
             target = f"{row['band'][0]:.2f}-{row['band'][1]:.2f}"
