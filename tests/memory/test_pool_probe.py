@@ -197,7 +197,12 @@ def _op_cases():
             "sqrt": ((1 << 18,), lambda x: F.sqrt(F.abs(x))), "abs": ((1 << 18,), F.abs),
             "softmax": ((512, 512), F.softmax), "log_softmax": ((512, 512), F.log_softmax),
             "mse_loss": ((1 << 18,), lambda x: F.mse_loss(x, tm.tensor(zeros, device=x.device))),
-            "cross_entropy": ((512, 512), lambda x: F.cross_entropy(x, tm.tensor(classes, device=x.device)))}
+            "cross_entropy": ((512, 512), lambda x: F.cross_entropy(x, tm.tensor(classes, device=x.device))),
+            "huber_loss": ((1 << 18,), lambda x: F.huber_loss(x, tm.tensor(zeros, device=x.device))),
+            "smooth_l1_loss": ((1 << 18,), lambda x: F.smooth_l1_loss(x, tm.tensor(zeros, device=x.device))),
+            "max_pool2d": ((4, 16, 64, 64), lambda x: F.max_pool2d(x, 2)),
+            "avg_pool2d": ((4, 16, 64, 64), lambda x: F.avg_pool2d(x, 2)),
+            "interpolate": ((4, 16, 32, 32), lambda x: F.interpolate(x, 2))}
 
 
 @pytest.mark.parametrize("op", list(_op_cases()))

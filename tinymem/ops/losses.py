@@ -147,9 +147,18 @@ class HuberLoss(Function):
             raise ValueError(f"huber_loss: input shape {a.shape} and target shape {b.shape} differ")
         if not delta > 0:
             raise ValueError(f"huber_loss: delta must be positive, got {delta}")
-        d = a - b
-        ad = xp.abs(d)
-        losses = xp.where(ad <= delta, 0.5 * d * d, delta * (ad - 0.5 * delta)).astype(d.dtype)
+        d = memory.register(a - b)  # saved for backward: counted from now, not from the return
+        # The same operations as where(|d| <= delta, 0.5 d d, delta (|d| - delta/2)), in three
+        # counted buffers (the written-out form kept six uncounted ones): the linear branch is
+        # made in |d|'s buffer and the quadratic one copied over it where it applies.
+        losses = memory.register(xp.abs(d))
+        inside = memory.register(losses <= delta)
+        quadratic = memory.register(xp.multiply(d, 0.5, out=xp.empty_like(d)))
+        quadratic *= d
+        losses -= 0.5 * delta
+        losses *= delta
+        xp.copyto(losses, quadratic, where=inside)
+        del inside, quadratic
         ctx.reduction, ctx.delta = reduction, delta
         ctx.save_for_backward(d)
         return _reduce(losses, reduction)
@@ -158,5 +167,6 @@ class HuberLoss(Function):
         (d,) = ctx.saved_tensors
         xp = array_module(d)
         scale = 1.0 / d.size if ctx.reduction == "mean" else 1.0
-        grad = (xp.clip(d, -ctx.delta, ctx.delta) * (g * scale)).astype(d.dtype)
+        grad = xp.clip(d, -ctx.delta, ctx.delta)
+        grad *= g * scale if scale != 1.0 else g  # in place: no product beside the clipped d
         return (grad if ctx.needs_input_grad[0] else None), (-grad if ctx.needs_input_grad[1] else None)
