@@ -202,7 +202,8 @@ def _op_cases():
             "smooth_l1_loss": ((1 << 18,), lambda x: F.smooth_l1_loss(x, tm.tensor(zeros, device=x.device))),
             "max_pool2d": ((4, 16, 64, 64), lambda x: F.max_pool2d(x, 2)),
             "avg_pool2d": ((4, 16, 64, 64), lambda x: F.avg_pool2d(x, 2)),
-            "interpolate": ((4, 16, 32, 32), lambda x: F.interpolate(x, 2))}
+            "interpolate": ((4, 16, 32, 32), lambda x: F.interpolate(x, 2)),
+            "max": ((512, 512), lambda x: F.max(x, axis=1))}
 
 
 @pytest.mark.parametrize("op", list(_op_cases()))
