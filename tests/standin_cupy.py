@@ -144,6 +144,8 @@ class ndarray(np.ndarray):
         args = _unwrap(inputs)
         if outs:
             kwargs["out"] = _unwrap(tuple(outs))
+        if method == "at" and ufunc is np.add:
+            _check_scatter(inputs[0])
         flush = ufunc not in _EXACT and method != "at"
         if flush:
             args = tuple(_flushed(a) for a in args)
@@ -387,8 +389,20 @@ cuda = types.SimpleNamespace(
     get_current_stream=lambda: _Stream(), memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError))
 
 
+# CuPy 13's atomic add (``cupy.add.at``, ``cupyx.scatter_add``) takes these dtypes only (13.6
+# source); int64 and the rest came with CuPy 14. The stand-in refuses the others, as CuPy 13 does.
+_SCATTER_DTYPES = {np.dtype(t) for t in (np.int32, np.uint32, np.uint64, np.float16, np.float32, np.float64)}
+
+
+def _check_scatter(a):
+    if a.dtype not in _SCATTER_DTYPES:
+        raise TypeError(f"Unsupported dtype {a.dtype} for scatter_add/add.at (CuPy 13 takes "
+                        f"{', '.join(sorted(str(t) for t in _SCATTER_DTYPES))})")
+
+
 def _scatter_add(a, slices, value):
     """``cupyx.scatter_add``: ``a[slices] += value`` with repeated indices summed."""
+    _check_scatter(a)
     np.add.at(_unwrap(a), _unwrap(slices), _unwrap(value))
 
 

@@ -35,6 +35,7 @@ DTYPES = {
 
 _cupy = None
 _cupyx = None
+_cupyx_of = {}  # id(module) -> (module, its cupyx): what use_cuda_module gives back on restore
 _default = {"device": None}  # None: not set yet, read $TINYMEM_DEVICE on first use
 
 
@@ -88,10 +89,18 @@ def check_device(device):
 def use_cuda_module(module):
     """Test-only seam: serve ``module`` wherever tinymem asks for CuPy (its ``cupyx`` attribute
     stands for ``cupyx``). Returns the module it replaces, to pass back later; ``None`` goes back
-    to importing the real CuPy on next use. Used by the tests' NumPy-backed stand-in."""
+    to importing the real CuPy on next use. Used by the tests' NumPy-backed stand-in.
+
+    The module replaced keeps its ``cupyx``: the real ``cupy`` module has no ``cupyx``
+    attribute, so restoring it by ``getattr`` alone lost ``cupyx`` (scatter_add, pinned
+    memory) for the rest of the process."""
     global _cupy, _cupyx
     previous = _cupy
-    _cupy, _cupyx = module, getattr(module, "cupyx", None)
+    if previous is not None:
+        _cupyx_of[id(previous)] = (previous, _cupyx)
+    paired = _cupyx_of.get(id(module), (None, None))
+    _cupy = module
+    _cupyx = getattr(module, "cupyx", None) or (paired[1] if paired[0] is module else None)
     return previous
 
 

@@ -43,10 +43,12 @@ def cmd_info(args):
 
 
 def cmd_figures(args):
+    import traceback
+
     from tqdm import tqdm
 
     from . import backend
-    from .experiments import families
+    from .experiments import CPU_ONLY_FAMILIES, families
     from .measure import claims, progress
     from .measure.records import meta, read_records, write_records
 
@@ -60,35 +62,53 @@ def cmd_figures(args):
         return 2
     if args.claims_table:
         return _claims_table(outdir, names, args.readme)
-    written, failures, done = [], [], []
+    skipped = {n: CPU_ONLY_FAMILIES[n] for n in names if device != "cpu" and n in CPU_ONLY_FAMILIES
+               and not args.replot}
+    for name, why in skipped.items():
+        print(f"figure family {name} skipped on {device}: it runs on the CPU only ({why})", file=sys.stderr)
+    names = [n for n in names if n not in skipped]
+    if skipped and not names:
+        print("nothing left to run: use --device cpu for these families", file=sys.stderr)
+        return 2
+    written, failures, done, broken = [], [], [], []
     last = {n: progress.last_seconds(outdir, n, args.quick) for n in names}
     for index, name in enumerate(tqdm(names, desc="figure families", unit="family"), 1):
         module = found[name]
-        if args.replot:  # redraw from the JSON, with the claims judged again on its records
-            records = read_records(outdir, name)
-        else:
-            tqdm.write(progress.describe(index, len(names), name, last[name],
-                                         progress.seconds_left([last[n] for n in names[index - 1:]], done)))
-            start = time.perf_counter()
-            with backend.default_device_as(device):  # what the family makes without device= goes there too
-                records = module.run(quick=args.quick, device=device)
-            records["meta"] = dict(meta(device, args.quick), seconds=round(time.perf_counter() - start, 2))
-            done.append((records["meta"]["seconds"], last[name]))
-        records["claims"] = claims.evaluate(getattr(module, "CLAIMS", []), records, records["meta"]["quick"])
-        write_records(records, outdir, name)
-        written += module.plot(records, outdir)
+        # One family's exception is reported and the sweep goes on: a GPU run that stopped at
+        # the first broken family brought nothing back of the ones after it.
+        try:
+            if args.replot:  # redraw from the JSON, with the claims judged again on its records
+                records = read_records(outdir, name)
+            else:
+                tqdm.write(progress.describe(index, len(names), name, last[name],
+                                             progress.seconds_left([last[n] for n in names[index - 1:]], done)))
+                start = time.perf_counter()
+                with backend.default_device_as(device):  # what the family makes without device= goes there too
+                    records = module.run(quick=args.quick, device=device)
+                records["meta"] = dict(meta(device, args.quick), seconds=round(time.perf_counter() - start, 2))
+                done.append((records["meta"]["seconds"], last[name]))
+            records["claims"] = claims.evaluate(getattr(module, "CLAIMS", []), records, records["meta"]["quick"])
+            write_records(records, outdir, name)
+            written += module.plot(records, outdir)
+        except Exception:  # noqa: BLE001 (any failure of one family; the traceback is printed)
+            tqdm.write(f"figure family {name} failed:\n{traceback.format_exc()}", file=sys.stderr)
+            broken.append(name)
+            continue
         failures += [(name, row) for row in claims.failed(records["claims"])]
         if records["claims"]:
             tqdm.write(f"claims of {name}:\n" + claims.format_rows(records["claims"], color=sys.stdout.isatty()))
     for path in written:
         print(path)
+    if broken:
+        print(f"{len(broken)} figure famil{'y' if len(broken) == 1 else 'ies'} failed (traceback above): "
+              f"{', '.join(broken)}", file=sys.stderr)
     if failures:
         red, reset = ("\033[31m", "\033[0m") if sys.stderr.isatty() else ("", "")
         print(f"{red}{len(failures)} claim(s) do not hold:", file=sys.stderr)
         for name, row in failures:
             print(f"  {name}: {row['text']} (measured {claims.format_value(row['value'])})", file=sys.stderr)
         print(reset, end="", file=sys.stderr)
-    return 1 if failures and args.strict else 0
+    return 1 if broken or (failures and args.strict) else 0
 
 
 def _claims_table(outdir, names, readme):
@@ -161,7 +181,7 @@ def cmd_bench_cuda(args):
     """``tinymem bench targets --device cuda``: the GPU targets into bench_cuda.json/.png."""
     from . import backend
     from .benchmarks import targets, targets_cuda
-    from .measure.records import meta, write_records
+    from .measure.records import meta
 
     if args.names not in ([], ["targets"]):
         print(f"tinymem bench: --device cuda runs the GPU targets only (tinymem bench targets --device cuda), "
@@ -173,13 +193,17 @@ def cmd_bench_cuda(args):
         print(f"tinymem bench: {exc}", file=sys.stderr)
         return 2
     print(f"\n== targets on cuda: {targets_cuda.__doc__.splitlines()[0]}")
-    records = targets_cuda.run(quick=args.quick, device="cuda")
+    # Written after every row: a run killed halfway keeps what it measured.
+    records = targets_cuda.run(quick=args.quick, device="cuda", on_row=targets_cuda.writer(args.out, args.quick))
     print_table(targets_cuda.table_rows(records))
-    records["meta"] = meta("cuda", args.quick)
-    print(write_records(records, args.out, "bench_cuda"))
-    for path in targets.plot(records, args.out, "bench_cuda.png"):
-        print(path)
-    return 0
+    print(os.path.join(args.out, "data", "bench_cuda.json"))
+    if any("error" not in row for row in records["rows"]):
+        for path in targets.plot(dict(records, meta=meta("cuda", args.quick)), args.out, "bench_cuda.png"):
+            print(path)
+    errors = [row for row in records["rows"] if "error" in row]
+    for row in errors:
+        print(f"tinymem bench: row {row['key']} failed: {row['error']}", file=sys.stderr)
+    return 1 if errors else 0
 
 
 def cmd_plan(args):

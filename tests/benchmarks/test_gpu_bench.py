@@ -104,11 +104,61 @@ def test_the_check_summary_counts_results_and_skip_reasons(tmp_path):
     write_records(_fake_records(), tmp_path / "figs", "bench_cuda")
     lines = gpu_check.summary_lines(str(tmp_path), str(tmp_path / "figs"))
     suite = next(line for line in lines if line.startswith("suite_cuda"))
-    assert suite.split() == ["suite_cuda", "1", "152", "1803", "2", "1", "16"]
+    assert suite.split() == ["suite_cuda", "1", "152", "1803", "2", "1", "16", "failed"]
+    assert "  tests/memory/test_x.py::test_y - assert 0" in lines
     assert next(line for line in lines if line.startswith("cuda_tests")).split()[3] == "186"
     assert "skip reasons, suite_cuda (16 skipped):" in lines
     assert any(line.split()[0] == "13" and "edge figures" in line for line in lines)
     assert "figures drawn: 1 (offload.png)" in lines
     ledger = next(line for line in lines if line.startswith("ledger"))
     assert ledger.split()[-2:] == ["0.95-1.05", "yes"]
-    assert gpu_check.bench_lines(str(tmp_path / "nothing"))[0].startswith("bench: no figures/data/bench_cuda.json")
+    assert gpu_check.bench_lines(str(tmp_path / "nothing"))[0].startswith("bench: no ")
+
+
+KILLED_LOG = """\
+[gw0] [  1%] PASSED tests/a.py::test_one
+[gw1] [  2%] FAILED tests/b.py::test_two
+[gw0] [  3%] SKIPPED tests/c.py::test_three
+[gw1] [  4%] PASSED tests/a.py::test_four
+"""
+
+
+def test_a_killed_part_is_counted_from_its_test_lines_and_marked(tmp_path):
+    """No summary line (the part was killed at its limit): the -v lines are counted, the
+    failed test is named, and the part says it timed out; a half-written bench JSON is said
+    to be unreadable instead of stopping the summary."""
+    assert gpu_check.pytest_counts(KILLED_LOG) == {"passed": 2, "failed": 1, "errors": 0, "skipped": 1,
+                                                   "xfailed": 0, "xpassed": 0}
+    (tmp_path / "suite_cuda.log").write_text(KILLED_LOG)
+    (tmp_path / "rc.txt").write_text("suite_cuda 124 145 140\nbench 137\n")
+    (tmp_path / "bench" / "data").mkdir(parents=True)
+    (tmp_path / "bench" / "data" / "bench_cuda.json").write_text('{"rows": [{"key": "fp')
+    lines = gpu_check.summary_lines(str(tmp_path))
+    suite = next(line for line in lines if line.startswith("suite_cuda"))
+    assert suite.split()[:7] == ["suite_cuda", "124", "145", "2", "1", "0", "1"] and "timed out" in suite
+    assert "  tests/b.py::test_two" in lines
+    assert any(line.startswith("bench: ") and "unreadable" in line for line in lines)
+
+
+@requires_torch
+def test_one_failing_bench_row_costs_only_itself_and_every_row_is_written_as_it_finishes(tmp_path, monkeypatch):
+    def broken(dev):
+        raise RuntimeError("planted: the tiny op row cannot be built")
+    monkeypatch.setattr(targets_cuda, "_tiny_op_row", broken)
+    seen = []
+    write = targets_cuda.writer(str(tmp_path), quick=True, device="cpu")
+
+    def on_row(records):
+        write(records)
+        on_disk = json.loads((tmp_path / "data" / "bench_cuda.json").read_text())
+        seen.append([row["key"] for row in on_disk["rows"]])
+
+    records = targets_cuda.run(quick=True, device="cpu", rounds=1, on_row=on_row)
+    assert [row["key"] for row in records["rows"]] == ROWS
+    assert seen == [ROWS[:i] for i in range(1, len(ROWS) + 1)]  # on disk after each row
+    tiny = records["rows"][ROWS.index("tiny_op")]
+    assert tiny["met"] is False and tiny["error"] == "RuntimeError: planted: the tiny op row cannot be built"
+    assert all("error" not in row for row in records["rows"] if row["key"] != "tiny_op")
+    assert "tiny_op      error: RuntimeError" in "\n".join(gpu_check.bench_lines(str(tmp_path)))
+    assert any("error: RuntimeError" in line for line in readme.gpu_table(records))
+    assert targets.plot(records, tmp_path, "bench_cuda.png")  # the error row is left out of the plot

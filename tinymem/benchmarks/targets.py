@@ -314,7 +314,7 @@ def plot(records, outdir, name="bench.png"):
     the same axis they would squeeze every ratio near 1."""
     from .. import plots
 
-    rows = [row for row in records["rows"] if row["key"] not in CODEC_ROWS]
+    rows = [row for row in records["rows"] if row["key"] not in CODEC_ROWS and "error" not in row]
     fig, ax = plots.new_figure(width=8.0, height=0.55 * len(rows) + 1.6)
     # The medians as a column of labels right of every whisker and target line (a label next
     # to its own whisker can land on a target line).

@@ -14,9 +14,12 @@ Rows (MLP 4 x Linear(4096) with ReLU, batch 4096, Adam unless said; subject / ba
                 (the row also records whether ``measured_peak()`` equals the pool's peak)
 
 How: wall-clock time around each call and a device synchronize (the GPU runs queued kernels
-after the call returns), subject and baseline back to back, the order flipping every round,
-rows taking turns. With ``device="cpu"`` the same rows run on NumPy and PyTorch's CPU build,
-with tracemalloc as the allocator: a dry run of the code (``quick`` shrinks every shape).
+after the call returns), subject and baseline back to back, the order flipping every round.
+Rows are measured one after the other and handed to ``on_row`` as each finishes (``tinymem
+bench`` writes the JSON then), so a run killed halfway keeps the rows it finished; a row that
+raises is recorded as an error row (``error``: the exception, ``met`` False) and the next row
+runs. With ``device="cpu"`` the same rows run on NumPy and PyTorch's CPU build, with
+tracemalloc as the allocator: a dry run of the code (``quick`` shrinks every shape).
 """
 import time
 
@@ -196,40 +199,94 @@ def ledger_row(device, quick):
             "contenders": {"tinymem": dict(stats, ratios=[ratio])}}
 
 
-def run(quick=False, device="cuda", rounds=None):
-    """Measure every row on ``device``; returns the records (without ``meta``)."""
+def _measure(dev, row, rounds):
+    """One row's record: a warm-up call of each function (first-use allocations, kernel
+    compilation, caches), then ``rounds`` rounds, subject and baseline back to back."""
+    for subject, baseline in row.pairs.values():
+        subject(), baseline()
+    times = {c: ([], []) for c in row.pairs}
+    for i in range(rounds):
+        for contender, fns in row.pairs.items():
+            for slot in ((0, 1) if i % 2 == 0 else (1, 0)):
+                times[contender][slot].append(dev.timed(fns[slot], row.inner))
+    entry = {"key": row.key, "label": row.label, "what": row.what, "rounds": rounds, "contenders": {}}
+    for contender, (subject, baseline) in times.items():
+        ratios = list(np.divide(subject, baseline))
+        entry["contenders"][contender] = dict(summary(ratios), ratios=ratios, subject_s=float(np.median(subject)),
+                                              baseline_s=float(np.median(baseline)))
+    entry["target"] = row.target if row.target_from is None else entry["contenders"][row.target_from]["median"]
+    entry["met"] = bool(entry["contenders"]["tinymem"]["median"] <= entry["target"])
+    return entry
+
+
+def error_row(key, exc, label=None, what=None, target=None):
+    """The record of a row that raised: what it was, the exception, not met."""
+    return {"key": key, "label": label or key, "what": what or key, "rounds": 0, "target": target, "met": False,
+            "error": f"{type(exc).__name__}: {exc}", "contenders": {}}
+
+
+def _builders(dev, quick):
+    """(the keys a builder makes, the builder): a builder that raises costs its own rows only."""
+    return [(("fp16", "fp16_torch", "bf16"), lambda: _precision_rows(dev, quick)),
+            (("adam8bit", "mlp"), lambda: _optimizer_rows(dev, quick)),
+            (("tiny_op",), lambda: [_tiny_op_row(dev)]),
+            (("checkpoint",), lambda: [_checkpoint_row(dev, quick)])]
+
+
+def run(quick=False, device="cuda", rounds=None, on_row=None):
+    """Measure every row on ``device``; returns the records (without ``meta``). ``on_row(records)``
+    is called after each row with the records so far."""
     import torch
     dev = _Device(device, torch)
     rounds = rounds or (2 if quick else 9)
-    rows = _precision_rows(dev, quick) + _optimizer_rows(dev, quick) + [_tiny_op_row(dev), _checkpoint_row(dev, quick)]
-    for row in rows:  # warm-up: first-use allocations, kernel compilation, caches
-        for subject, baseline in row.pairs.values():
-            subject(), baseline()
-    times = {row.key: {c: ([], []) for c in row.pairs} for row in rows}
-    for i in range(rounds):
+    records = {"rows": [], "rounds": rounds, "clock": CLOCK, "device": device}
+
+    def add(entry):
+        records["rows"].append(entry)
+        if on_row is not None:
+            on_row(records)
+
+    # Any exception of one row (a CUDA error, an out-of-memory, a bug) is its row's record: the
+    # first GPU run lost every row to one.
+    for keys, build in _builders(dev, quick):
+        try:
+            rows = build()
+        except Exception as exc:  # noqa: BLE001
+            for key in keys:
+                add(error_row(key, exc))
+            continue
         for row in rows:
-            for contender, fns in row.pairs.items():
-                for slot in ((0, 1) if i % 2 == 0 else (1, 0)):
-                    times[row.key][contender][slot].append(dev.timed(fns[slot], row.inner))
-    out = []
-    for row in rows:
-        entry = {"key": row.key, "label": row.label, "what": row.what, "rounds": rounds, "contenders": {}}
-        for contender in row.pairs:
-            subject, baseline = times[row.key][contender]
-            ratios = list(np.divide(subject, baseline))
-            entry["contenders"][contender] = dict(summary(ratios), ratios=ratios, subject_s=float(np.median(subject)),
-                                                  baseline_s=float(np.median(baseline)))
-        entry["target"] = row.target if row.target_from is None else entry["contenders"][row.target_from]["median"]
-        entry["met"] = bool(entry["contenders"]["tinymem"]["median"] <= entry["target"])
-        out.append(entry)
-    out.append(ledger_row(device, quick))
-    return {"rows": out, "rounds": rounds, "clock": CLOCK, "device": device}
+            try:
+                add(_measure(dev, row, rounds))
+            except Exception as exc:  # noqa: BLE001
+                add(error_row(row.key, exc, row.label, row.what, row.target))
+    try:
+        add(ledger_row(device, quick))
+    except Exception as exc:  # noqa: BLE001
+        add(error_row("ledger", exc, "ledger / allocator peak", target=LEDGER_BAND[1]))
+    return records
+
+
+def writer(outdir, quick, device="cuda"):
+    """An ``on_row`` that writes ``outdir/data/bench_cuda.json`` (atomically) after every row,
+    with the run's ``meta``, and prints the row's line."""
+    from ..measure.records import meta, write_records
+    stamp = meta(device, quick)
+
+    def on_row(records):
+        row = table_rows({"rows": records["rows"][-1:]})[0]
+        print(f"  {row['row']:<12} {row['tinymem x']!s:>10} target {row['target']}  met {row['met']}", flush=True)
+        write_records(dict(records, meta=stamp), outdir, "bench_cuda")
+    return on_row
 
 
 def table_rows(records):
     """Printable rows: each row's tinymem median, PyTorch's where measured, the target, met."""
     out = []
     for row in records["rows"]:
+        if "error" in row:
+            out.append({"row": row["key"], "tinymem x": "error", "torch x": "-", "target": "-", "met": False})
+            continue
         mine, theirs = row["contenders"]["tinymem"], row["contenders"].get("torch")
         target = f"{row['band'][0]}-{row['band'][1]}" if "band" in row else f"<= {row['target']:.2f}"
         out.append({"row": row["key"], "tinymem x": mine["median"], "torch x": theirs["median"] if theirs else "-",

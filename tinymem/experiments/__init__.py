@@ -12,6 +12,13 @@ adding a file; nothing else needs editing.
 import importlib
 import pkgutil
 
+# The families that run on the CPU only, and why (each one's run() refuses another device with
+# this reason): ``tinymem figures --device cuda`` skips them, saying so.
+CPU_ONLY_FAMILIES = {
+    "rl": "the replay buffer is host memory by design, and the CartPole network is too small for a GPU to matter",
+    "edge": "ONNX Runtime's CPU kernels and a microcontroller's memory are the subject",
+}
+
 
 def families():
     """``{name: module}`` for every family, in run order."""

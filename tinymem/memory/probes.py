@@ -52,7 +52,8 @@ class CupyProbe:
     512 B); their running sum is the pool's used bytes above entry, and its highest value the
     pool's used-bytes peak above entry. (``alloc_postprocess`` would hear only of the blocks the
     pool asks the driver for: none in a warm step, whose blocks all come from the pool's cache;
-    on an Adam step of a 4 x 4096 MLP it reported 46 KB of a 151 MB peak.)
+    on an Adam step of a 4 x 4096 MLP it reported 46 KB of a 151 MB peak.) CuPy calls
+    ``malloc_postprocess`` after a failed allocation as well, with ``mem_ptr`` 0: not counted.
 
     Each probe is a hook of its own name (CuPy refuses two hooks of one name): nested windows
     each follow the same events and keep their own peak. CuPy calls hooks in the thread that
@@ -70,6 +71,8 @@ class CupyProbe:
             name = f"tinymem_peak_{id(probe)}"
 
             def malloc_postprocess(self, **kwargs):
+                if not kwargs.get("mem_ptr"):  # CuPy calls this after a failed allocation too, with ptr 0
+                    return
                 probe.used += kwargs["mem_size"]
                 probe.high = max(probe.high, probe.used)
 

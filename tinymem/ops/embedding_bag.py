@@ -34,7 +34,8 @@ def _bags(xp, input, offsets):
     n, B = len(input), len(offsets)
     if B and (int(offsets[0]) != 0 or bool((offsets[1:] < offsets[:-1]).any()) or int(offsets[-1]) > n):
         raise ValueError("embedding_bag offsets must start at 0, not decrease and stay <= len(input)")
-    starts = xp.zeros(n, xp.int64)
+    # int32: CuPy 13's scatter_add has no int64 (it came with CuPy 14); n row ids fit.
+    starts = xp.zeros(n, xp.int32)
     if B > 1:
         # +1 at every bag start after the first; a running sum then numbers the bags.
         scatter_add(xp, starts, offsets[1:][offsets[1:] < n], 1)

@@ -11,6 +11,7 @@ Memory saved for backward, per output element of shape (B, C, OH, OW):
 """
 import numpy as np
 
+from .. import memory
 from ..autograd import Function
 from ..backend import array_module
 from .conv import check_window, out_size
@@ -47,11 +48,12 @@ class MaxPool2d(Function):
             raise ValueError(f"max_pool2d: kernel {kernel} has more than 255 positions")
         xpad = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf) if ph or pw else x
         best = _window(xpad, 0, 0, sh, sw, out_h, out_w).copy()
-        where = xp.zeros(best.shape, np.uint8)
+        where = memory.register(xp.zeros(best.shape, np.uint8))
+        better = memory.register(xp.empty(best.shape, bool))  # one mask, reused: counted
         for k in range(1, kh * kw):
             cand = _window(xpad, k // kw, k % kw, sh, sw, out_h, out_w)
-            better = cand > best
-            best = xp.where(better, cand, best)
+            xp.greater(cand, best, out=better)
+            xp.copyto(best, cand, where=better)  # in place: where() made a second best each time
             where[better] = k
         ctx.geo, ctx.x_shape = geo, x.shape
         ctx.save_for_backward(where)
@@ -62,9 +64,12 @@ class MaxPool2d(Function):
         xp = array_module(g)
         kh, kw, sh, sw, ph, pw, out_h, out_w = ctx.geo
         b, c, h, w = ctx.x_shape
-        gpad = xp.zeros((b, c, h + 2 * ph, w + 2 * pw), g.dtype)
+        gpad = memory.register(xp.zeros((b, c, h + 2 * ph, w + 2 * pw), g.dtype))
+        share = memory.register(xp.empty(g.shape, g.dtype))  # g where the max was at k: one buffer, reused
         for k in range(kh * kw):
-            _window(gpad, k // kw, k % kw, sh, sw, out_h, out_w)[...] += g * (where == k)
+            xp.equal(where, k, out=share)
+            share *= g
+            _window(gpad, k // kw, k % kw, sh, sw, out_h, out_w)[...] += share
         return gpad[:, :, ph:ph + h, pw:pw + w]
 
 
@@ -80,14 +85,16 @@ class AvgPool2d(Function):
         for k in range(kh * kw):
             total += _window(xpad, k // kw, k % kw, sh, sw, out_h, out_w)
         ctx.geo, ctx.x_shape = geo, x.shape
-        return total / x.dtype.type(kh * kw)
+        total /= x.dtype.type(kh * kw)  # in place: the sum is the output
+        return total
 
     def backward(ctx, g):
         xp = array_module(g)
         kh, kw, sh, sw, ph, pw, out_h, out_w = ctx.geo
         b, c, h, w = ctx.x_shape
-        share = g / g.dtype.type(kh * kw)
-        gpad = xp.zeros((b, c, h + 2 * ph, w + 2 * pw), g.dtype)
+        share = memory.register(g / g.dtype.type(kh * kw))
+        # Counted now, while share is alive: counted on return, it would never meet share.
+        gpad = memory.register(xp.zeros((b, c, h + 2 * ph, w + 2 * pw), g.dtype))
         for k in range(kh * kw):
             _window(gpad, k // kw, k % kw, sh, sw, out_h, out_w)[...] += share
         return gpad[:, :, ph:ph + h, pw:pw + w]
@@ -100,7 +107,12 @@ class UpsampleNearest2d(Function):
         if x.ndim != 4:
             raise ValueError(f"upsample: expected input of shape (B, C, H, W), got {x.shape}")
         ctx.scale = scale
-        return x.repeat(scale, axis=2).repeat(scale, axis=3)
+        # Written into the output through a broadcast view: two repeats made an uncounted
+        # s·H x W array on the way.
+        b, c, h, w = x.shape
+        out = array_module(x).empty((b, c, h * scale, w * scale), x.dtype)
+        out.reshape(b, c, h, scale, w, scale)[...] = x[:, :, :, None, :, None]
+        return out
 
     def backward(ctx, g):
         s = ctx.scale

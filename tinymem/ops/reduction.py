@@ -62,8 +62,13 @@ class Max(Function):
     def backward(ctx, g):
         (mask,) = ctx.saved_tensors
         g = _expand(g, mask.shape, ctx.axes, ctx.keepdims)
-        count = mask.sum(axis=ctx.axes, keepdims=True)
-        return g * mask / count
+        xp = array_module(g)
+        # In g's dtype and one buffer: g * mask / count made a float64 array (an int64 count
+        # promotes float32) beside the product, uncounted.
+        count = mask.sum(axis=ctx.axes, keepdims=True, dtype=g.dtype)
+        out = xp.multiply(g, mask, out=xp.empty(mask.shape, g.dtype))
+        out /= count
+        return out
 
 
 class MatMul(Function):
