@@ -5,27 +5,28 @@ from statistics import NormalDist
 import numpy as np
 
 
-def lora_step_bytes(layers, r):
+def lora_step_bytes(layers, r, adapted):
     frozen = sum(4 * (d_in * d_out + d_out) for d_in, d_out in layers)
-    adapters = sum(4 * r * (d_in + d_out) for d_in, d_out in layers)
+    adapters = sum(4 * r * (d_in + d_out) for i, (d_in, d_out) in enumerate(layers) if i in set(adapted))
     return {"parameter": frozen + adapters, "gradient": adapters, "optimizer": 2 * adapters}
 
 
-def nf4_levels():
-    delta = ((1 - 1 / 30) + (1 - 1 / 32)) / 2
+def nf_levels(bits):
+    half = 2 ** (bits - 1)
+    offset = 1 - (1 / (2 * (2 ** bits - 1)) + 1 / 2 ** (bits + 1)) / 2
     inv = NormalDist().inv_cdf
-    positive = [inv(p) for p in np.linspace(delta, 0.5, 9)[:-1]]
-    negative = [-inv(p) for p in np.linspace(delta, 0.5, 8)[:-1]]
+    positive = [inv(p) for p in np.linspace(offset, 0.5, half + 1)[:-1]]
+    negative = [-inv(p) for p in np.linspace(offset, 0.5, half)[:-1]]
     levels = np.sort(np.array(positive + negative + [0.0]))
     return levels / levels.max()
 
 
-def nf4_bits_per_weight(n, double_quant=True):
-    blocks = math.ceil(n / 64)
-    if double_quant:
-        scales = blocks + 4 * math.ceil(blocks / 256) + 4
-    else:
+def nf4_bits_per_weight(n, block=64, block2=256):
+    blocks = math.ceil(n / block)
+    if block2 is None:
         scales = 4 * blocks
+    else:
+        scales = blocks + 4 * math.ceil(blocks / block2) + 4
     return 8 * (math.ceil(n / 2) + scales) / n
 
 

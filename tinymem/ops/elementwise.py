@@ -173,7 +173,11 @@ class Sigmoid(Function):
 
 
 class ReLU(Function):
-    """max(a, 0). Saves the output: its sign is the mask."""
+    """max(a, 0). Saves the output: its sign is the mask.
+
+    Backward writes the mask straight into the gradient's buffer, as 1.0 and 0.0, and multiplies
+    by ``g`` in place: no bool mask of 1 B per element alive beside the product (``g * (y > 0)``
+    made one, which the ledger never saw: its peak was 0.889 of the GPU pool's)."""
 
     def forward(ctx, a):
         y = array_module(a).maximum(a, 0)
@@ -182,7 +186,10 @@ class ReLU(Function):
 
     def backward(ctx, g):
         (y,) = ctx.saved_tensors
-        return g * (y > 0)
+        xp = array_module(g)
+        out = xp.greater(y, 0, out=xp.empty(y.shape, g.dtype))
+        out *= g  # 0 * nan stays nan, as in g * (y > 0)
+        return out
 
 
 _GELU_C = math.sqrt(2.0 / math.pi)
