@@ -84,8 +84,8 @@ starts = {"A random, B = 0 (LoRA's)": first_gradients(False, False),
 for start, (grad_a, grad_b, as_base) in starts.items():
     print(f"{start:<26} largest |grad A| {grad_a:.3f}, |grad B| {grad_b:.3f}, output = base output: {as_base}")
 check("B = 0 or A = 0: either starts as the base model, and either has a non-zero gradient (it trains)",
-      all(s[2] for s in starts.values()) and starts["A random, B = 0 (LoRA's)"][1] > 0
-      and starts["A = 0, B random"][0] > 0)
+      all(s[2] for s in starts.values()) and bool(starts["A random, B = 0 (LoRA's)"][1] > 0)
+      and bool(starts["A = 0, B random"][0] > 0))
 check("only both zero blocks training: both gradients are zero, at every step",
       starts["A = 0, B = 0"][:2] == (0, 0))
 
@@ -206,9 +206,9 @@ entropy = {name: -(u[u > 0] * np.log2(u[u > 0])).sum() for name, u in (("NF4", u
 print(f"entropy of the codes: NF4 {entropy['NF4']:.3f} bits, uniform {entropy['uniform']:.3f} bits (of 4)")
 check(f"NF4's codes are not used equally: shares from {use.min():.3f} to {use.max():.3f}, "
       f"{entropy['NF4']:.2f} of 4 bits, and the two outermost codes are the least used",
-      use.max() > 2 * use.min() and entropy["NF4"] < 3.95 and set(np.argsort(use)[:2]) == {0, 15})
+      bool(use.max() > 2 * use.min() and entropy["NF4"] < 3.95) and set(np.argsort(use)[:2].tolist()) == {0, 15})
 check(f"they are used more evenly than a uniform grid's ({entropy['uniform']:.2f} bits)",
-      entropy["NF4"] > entropy["uniform"])
+      bool(entropy["NF4"] > entropy["uniform"]))
 
 # %% [markdown]
 # The uniform 4-bit grid spends its outer codes on the few weights near a block's maximum and
@@ -222,8 +222,9 @@ check(f"they are used more evenly than a uniform grid's ({entropy['uniform']:.2f
 outermost = NormalDist().inv_cdf(1 - (1 / 30 + 1 / 32) / 2)  # the quantile the level 1.0 stands for
 beyond = (np.abs(w.reshape(-1, 64)).max(axis=1) > outermost).mean()
 check(f"{beyond:.1%} of the blocks have their maximum beyond {outermost:.3f}, the outermost level's quantile",
-      beyond > 0.9)
-#
+      bool(beyond > 0.9))
+
+# %% [markdown]
 # ## 4. One dequantized layer at a time
 #
 # An `NF4Linear` keeps only codes and scales. For its matmul it rebuilds the float32 weight,
