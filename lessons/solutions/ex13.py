@@ -38,10 +38,9 @@ def qlora_parameter_bytes(layers, r):
     return round(total)
 
 
-def _training_step(layers, r, batch):
-    """The QLoRA model of exercise 4, ready: a function that runs one training step."""
+def _qlora_model(layers, r):
+    """The QLoRA model of exercise 4 and its Adam optimizer."""
     import tinymem as tm
-    import tinymem.functional as F
     from tinymem import nn, optim
     from tinymem.techniques.lora import apply_qlora, trainable_parameters
 
@@ -52,7 +51,15 @@ def _training_step(layers, r, batch):
     model = nn.Sequential(*parts[:-1])
     del parts  # it holds the float32 Linears: they must die once quantized
     apply_qlora(model, r, alpha=2 * r)
-    opt = optim.Adam(trainable_parameters(model), lr=1e-3)
+    return model, optim.Adam(trainable_parameters(model), lr=1e-3)
+
+
+def _training_step(layers, r, batch):
+    """The QLoRA model of exercise 4, ready: a function that runs one training step."""
+    import tinymem as tm
+    import tinymem.functional as F
+
+    model, opt = _qlora_model(layers, r)
     x = tm.randn(batch, layers[0][0])
 
     def step():

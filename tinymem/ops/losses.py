@@ -6,7 +6,6 @@ Memory of each (B rows, C classes, float32 = 4 bytes):
 - ``mse_loss``: saves the difference (4·N).
 - ``huber_loss``: saves the difference (4·N).
 """
-from .. import memory
 from ..autograd import Function
 from ..backend import array_module
 from ..checks import axis_index
@@ -79,15 +78,12 @@ class CrossEntropy(Function):
                 raise IndexError(f"cross_entropy: target {bad} is out of bounds for {classes} classes "
                                  f"(targets must be in [0, {classes - 1}])")
         # One exp over the logits: p = exp(z) / sum(exp(z)) and loss = log(sum) - z[target],
-        # with z = logits - max (so exp never overflows). z becomes p in its own buffer, counted
-        # as workspace until it is saved: exp(z) into a second buffer made z an uncounted
-        # 4·N·C bytes alive beside p (the ledger read 0.874 of the pool's peak on an MLP with
-        # 512 classes at batch 4096).
-        p = memory.register(logits - logits.max(axis=1, keepdims=True))
-        picked = p[xp.arange(len(target)), target]
-        xp.exp(p, out=p)
+        # with z = logits - max (so exp never overflows).
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        p = xp.exp(shifted)
         total = p.sum(axis=1, keepdims=True)
-        losses = xp.log(total[:, 0]) - picked
+        losses = xp.log(total[:, 0]) - shifted[xp.arange(len(target)), target]
+        del shifted
         p /= total
         ctx.reduction = reduction
         ctx.save_for_backward(p, target)
