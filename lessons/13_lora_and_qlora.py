@@ -86,7 +86,7 @@ for start, (grad_a, grad_b, as_base) in starts.items():
 check("B = 0 or A = 0: either starts as the base model, and either has a non-zero gradient (it trains)",
       all(s[2] for s in starts.values()) and bool(starts["A random, B = 0 (LoRA's)"][1] > 0)
       and bool(starts["A = 0, B random"][0] > 0))
-check("only both zero blocks training: both gradients are zero, at every step",
+check("only both zero blocks training: both gradients are zero, so no step moves either factor",
       starts["A = 0, B = 0"][:2] == (0, 0))
 
 # %% [markdown]
@@ -163,7 +163,6 @@ check(f"the activations at the peak fall too, by {1 - lora['activation'] / full[
       lora["activation"] < full["activation"] and frozen_saves == 0 < trained_saves)
 
 # %% [markdown]
-#
 # After training, `merge()` folds (alpha / r) · B A into W: the fine-tuned model then costs at
 # inference exactly what the base did. `unmerge()` subtracts it again (both round in float32).
 
