@@ -134,17 +134,29 @@ print("wrote", plots.save(fig, RECORDS, OUT, "lesson00_timeline.png"))
 # ## The buckets, by formula: your turn
 #
 # Every bucket of this MLP can be predicted with pencil and paper before anything runs —
-# exercises 1 and 2 write the formulas. Work them out for this model first:
+# exercises 1 and 2 write the formulas. The tables above are one batch size; the parameters do
+# not depend on it, the saved activations do. Work out how, then:
 
 # %%
-predict(f"MLP {sizes} at batch {batch}, float32, Adam: how many bytes hold the parameters, the gradients, "
-        "Adam's state, and the activations at the end of forward? Which is larger, activations or parameters?")
-measured = {"parameter": sum(p.nbytes for p in model.parameters()),
-            "gradient": sum(p.grad.nbytes for p in model.parameters()),
-            "optimizer": opt.state_bytes(), "activation": end_of_forward["activation"]}
-reveal(", ".join(f"{bucket} {value:,d} B" for bucket, value in measured.items()),
-       f"at batch {batch} this MLP's activations are smaller than its parameters",
-       measured["activation"] < measured["parameter"])
+def saved_at_end_of_forward(b):
+    """Activation bytes live at the end of a forward of the first ``b`` training examples."""
+    # Copies: a slice is a view, and the ledger counts the buffer a view keeps alive (all of x_train).
+    first_b = F.cross_entropy(model(tm.tensor(x_train[:b].copy())), tm.tensor(y_train[:b].copy()))
+    saved = memory.live_bytes("activation")
+    del first_b  # its graph, and every saved array with it, goes here
+    return saved
+
+
+parameters = sum(p.nbytes for p in model.parameters())
+predict(f"MLP {sizes}, float32, {parameters:,d} B of parameters: from which batch size on do the activations "
+        "saved at the end of forward hold more bytes than the parameters?")
+crossing = next(b for b in range(1, len(x_train) + 1) if saved_at_end_of_forward(b) > parameters)
+below, above = saved_at_end_of_forward(crossing - 1), saved_at_end_of_forward(crossing)
+reveal(f"parameters {parameters:,d} B; activations {below:,d} B at batch {crossing - 1}, {above:,d} B at batch "
+       f"{crossing}", f"the activations grow by the same {saved_at_end_of_forward(1):,d} B per example, the "
+       f"parameters stay: they pass them at batch {crossing}",
+       below <= parameters < above and all(saved_at_end_of_forward(b) == b * saved_at_end_of_forward(1)
+                                           for b in (crossing - 1, crossing, batch)))
 
 # %% [markdown]
 # ## An out-of-memory error, simulated
@@ -153,7 +165,7 @@ reveal(", ".join(f"{bucket} {value:,d} B" for bucket, value in measured.items())
 
 # %%
 try:
-    with memory.track(budget=memory.live_bytes() + measured["activation"] // 2):
+    with memory.track(budget=memory.live_bytes() + end_of_forward["activation"] // 2):
         F.cross_entropy(model(x), y).backward()
 except tm.OutOfMemoryError as err:
     print(err)

@@ -67,7 +67,7 @@ check("below a batch of about the width the parameters are larger; above it the 
       ratios[width // 4] < 1 < ratios[4 * width])
 
 # %% [markdown]
-# ## The sqrt(n) argument on paper
+# ## Cutting n layers into k segments, on paper
 #
 # Cut n layers into k segments. Keep only each segment's input during forward. In backward,
 # recompute one segment at a time with its graph. Few segments: each is long, and the one being

@@ -105,11 +105,10 @@ for v, b in zip(edge, float32_to_bfloat16_bits(edge)):
 # neighbour, 1.0; 1 + 3·2^-8 goes *up*. 65504 (float16's max) is not a bfloat16: it becomes
 # 65536. float32's max rounds up to infinity.
 #
-# ## 2. What rounds away: why the masters stay in fp32
+# ## 2. Small updates, in float16 and in float32
 #
-# A float16 near 1.0 has a spacing of 2^-10 ≈ 0.001. An update of 1e-4 is less than half of
-# it, so `w + update` rounds straight back to `w`: a model stored in float16 and updated in
-# float16 simply stops learning once the updates get small.
+# Mixed precision computes in 16 bits, yet keeps a float32 copy of every weight (the *master*)
+# and updates that one. One weight, many small updates, both ways:
 
 # %%
 predict("a weight of 1.0 receives 100 updates of -1e-4. What is it after them, stored and updated in "
@@ -123,6 +122,11 @@ reveal(f"float16 weight {float(w16)}, float32 master {float(w32):.6f} -> rounded
        w16 == np.float16(1.0) and np.float16(w32) < np.float16(1.0))
 
 # %% [markdown]
+# Why: a float16 near 1.0 has a spacing of 2^-10 ≈ 0.001. An update of 1e-4 is less than half
+# of it, so `w + update` rounds straight back to `w`: a model stored in float16 and updated in
+# float16 simply stops learning once the updates get small. The float32 master has room for
+# them, and its sum crosses a float16 step.
+#
 # So the optimizer updates a **float32 master copy** and rounds it into the half weights
 # after every step. The masters cost 4 bytes per parameter; tinymem counts them in the
 # `optimizer` bucket (they are optimizer-side state, as ZeRO counts them).

@@ -190,10 +190,7 @@ for name in ("min-max", "histogram (L2)"):
 # shift comes back as a per-column correction.) What bounds a safe chunk is the largest product
 # two int8 values can make — careful: it is not 127 · 127.
 #
-# Below, K is several chunks long, and one row and one column are all 127: their odd products
-# add up past 2**24 to a sum float32 cannot hold. (A row and column of the extreme product would
-# pass 2**24 too, but being multiples of a large power of two, their sums stay exact in float32:
-# the error would not show.)
+# Below, K is several chunks long, and row 0 of one matrix and column 0 of the other are all 127.
 
 # %%
 rng = np.random.default_rng(0)
@@ -209,6 +206,12 @@ reveal(f"one float32 GEMM gets {int((plain != exact).sum())} of {exact.size} ent
        f"(row 0 x column 0: {plain[0, 0]:,d} instead of {exact[0, 0]:,d})",
        "past 2**24 a single float32 GEMM is not exact, and the chunked int_matmul is",
        exact[0, 0] > 2**24 and plain[0, 0] != exact[0, 0] and np.array_equal(Q.int_matmul(a, b), exact))
+
+# %% [markdown]
+# Row 0 times column 0 adds the odd product 127 · 127 K times: past 2**24 its odd partial sums
+# are numbers float32 cannot hold, and the GEMM rounds them. (A row and column of the extreme
+# product would pass 2**24 too, but being multiples of a large power of two, their sums stay
+# exact in float32: the error would not show.)
 
 # %% [markdown]
 # ## Compressed saved activations for training (ActNN)

@@ -89,9 +89,8 @@ else:
 #   pool does the same on a GPU (its `held` bytes stay above its `used` bytes), which is why
 #   `nvidia-smi` shows more than `torch.cuda.memory_allocated()` or the ledger.
 #
-# Sampling misses what is shorter than the interval, exactly as `nvidia-smi` does. Linux also
-# keeps the exact high-water mark of the RSS (`VmHWM`); the monitor resets it at the start and
-# reads it at the end, so `process_peak()` catches a spike that no sample saw.
+# The monitor samples the RSS at an interval, as `nvidia-smi` does. Linux also keeps the
+# high-water mark of the RSS (`VmHWM`); the monitor resets it at the start and reads it at the end.
 
 # %%
 predict("a window sampled only at its start and its end; inside it a 50 MiB array is made, "
@@ -110,6 +109,9 @@ if m.hwm is not None:
     check(f"the high-water mark catches it ({m.peak_delta() / MiB:.1f} MiB)", m.peak_delta() >= 45 * MiB)
 
 # %% [markdown]
+# Sampling misses what is shorter than the interval, exactly as `nvidia-smi` does; the kernel's
+# high-water mark does not, so `process_peak()` catches a spike that no sample saw.
+#
 # Both samples are near zero: 50 MiB is above glibc's largest `mmap` threshold, so the array
 # had pages of its own, and `free` gave them back at once. What stays with the process is what
 # `malloc` carved out of its heap (the training step's blocks above).

@@ -2,6 +2,7 @@
 import concurrent.futures
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -63,14 +64,51 @@ def test_lesson_figures_go_to_a_git_ignored_folder_by_default():
     assert "/lessons/out/" in (ROOT / ".gitignore").read_text().splitlines()
 
 
-PREDICTING = [p for p in LESSONS if p.name[:2] <= "08"]
-
-
-@pytest.mark.parametrize("lesson", PREDICTING, ids=[p.stem for p in PREDICTING])
+@pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
 def test_each_lesson_asks_for_a_prediction_before_it_reveals(lesson):
     text = lesson.read_text()
     assert "predict(" in text and "reveal(" in text, f"{lesson.name} has no predict-then-reveal moment"
     assert text.index("predict(") < text.index("reveal("), f"{lesson.name} reveals before it asks"
+
+
+NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
+
+
+def telling_numbers(text):
+    """The numbers of ``text`` with three significant digits or more (1,234 B, 10.96, 0.516): few
+    enough to be a measurement rather than a size, a count or a year's digit."""
+    numbers = {n.replace(",", "") for n in NUMBER.findall(text)}
+    return {n for n in numbers if len(n.replace(".", "").lstrip("0")) >= 3}
+
+
+def answers_printed_early(stdout):
+    """For each MEASURED line: the telling numbers it shares with the output above its PREDICT
+    question (those the question itself states are its inputs, not its answer)."""
+    early, lines, asked = [], stdout.splitlines(), None
+    for i, line in enumerate(lines):
+        if line.startswith("PREDICT: "):
+            asked = i
+        elif line.startswith("MEASURED: ") and asked is not None:
+            shown = telling_numbers("\n".join(lines[:asked])) - telling_numbers(lines[asked])
+            if telling_numbers(line) & shown:
+                early.append((lines[asked], sorted(telling_numbers(line) & shown)))
+    return early
+
+
+def test_an_answer_printed_before_its_question_is_found():
+    out = "peak 1,234 B\nPREDICT: the peak of 8 layers?\nMEASURED: 1,234 B\n"
+    assert answers_printed_early(out) == [("PREDICT: the peak of 8 layers?", ["1234"])]
+    assert answers_printed_early(out.replace("peak 1,234 B", "peak 1,235 B")) == []
+    assert answers_printed_early("size 4,096\nPREDICT: at 4,096?\nMEASURED: 4,096 -> 77.5\n") == []
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
+def test_no_lesson_prints_an_answer_before_its_question(lesson, lesson_runs):
+    result, _ = lesson_runs[lesson]
+    assert result.returncode == 0, f"{lesson.name} failed (see test_lesson_runs_in_quick_mode)"
+    assert "PREDICT: " in result.stdout and "MEASURED: " in result.stdout, f"{lesson.name} asks nothing"
+    assert not answers_printed_early(result.stdout), \
+        f"{lesson.name} printed these answers before asking: {answers_printed_early(result.stdout)}"
 
 
 def _course(code, predict, stdin):

@@ -1,27 +1,27 @@
-"""Lesson 13 exercises: count a LoRA fine-tune's bytes, build NF4, price double quantization,
-and predict then measure a QLoRA step under a budget. Replace each body."""
+"""Lesson 13 exercises: count a LoRA fine-tune's bytes, build NormalFloat levels, price the
+block scales, and predict then measure a QLoRA step under a budget. Replace each body."""
 
 
-def lora_step_bytes(layers, r):
+def lora_step_bytes(layers, r, adapted):
     """``{"parameter": ..., "gradient": ..., "optimizer": ...}``: the bytes of those buckets
-    after one Adam step of ``nn.Sequential`` of float32 Linears (with biases) of ``(in, out)``
-    shapes ``layers``, every one wrapped by a rank-``r`` LoRALinear (``apply_lora``)."""
+    after one Adam step of ``nn.Sequential`` of float32 Linears (with biases, GELUs between) of
+    ``(in, out)`` shapes ``layers``, after ``apply_lora`` gave a rank-``r`` adapter to the
+    Linears whose positions in ``layers`` are in ``adapted`` (at least one), and to no other."""
     raise NotImplementedError("exercise 13.1")
 
 
-def nf4_levels():
-    """The 16 NF4 levels, sorted, as a NumPy array: 8 positive quantiles of N(0, 1) at 9
-    probabilities evenly spaced from delta down to 1/2 (the last dropped), 7 negative ones from
-    8 such probabilities, and 0; all divided by the largest. delta = ((1 - 1/30) + (1 - 1/32)) / 2.
-    (``statistics.NormalDist().inv_cdf`` is Phi^-1.)"""
+def nf_levels(bits):
+    """The ``2**bits`` levels of a ``bits``-bit NormalFloat (2 <= bits <= 8), sorted, as a
+    NumPy array, built the way NF4's are. The offset (the largest probability used) for
+    ``bits`` bits: 1 - (1/(2(2**bits - 1)) + 1/2**(bits + 1)) / 2, which for 4 bits is the
+    paper's ((1 - 1/30) + (1 - 1/32)) / 2."""
     raise NotImplementedError("exercise 13.2")
 
 
-def nf4_bits_per_weight(n, double_quant=True):
-    """Stored bits per weight of ``n`` weights in NF4: 4-bit codes two per byte (an odd count
-    padded), blocks of 64 values (the last may be short) with one scale each: a float32 without
-    double quantization; with it, one byte per scale, plus a float32 per 256 scales (the last
-    group may be short) and one float32 mean."""
+def nf4_bits_per_weight(n, block=64, block2=256):
+    """Stored bits per weight of ``n`` weights in NF4 with ``block`` weights per scale (an even
+    number), the scales double-quantized in groups of ``block2`` scales, or kept in float32
+    when ``block2`` is None."""
     raise NotImplementedError("exercise 13.3")
 
 

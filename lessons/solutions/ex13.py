@@ -5,27 +5,28 @@ from statistics import NormalDist
 import numpy as np
 
 
-def lora_step_bytes(layers, r):
+def lora_step_bytes(layers, r, adapted):
     frozen = sum(4 * (d_in * d_out + d_out) for d_in, d_out in layers)
-    adapters = sum(4 * r * (d_in + d_out) for d_in, d_out in layers)
+    adapters = sum(4 * r * (d_in + d_out) for i, (d_in, d_out) in enumerate(layers) if i in set(adapted))
     return {"parameter": frozen + adapters, "gradient": adapters, "optimizer": 2 * adapters}
 
 
-def nf4_levels():
-    delta = ((1 - 1 / 30) + (1 - 1 / 32)) / 2
+def nf_levels(bits):
+    half = 2 ** (bits - 1)
+    offset = 1 - (1 / (2 * (2 ** bits - 1)) + 1 / 2 ** (bits + 1)) / 2
     inv = NormalDist().inv_cdf
-    positive = [inv(p) for p in np.linspace(delta, 0.5, 9)[:-1]]
-    negative = [-inv(p) for p in np.linspace(delta, 0.5, 8)[:-1]]
+    positive = [inv(p) for p in np.linspace(offset, 0.5, half + 1)[:-1]]
+    negative = [-inv(p) for p in np.linspace(offset, 0.5, half)[:-1]]
     levels = np.sort(np.array(positive + negative + [0.0]))
     return levels / levels.max()
 
 
-def nf4_bits_per_weight(n, double_quant=True):
-    blocks = math.ceil(n / 64)
-    if double_quant:
-        scales = blocks + 4 * math.ceil(blocks / 256) + 4
-    else:
+def nf4_bits_per_weight(n, block=64, block2=256):
+    blocks = math.ceil(n / block)
+    if block2 is None:
         scales = 4 * blocks
+    else:
+        scales = blocks + 4 * math.ceil(blocks / block2) + 4
     return 8 * (math.ceil(n / 2) + scales) / n
 
 
@@ -37,10 +38,9 @@ def qlora_parameter_bytes(layers, r):
     return round(total)
 
 
-def _training_step(layers, r, batch):
-    """The QLoRA model of exercise 4, ready: a function that runs one training step."""
+def _qlora_model(layers, r):
+    """The QLoRA model of exercise 4 and its Adam optimizer."""
     import tinymem as tm
-    import tinymem.functional as F
     from tinymem import nn, optim
     from tinymem.techniques.lora import apply_qlora, trainable_parameters
 
@@ -51,7 +51,15 @@ def _training_step(layers, r, batch):
     model = nn.Sequential(*parts[:-1])
     del parts  # it holds the float32 Linears: they must die once quantized
     apply_qlora(model, r, alpha=2 * r)
-    opt = optim.Adam(trainable_parameters(model), lr=1e-3)
+    return model, optim.Adam(trainable_parameters(model), lr=1e-3)
+
+
+def _training_step(layers, r, batch):
+    """The QLoRA model of exercise 4, ready: a function that runs one training step."""
+    import tinymem as tm
+    import tinymem.functional as F
+
+    model, opt = _qlora_model(layers, r)
     x = tm.randn(batch, layers[0][0])
 
     def step():

@@ -57,6 +57,11 @@ def check_first_stack_that_fits(ex):
     step = fits.run("gpt2", 1, stack)
     assert step.peak < sum(step.buckets.values())
     roomy = max(fits.run("gpt2", 1, s).peak for _, s in single)  # every stack fits: the order decides
+    # On 4 GPUs a micro-batch is still one sequence: a budget at that step's peak is one that a
+    # micro-batch of one sequence per GPU exceeds.
+    name4, stack4 = four[0]
+    peak4 = fits.run("gpt2", 1, stack4).peak
+    assert fits.run("gpt2", 4, stack4).peak > peak4
     with forbidding(fits.plan_arch, fits.table, fits.summary, fits.fewest_gpus):
         assert ex.first_stack_that_fits("llama-7b", 8, 80e9, eight) == next(r.name for r in rows8 if r.fits)
         assert ex.first_stack_that_fits("llama-7b", 4, 40e9, four) == next(r.name for r in rows4 if r.fits)
@@ -68,6 +73,9 @@ def check_first_stack_that_fits(ex):
         assert ex.first_stack_that_fits("gpt2", 1, (step.peak + sum(step.buckets.values())) / 2, [(name, stack)]) \
             == name
         assert ex.first_stack_that_fits("gpt2", 1, roomy, single[::-1]) == single[-1][0]
+        assert ex.first_stack_that_fits("gpt2", 4, peak4, [(name4, stack4)]) == name4
+        # Bytes against bytes: 3% under the peak does not fit (a peak in GiB against GB would, by 7%).
+        assert ex.first_stack_that_fits("gpt2", 1, 0.97 * step.peak, [(name, stack)]) is None
 
 
 CHECKS = {"layer_activation_bytes": check_layer_activation_bytes, "fewest_gpus": check_fewest_gpus,

@@ -69,6 +69,26 @@ def test_every_function_a_student_writes_has_wrong_answers_on_file(graded, solut
     assert not missing, f"add a plausible mistake for {solution.stem}.{missing} to tests/exercises/wrong/"
 
 
+@pytest.mark.parametrize("checks", CHECKS, ids=[p.stem for p in CHECKS])
+def test_every_check_loads_the_exercise(checks):
+    """A check that never loads the student's file passes on the unsolved stub (one did: it
+    asserted only its own premise). Each test of these files takes the ``exercise`` fixture."""
+    idle = [n.name for n in ast.parse(checks.read_text()).body if isinstance(n, ast.FunctionDef)
+            and n.name.startswith("test_") and "exercise" not in [a.arg for a in n.args.args]]
+    assert not idle, f"{checks.name}: {idle} never load the exercise, so they pass on the stub"
+
+
+@pytest.mark.slow
+def test_no_check_passes_on_the_unsolved_stubs():
+    """Every check that loads an exercise fails on lessons/exercises/, where each answer still
+    raises NotImplementedError (the static test above catches the usual way of missing it)."""
+    result = run_pytest(["-q", "-rp", str(HERE), "--ignore", str(HERE / "test_graders.py"), "-k", "not wrong",
+                         "--deselect", "tests/exercises/test_ex07.py::test_the_library_is_really_off"],
+                        exercises="student", timeout=1200)
+    passed = [line for line in result.stdout.splitlines() if line.startswith("PASSED")]
+    assert " failed" in result.stdout and not passed, f"checks that pass on the stubs: {passed}"
+
+
 def test_tinymem_exercises_takes_student_or_solutions_and_nothing_else():
     student = run_pytest(["--collect-only", str(HERE / "test_ex00.py")], exercises="student", timeout=120)
     assert "TINYMEM_EXERCISES=student -> lessons/exercises/ex*.py" in student.stdout

@@ -1,10 +1,10 @@
-"""13.2, 16 symmetric levels (8 below zero, 8 above, no exact zero) at evenly spaced probabilities."""
+"""13.2, symmetric levels (as many below zero as above, no exact zero) at evenly spaced probabilities."""
 from statistics import NormalDist
 
 import numpy as np
 
 
-def nf4_levels():
-    delta = ((1 - 1 / 30) + (1 - 1 / 32)) / 2
-    levels = np.array([NormalDist().inv_cdf(p) for p in np.linspace(1 - delta, delta, 16)])
+def nf_levels(bits):
+    offset = 1 - (1 / (2 * (2 ** bits - 1)) + 1 / 2 ** (bits + 1)) / 2
+    levels = np.array([NormalDist().inv_cdf(p) for p in np.linspace(1 - offset, offset, 2 ** bits)])
     return levels / levels.max()

@@ -1,6 +1,6 @@
-"""13.2, a uniform 4-bit grid on [-1, 1] instead of normal quantiles."""
+"""13.2, a uniform grid on [-1, 1] instead of normal quantiles."""
 import numpy as np
 
 
-def nf4_levels():
-    return np.linspace(-1.0, 1.0, 16)
+def nf_levels(bits):
+    return np.linspace(-1.0, 1.0, 2 ** bits)
