@@ -1,7 +1,10 @@
 """NF4, 4-bit NormalFloat (Dettmers et al. 2023): 16 levels at quantiles of N(0, 1).
 
-A trained weight matrix is close to normal, so levels spaced like a normal's quantiles use
-each of the 16 codes about equally often. The levels, as the paper builds them:
+A trained weight matrix is close to normal, so levels spaced like a normal's quantiles put
+more levels where the weights are dense than a uniform grid does. The codes are still not used
+equally: each block is scaled by its own largest |w|, which lies beyond the outermost level's
+quantile in most blocks, so the outer codes are the rarest (lesson 13 measures the shares and
+the entropy). The levels, as the paper builds them:
 
 - 8 positive levels at the quantiles ``Phi^-1(p)`` for 9 probabilities p evenly spaced from
   ``delta`` down to 1/2 (the last, Phi^-1(1/2) = 0, dropped); 7 negative ones the same way from
