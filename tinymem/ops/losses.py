@@ -6,6 +6,8 @@ Memory of each (B rows, C classes, float32 = 4 bytes):
 - ``mse_loss``: saves the difference (4·N).
 - ``huber_loss``: saves the difference (4·N).
 """
+import numpy as np
+
 from ..autograd import Function
 from ..backend import array_module
 from ..checks import axis_index
@@ -70,8 +72,10 @@ class CrossEntropy(Function):
             raise TypeError(f"cross_entropy targets must be integer class indices, got {target.dtype}")
         _check_not_empty("cross_entropy", logits.shape[0], reduction)
         classes = logits.shape[1]
-        if target.size:
-            # NumPy would take -1 as the last class and give a raw IndexError past the end.
+        if target.size and xp is np:
+            # NumPy would take -1 as the last class and give a raw IndexError past the end. On a
+            # device this check would be two host syncs per call; there (as PyTorch's device
+            # assert does not raise on the host either) such a row's loss is NaN instead.
             lo, hi = int(target.min()), int(target.max())
             if lo < 0 or hi >= classes:
                 bad = lo if lo < 0 else hi
@@ -83,6 +87,8 @@ class CrossEntropy(Function):
         p = xp.exp(shifted)
         total = p.sum(axis=1, keepdims=True)
         losses = xp.log(total[:, 0]) - shifted[xp.arange(len(target)), target]
+        if xp is not np:
+            losses = xp.where((target >= 0) & (target < classes), losses, losses.dtype.type(np.nan))
         del shifted
         p /= total
         ctx.reduction = reduction
