@@ -82,13 +82,24 @@ def test_adam_takes_at_most_two_launches_per_parameter_and_no_sync(cuda, variant
         np.testing.assert_allclose(d.numpy(), c.numpy(), rtol=1e-6, atol=1e-7)
 
 
-def test_adam8bit_takes_at_most_six_launches_per_parameter_and_no_sync(cuda):
-    params = _params("cuda", SHAPES)
-    opt = optim.Adam8bit(params, lr=1e-2, block_size=256)
-    opt.step()  # state, maps and tables made once
+@pytest.mark.parametrize("qmap", ["dynamic", "linear"])
+def test_adam8bit_takes_at_most_six_launches_per_parameter_and_no_sync(cuda, qmap):
+    """And its kernels' bodies give the CPU's chunked step: weights, codes and scales."""
+    device_params, cpu_params = _params("cuda", SHAPES), _params("cpu", SHAPES)
+    device_opt, cpu_opt = (optim.Adam8bit(ps, lr=1e-2, weight_decay=0.01, block_size=256, qmap=qmap)
+                           for ps in (device_params, cpu_params))
+    device_opt.step()  # state, maps and tables made once
     with sc.counting() as counts:
-        opt.step()
+        device_opt.step()
     _within(counts, launches=6 * len(SHAPES), syncs=0, what="Adam8bit")
+    device_opt.step()
+    for _ in range(3):
+        cpu_opt.step()
+    for d, c in zip(device_params, cpu_params):
+        np.testing.assert_allclose(d.numpy(), c.numpy(), rtol=1e-6, atol=1e-7)
+        for name, value in cpu_opt.state[c].items():
+            if hasattr(value, "shape"):
+                assert np.array_equal(backend.to_numpy(device_opt.state[d][name]), value), name
 
 
 def _mlp_step(device, scaler=None, dtype="float32", steps=2):

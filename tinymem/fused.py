@@ -180,11 +180,12 @@ class _Value:
     def __init__(self, tracer, name, dtype):
         self.tracer, self.name, self.dtype = tracer, name, np.dtype(dtype)
 
-    def _binary(self, other, op, reflected=False, result=None, shift=False):
+    def _binary(self, other, op, reflected=False, result=None, shift=False, floor=False):
         a, b = (other, self) if reflected else (self, other)
         dtype = np.dtype(_dtype_of(a) if shift else np.result_type(_dtype_of(a), _dtype_of(b)))
-        if op == "/" and dtype.kind != "f":
-            raise TypeError("kernel bodies divide integers with //, and only unsigned ones")
+        if op == "/" and (dtype.kind == "f") == floor or floor and dtype.kind != "u":
+            raise TypeError("kernel bodies divide floats with / and unsigned integers with //, "
+                            "where C's division is NumPy's")
         text = f"({_operand(a, dtype)} {op} {_operand(b, dtype)})"
         return self.tracer.emit(result or dtype, text)
 
@@ -196,7 +197,7 @@ class _Value:
     def __rmul__(self, o): return self._binary(o, "*", True)
     def __truediv__(self, o): return self._binary(o, "/")
     def __rtruediv__(self, o): return self._binary(o, "/", True)
-    def __floordiv__(self, o): return self._binary(o, "/", result=None) if self.dtype.kind == "u" else _refuse_signed()
+    def __floordiv__(self, o): return self._binary(o, "/", floor=True)
     def __and__(self, o): return self._binary(o, "&")
     def __rand__(self, o): return self._binary(o, "&", True)
     def __or__(self, o): return self._binary(o, "|")
@@ -214,10 +215,6 @@ class _Value:
     def __neg__(self): return self.tracer.emit(self.dtype, f"(-{self.name})")
     def __invert__(self): return self.tracer.emit(self.dtype, f"({'!' if self.dtype.kind == 'b' else '~'}{self.name})")
     __hash__ = object.__hash__
-
-
-def _refuse_signed():
-    raise TypeError("kernel bodies divide integers with //, and only unsigned ones")
 
 
 class _Raw:
