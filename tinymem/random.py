@@ -96,7 +96,7 @@ def generator(device="cpu"):
 
 def _device_draw(kernel, shape, device):
     """One draw on a device: ``kernel`` keyed by the seed, counting this draw; no generator."""
-    xp = backend.array_module(device)
+    xp = backend.array_module(backend.check_device(device))
     key = np.random.SeedSequence([_state["seed"]]).generate_state(2, np.uint32)
     draw = _state["counter"]
     _state["counter"] += 1

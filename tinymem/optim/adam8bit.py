@@ -22,12 +22,12 @@ float32 (8 bytes per parameter), as in the paper: their state is small and they 
 The two codebooks (each map and a 128 KiB lookup table that replaces a search, 258 KiB in all)
 are counted once per optimizer.
 
-On a device (float32, contiguous) the step is 4 kernels, 5 when n is not a whole number of
+On a device (float32, contiguous) the step is 5 kernels, 6 when n is not a whole number of
 blocks, instead of 30 and 3 reductions: (1) ``ADAM8BIT_MOMENTS`` dequantizes m and v, steps
 them and the weights, and writes the float32 moments into a scratch of 8 bytes per element
-(padded with zeros to whole blocks: one more fill); (2, 3) the block maxima of |m| and of v
-(v >= 0), straight into the state's scales; (4) ``ADAM8BIT_CODES`` finds both moments' codes
-with the codebook's table. The kernels' bodies run on the stand-in in CI, against this CPU code.
+(padded with zeros to whole blocks: one more fill); (2-4) |m|, its block maxima and v's (v >= 0),
+straight into the state's scales; (5) ``ADAM8BIT_CODES`` finds both moments' codes with the
+codebook's table. The kernels' bodies run on the stand-in in CI, against this CPU code.
 
 ``qmap="linear"`` swaps in evenly spaced maps, the paper's ablation: small second-moment entries
 round to zero, and the step m / (sqrt(v) + eps) blows up for them.
@@ -175,7 +175,7 @@ class Adam8bit(Adam):
             p.data[...] = weights.reshape(p.shape)
 
     def _fused_8bit_update(self, p, grad, state, group, qm, qv):
-        """The step in 4 or 5 kernels on a device (see the module docstring). Workspace: the
+        """The step in 5 or 6 kernels on a device (see the module docstring). Workspace: the
         float32 moments, padded to whole blocks, and |m|: 12 bytes per element."""
         xp, block, n = backend.array_module(grad), group["block_size"], p.size
         blocks = num_blocks(n, block)
