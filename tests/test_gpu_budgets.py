@@ -44,7 +44,7 @@ CODECS = [("fp16 encode", float32_to_float16, np.float32), ("fp16 decode", float
 def test_half_codecs_take_at_most_two_launches_and_no_sync(cuda, name, codec, dtype):
     x = _values(cuda)
     x = x.astype(np.float16) if dtype == np.float16 else x.view(np.uint16)[::2].copy() if dtype == np.uint16 else x
-    with sc.counting() as counts:
+    with sc.counting() as counts, np.errstate(over="ignore"):  # 70000 overflows float16
         out = codec(x)
     _within(counts, launches=2, syncs=0, what=name)
     with np.errstate(all="ignore"):

@@ -189,6 +189,8 @@ class Adam8bit(Adam):
                    lr / (1 - beta1 ** t), group["eps"]]
         ADAM8BIT_MOMENTS(grad.reshape(-1), *codes, *scales, qm.values, qv.values, np.uint64(block),
                          *(np.float32(x) for x in scalars), p.data.reshape(-1), m, v)
-        xp.abs(moments[0].reshape(blocks, block)).max(axis=1, out=scales[0])
+        magnitude = self.scratch(xp.abs(moments[0].reshape(blocks, block)))
+        magnitude.max(axis=1, out=scales[0])
+        del magnitude
         moments[1].reshape(blocks, block).max(axis=1, out=scales[1])
         ADAM8BIT_CODES(m, v, *scales, qm.entries, qv.entries, np.uint64(block), *codes)
