@@ -21,7 +21,7 @@ parameter), with the parameter types of ``cupy.ElementwiseKernel``::
 
 ``ops`` offers what both sides have: arithmetic, comparison and bit operators on values and
 scalars (NumPy 2's promotion: a Python scalar takes the array's type), ``sqrt``, ``exp``,
-``log``, ``cos``, ``abs``, ``maximum``, ``minimum`` (NaN-propagating, as NumPy's),
+``log``, ``cos``, ``sin``, ``abs``, ``maximum``, ``minimum`` (NaN-propagating, as NumPy's),
 ``where``, ``isnan``, ``isfinite``, ``cast``, ``bitcast`` (a ``view`` of the bits),
 ``take(raw, index)`` (a gather from a ``raw`` parameter), ``index()`` (the element's flat
 index) and ``flag_if(raw, condition)`` (sets ``raw[0] = 1`` where the condition holds: a
@@ -118,7 +118,7 @@ class _ArrayOps:
 
     def __init__(self, xp, shape):
         self.xp, self.shape = xp, shape
-        for name in ("sqrt", "exp", "log", "cos", "abs", "maximum", "minimum", "where", "isnan", "isfinite"):
+        for name in ("sqrt", "exp", "log", "cos", "sin", "abs", "maximum", "minimum", "where", "isnan", "isfinite"):
             setattr(self, name, getattr(xp, name))
 
     def cast(self, x, dtype):
@@ -236,6 +236,7 @@ class _TraceOps:
     def exp(self, x): return self._math("exp", x)
     def log(self, x): return self._math("log", x)
     def cos(self, x): return self._math("cos", x)
+    def sin(self, x): return self._math("sin", x)
 
     def abs(self, x):
         if x.dtype.kind == "f":

@@ -10,9 +10,10 @@ state for the same reason).
   thread, 270K states and an init kernel on an H200, for every dropout call. Instead each value
   is a pure function of (seed, counter, its index): Philox4x32-10 (Salmon et al., 2011, the
   counter-based generator of cuRAND and PyTorch's CUDA RNG), keyed by two 32-bit words of the
-  seed and counting (index, draw), in ONE fused kernel per draw (``tinymem.fused``). Uniform
-  values are the top 24 bits of the first word times 2^-24; normal ones Box-Muller of the first
-  two words.
+  seed and counting (index, draw), in ONE fused kernel per draw (``tinymem.fused``). Each
+  counter gives four 32-bit words, so four values: uniform ones are a word's top 24 bits times
+  2^-24, normal ones Box-Muller of two words (a cosine and a sine). A draw of n values makes a
+  buffer of 4·ceil(n / 4) float32 (up to 12 bytes more than n values).
 
 The same seed gives reproducible, but not identical, numbers on the two devices.
 
@@ -47,19 +48,22 @@ def _unit(ops, word, offset):
     return ops.cast((word >> 8) + offset, np.float32) * np.float32(2.0 ** -24)
 
 
-def _uniform_body(ops, key0, key1, draw0, draw1, out):
-    return (_unit(ops, _philox(ops, key0, key1, draw0, draw1)[0], 0),)
+def _uniform_body(ops, key0, key1, draw0, draw1, *out):
+    return tuple(_unit(ops, word, 0) for word in _philox(ops, key0, key1, draw0, draw1))
 
 
-def _normal_body(ops, key0, key1, draw0, draw1, out):
-    words = _philox(ops, key0, key1, draw0, draw1)
-    radius = ops.sqrt(np.float32(-2.0) * ops.log(_unit(ops, words[0], 1)))  # (0, 1]: log is finite
-    return (radius * ops.cos(_TWO_PI * _unit(ops, words[1], 0)),)
+def _normal_body(ops, key0, key1, draw0, draw1, *out):
+    words, normals = _philox(ops, key0, key1, draw0, draw1), ()
+    for first, second in (words[:2], words[2:]):  # Box-Muller: two normals from two words
+        radius = ops.sqrt(np.float32(-2.0) * ops.log(_unit(ops, first, 1)))  # (0, 1]: log is finite
+        angle = _TWO_PI * _unit(ops, second, 0)
+        normals += (radius * ops.cos(angle), radius * ops.sin(angle))
+    return normals
 
 
-_KEY = "uint32 key0, uint32 key1, uint32 draw0, uint32 draw1"
-UNIFORM = Kernel("philox_uniform", _KEY, "float32 out", _uniform_body, ("key0", "key1", "draw0", "draw1"))
-NORMAL = Kernel("philox_normal", _KEY, "float32 out", _normal_body, ("key0", "key1", "draw0", "draw1"))
+_KEY, _OUT = "uint32 key0, uint32 key1, uint32 draw0, uint32 draw1", "float32 v0, float32 v1, float32 v2, float32 v3"
+UNIFORM = Kernel("philox_uniform", _KEY, _OUT, _uniform_body, ("key0", "key1", "draw0", "draw1"))
+NORMAL = Kernel("philox_normal", _KEY, _OUT, _normal_body, ("key0", "key1", "draw0", "draw1"))
 
 _state = {"seed": 0, "counter": 0}
 
@@ -100,8 +104,10 @@ def _device_draw(kernel, shape, device):
     key = np.random.SeedSequence([_state["seed"]]).generate_state(2, np.uint32)
     draw = _state["counter"]
     _state["counter"] += 1
-    out = xp.empty(shape, np.float32)
-    return kernel(key[0], key[1], np.uint32(draw & 0xFFFFFFFF), np.uint32(draw >> 32 & 0xFFFFFFFF), out)
+    size = int(np.prod(shape, dtype=np.int64))
+    words = xp.empty((-(-size // 4), 4), np.float32)  # each counter gives 4 values
+    kernel(key[0], key[1], np.uint32(draw & 0xFFFFFFFF), np.uint32(draw >> 32 & 0xFFFFFFFF), *words.T)
+    return words.reshape(-1)[:size].reshape(shape)
 
 
 def rand(shape, device=None, dtype=np.float32):
