@@ -144,3 +144,26 @@ def test_dropout_builds_no_generator_per_call(cuda):
         for _ in range(5):
             tm.functional.dropout(x, 0.5, training=True)
     _within(counts, generators=0, syncs=0, what="dropout")
+
+
+def test_embedding_cross_entropy_and_adafactor_make_no_host_sync(cuda):
+    """Their bound checks and RMS read nothing on the host; on a device an index or target out of
+    range gives NaN (a device cannot raise without a sync), where the CPU raises IndexError."""
+    table = tm.tensor(np.arange(12, dtype=np.float32).reshape(4, 3), device="cuda", requires_grad=True)
+    logits = tm.tensor(np.zeros((3, 4), np.float32), device="cuda")
+    with sc.counting() as counts:
+        rows = tm.functional.embedding(tm.tensor(np.array([3, 0, 4, -1]), device="cuda"), table)
+        loss = tm.functional.cross_entropy(logits, tm.tensor(np.array([0, 4, -1]), device="cuda"), reduction="none")
+    _within(counts, syncs=0, what="embedding and cross_entropy")
+    rows, loss = backend.to_numpy(rows.data), backend.to_numpy(loss.data)
+    assert rows[:2].tolist() == [[9, 10, 11], [0, 1, 2]] and np.isnan(rows[2:]).all()
+    assert np.isclose(loss[0], np.log(4)) and np.isnan(loss[1:]).all()
+    w = nn.Parameter(tm.tensor(np.ones((8, 6), np.float32), device="cuda"))
+    b = nn.Parameter(tm.tensor(np.ones(6, np.float32), device="cuda"))
+    opt = optim.Adafactor([w, b])
+    for p in (w, b):
+        p.grad = tm.tensor(np.full(p.shape, 0.5, np.float32), device="cuda")
+    opt.step()
+    with sc.counting() as counts:
+        opt.step()
+    _within(counts, syncs=0, what="Adafactor")

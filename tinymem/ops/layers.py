@@ -176,11 +176,10 @@ class Embedding(Function):
                              f"got [{int(indices.min())}, {int(indices.max())}]")
         ctx.num_rows = weight.shape[0]
         ctx.save_for_backward(indices)
-        rows = weight[indices]
-        if xp is not np and weight.dtype.kind == "f":
-            valid = (indices >= 0) & (indices < weight.shape[0])
-            rows = xp.where(valid[..., None], rows, weight.dtype.type(np.nan))
-        return rows
+        if xp is np or weight.dtype.kind != "f":
+            return weight[indices]
+        valid = (indices >= 0) & (indices < weight.shape[0])  # gathered in range, then NaN where not
+        return xp.where(valid[..., None], weight[xp.clip(indices, 0, weight.shape[0] - 1)], weight.dtype.type(np.nan))
 
     def backward(ctx, g):
         (indices,) = ctx.saved_tensors

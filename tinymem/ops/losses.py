@@ -86,9 +86,12 @@ class CrossEntropy(Function):
         shifted = logits - logits.max(axis=1, keepdims=True)
         p = xp.exp(shifted)
         total = p.sum(axis=1, keepdims=True)
+        valid = None if xp is np else (target >= 0) & (target < classes)
+        if valid is not None:  # gather in range, then NaN where the target was not
+            target = xp.clip(target, 0, classes - 1)
         losses = xp.log(total[:, 0]) - shifted[xp.arange(len(target)), target]
-        if xp is not np:
-            losses = xp.where((target >= 0) & (target < classes), losses, losses.dtype.type(np.nan))
+        if valid is not None:
+            losses = xp.where(valid, losses, losses.dtype.type(np.nan))
         del shifted
         p /= total
         ctx.reduction = reduction
