@@ -26,6 +26,14 @@ What it imitates, and how:
   managers called with CuPy's keyword names: ``malloc_*`` and ``free_*`` for every pool
   allocation and release, ``alloc_*`` only when the pool grows.
 
+- **Kernel launches and host syncs are counted** inside ``with counting() as counts:``
+  (``counts.launches``, ``counts.syncs``, ``counts.generators``, ``counts.report()`` naming the
+  line of each): one launch per ufunc call, reduction, gather (an index array or mask),
+  ``__setitem__``, copy, ``astype``, scatter, draw, module function that makes a new buffer
+  (not ``empty``, not a view), and per fused kernel (``fused_kernel(name)``: the ufuncs of its
+  Python body are one launch); one sync per ``float()``, ``int()``, ``bool()``, ``.item()``,
+  ``.tolist()``, ``.get()`` and ``asnumpy``. Budgets on both are ordinary tests.
+
 What it does not catch: ``np.asarray(x)`` on a stand-in array quietly gives a NumPy view (a
 subclass cannot refuse it; CuPy raises), and indexing with a NumPy index array is allowed.
 Streams and events are no-ops: everything runs in order on the host.
