@@ -26,6 +26,14 @@ What it imitates, and how:
   managers called with CuPy's keyword names: ``malloc_*`` and ``free_*`` for every pool
   allocation and release, ``alloc_*`` only when the pool grows.
 
+- **Kernel launches and host syncs are counted** inside ``with counting() as counts:``
+  (``counts.launches``, ``counts.syncs``, ``counts.generators``, ``counts.report()`` naming the
+  line of each): one launch per ufunc call, reduction, gather (an index array or mask),
+  ``__setitem__``, copy, ``astype``, scatter, draw, module function that makes a new buffer
+  (not ``empty``, not a view), and per fused kernel (``fused_kernel(name)``: the ufuncs of its
+  Python body are one launch); one sync per ``float()``, ``int()``, ``bool()``, ``.item()``,
+  ``.tolist()``, ``.get()`` and ``asnumpy``. Budgets on both are ordinary tests.
+
 What it does not catch: ``np.asarray(x)`` on a stand-in array quietly gives a NumPy view (a
 subclass cannot refuse it; CuPy raises), and indexing with a NumPy index array is allowed.
 Streams and events are no-ops: everything runs in order on the host.
@@ -114,6 +122,113 @@ def _flush_in_place(array):
         np.copyto(array, np.copysign(np.float32(0), array), where=sub)
 
 
+# -- Counting: kernel launches and host syncs --------------------------------------------------
+# ONE hook, :func:`_record`, reached from the dispatch points (``_launch`` around every device
+# operation, ``_host_read`` on every device-to-host read). A launch inside another (NumPy's
+# ``a.sum()`` calling ``np.add.reduce``, a fused kernel's ufuncs) is not counted again.
+_counting = {"blocks": [], "depth": 0}
+_HERE = __file__
+
+
+class Counts:
+    """What ran inside one :func:`counting` block: ``launches`` (kernels: elementwise ops,
+    reductions, gathers, scatters, copies, fused kernels), ``syncs`` (device-to-host reads that
+    stall the host: ``float()``, ``int()``, ``bool()``, ``.item()``, ``.get()``, ``asnumpy``,
+    ``.tolist()``), ``generators`` (random generators built) and ``sites``, each ``(kind,
+    "file:line function")`` with its count, to print when a budget fails."""
+
+    def __init__(self):
+        self.launches = self.syncs = self.generators = 0
+        self.sites = {}
+
+    def report(self):
+        rows = sorted(self.sites.items(), key=lambda item: -item[1])
+        return (f"{self.launches} launches, {self.syncs} syncs, {self.generators} generators:\n"
+                + "\n".join(f"  {n:4d} {kind:9s} {site}" for (kind, site), n in rows))
+
+
+def _site():
+    """The first caller outside the stand-in, NumPy and tinymem's kernel runner."""
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_code.co_filename == _HERE or "/numpy/" in frame.f_code.co_filename
+                                 or frame.f_code.co_filename.endswith(("contextlib.py", "tinymem/fused.py"))):
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    return f"{'/'.join(frame.f_code.co_filename.split('/')[-2:])}:{frame.f_lineno} {frame.f_code.co_name}"
+
+
+_FIELDS = {"launch": "launches", "sync": "syncs", "generator": "generators"}
+
+
+def _record(kind, site=None):
+    """The one counting hook: one ``kind`` ("launch", "sync", "generator") at ``site``."""
+    if not _counting["blocks"]:
+        return
+    where = site or _site()
+    for counts in _counting["blocks"]:
+        field = _FIELDS[kind]
+        setattr(counts, field, getattr(counts, field) + 1)
+        counts.sites[kind, where] = counts.sites.get((kind, where), 0) + 1
+
+
+class _Launch:
+    """``with _Launch():`` around a device operation: one launch, unless inside another."""
+
+    def __init__(self, site=None):
+        self.site = site
+
+    def __enter__(self):
+        if _counting["depth"] == 0:
+            _record("launch", self.site)
+        _counting["depth"] += 1
+        return self
+
+    def __exit__(self, *exc):
+        _counting["depth"] -= 1
+
+
+def _launch(method):
+    """Decorator: each call of ``method`` is one kernel launch."""
+    def counted(*args, **kwargs):
+        with _Launch():
+            return method(*args, **kwargs)
+    counted.__name__ = method.__name__
+    return counted
+
+
+def _host_read(method):
+    """Decorator: each call of ``method`` reads device memory on the host: one sync."""
+    def counted(*args, **kwargs):
+        _record("sync")
+        return method(*args, **kwargs)
+    counted.__name__ = method.__name__
+    return counted
+
+
+def fused_kernel(name):
+    """``with fused_kernel(name):`` around the ufuncs of one fused kernel's Python body
+    (``tinymem.fused``): they count as one launch, as the kernel CuPy compiles from it."""
+    return _Launch(f"fused kernel {name}")
+
+
+@contextlib.contextmanager
+def counting():
+    """Count launches, syncs and generators inside the block; yields a :class:`Counts`."""
+    counts = Counts()
+    _counting["blocks"].append(counts)
+    try:
+        yield counts
+    finally:
+        _counting["blocks"].remove(counts)
+
+
+def _is_gather(key):
+    """Whether indexing with ``key`` copies (an index array, a list, a mask) rather than views."""
+    keys = key if isinstance(key, tuple) else (key,)
+    return any(isinstance(k, (_plain, list)) for k in keys)
+
+
 class ndarray(np.ndarray):
     """A device array of the stand-in: a NumPy array that will not mix with plain NumPy arrays."""
 
@@ -131,14 +246,42 @@ class ndarray(np.ndarray):
     def device(self):
         return cuda.Device(0)
 
+    @_host_read
     def get(self, stream=None, order="C", out=None, blocking=True):
         """A NumPy copy, or a copy into ``out`` (CuPy's ``ndarray.get``)."""
-        return asnumpy(self, out=out)
+        return _asnumpy(self, out=out)
+
+    # Counted host reads and device operations that are methods, not ufuncs.
+    __float__ = _host_read(_plain.__float__)
+    __int__ = _host_read(_plain.__int__)
+    __index__ = _host_read(_plain.__index__)
+    __bool__ = _host_read(_plain.__bool__)
+    item = _host_read(_plain.item)
+    tolist = _host_read(_plain.tolist)
+    copy = _launch(_plain.copy)
+    mean, var, std = _launch(_plain.mean), _launch(_plain.var), _launch(_plain.std)
+    take = _launch(_plain.take)
+    fill = _launch(_plain.fill)
+    flatten = _launch(_plain.flatten)
+    __setitem__ = _launch(_plain.__setitem__)
+
+    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
+        if not copy and self.dtype == np.dtype(dtype):
+            return self  # no kernel, as on CuPy
+        with _Launch():
+            return _plain.astype(self, dtype, order=order, casting=casting, subok=subok, copy=copy)
+
+    def __getitem__(self, key):
+        if _is_gather(key):
+            with _Launch():
+                return _plain.__getitem__(self, key)
+        return _plain.__getitem__(self, key)
 
     def set(self, arr, stream=None):
         """Copy a NumPy array in (CuPy's ``ndarray.set``)."""
         self.view(_plain)[...] = arr
 
+    @_launch
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         outs = kwargs.get("out") or ()
         args = _unwrap(inputs)
@@ -160,7 +303,7 @@ class ndarray(np.ndarray):
         return result
 
     def __array_function__(self, func, types_, args, kwargs):
-        return _wrap(func(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()}))
+        return _counted_call(func, args, kwargs, lambda: _wrap(func(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()})))
 
 
 class _Pool:
@@ -248,7 +391,28 @@ def _device_call(func, args, kwargs):
     """``func`` on device arrays only; a call with none (``zeros``) makes its result on the device.
     The stand-in arrays themselves are passed on: their ``__array_ufunc__`` flushes float32."""
     _unwrap(args), _unwrap(tuple(kwargs.values()))  # refuses NumPy operands before NumPy sees them
-    return _wrap(func(*args, **kwargs))
+    return _counted_call(func, args, kwargs, lambda: _wrap(func(*args, **kwargs)))
+
+
+_NO_KERNEL = {"empty", "empty_like", "shape", "ndim", "size", "result_type", "can_cast", "iscomplexobj"}
+
+
+def _counted_call(func, args, kwargs, call):
+    """``call()``, counted as one launch unless it only makes a view of an input, or an
+    uninitialised buffer (``empty``), as on CuPy, where neither runs a kernel."""
+    if _counting["depth"] or not _counting["blocks"] or getattr(func, "__name__", "") in _NO_KERNEL:
+        return call()
+    site = _site()
+    _counting["depth"] += 1
+    try:
+        result = call()
+    finally:
+        _counting["depth"] -= 1
+    inputs = [a for a in (list(args) + list(kwargs.values())) if isinstance(a, ndarray)]
+    if not (isinstance(result, ndarray) and any(np.shares_memory(result.view(_plain), a.view(_plain)) for a in inputs)
+            and "out" not in kwargs):
+        _record("launch", site)
+    return result
 
 
 def asarray(a, dtype=None, order=None):
@@ -266,7 +430,12 @@ def array(obj, dtype=None, copy=True, order="K", ndmin=0):
                           order=order, ndmin=ndmin))
 
 
+@_host_read
 def asnumpy(a, stream=None, out=None):
+    return _asnumpy(a, stream, out)
+
+
+def _asnumpy(a, stream=None, out=None):
     """A NumPy copy of a stand-in array (NumPy arrays are returned as they are, as CuPy does)."""
     result = np.array(a.view(_plain)) if isinstance(a, ndarray) else np.asarray(a)
     if out is not None:
@@ -299,10 +468,15 @@ class _Generator:
 
     def __getattr__(self, name):
         method = getattr(self.numpy, name)
-        return lambda *args, **kwargs: _wrap(method(*args, **kwargs))
+        return _launch(lambda *args, **kwargs: _wrap(method(*args, **kwargs)))
 
 
-random = types.SimpleNamespace(default_rng=_Generator)
+def _default_rng(seed=None):
+    _record("generator")
+    return _Generator(seed)
+
+
+random = types.SimpleNamespace(default_rng=_default_rng)
 linalg = types.SimpleNamespace(**{name: (lambda f: lambda *a, **k: _device_call(f, a, k))(getattr(np.linalg, name))
                                   for name in ("norm", "svd", "qr", "inv", "solve", "eigh")})
 
@@ -400,6 +574,7 @@ def _check_scatter(a):
                         f"{', '.join(sorted(str(t) for t in _SCATTER_DTYPES))})")
 
 
+@_launch
 def _scatter_add(a, slices, value):
     """``cupyx.scatter_add``: ``a[slices] += value`` with repeated indices summed."""
     _check_scatter(a)

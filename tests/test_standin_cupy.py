@@ -124,3 +124,27 @@ def test_a_process_started_with_the_standin_switch_runs_cuda_on_it():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["standin_cupy", "standin"]
+
+
+def test_counting_counts_launches_and_host_syncs_where_cupy_has_them(xp):
+    """A ufunc, a reduction, a gather, a copy and a fused kernel are one launch each; a view, a
+    reshape and an uninitialised buffer none; every read on the host is one sync."""
+    from tinymem.fused import Kernel
+    a = xp.asarray(np.arange(12, dtype=np.float32))
+    twice = Kernel("standin_twice", "float32 x", "float32 y", lambda ops, x, y: (ops.sqrt(x * 2 + 1) - x,))
+    from tinymem import fused
+    fused.KERNELS.remove(twice)
+    expected = {"ufunc": (lambda: a * 2, 1, 0), "reduction": (lambda: a.sum(), 1, 0),
+                "gather": (lambda: a[[0, 2]], 1, 0), "copy": (lambda: a.astype(np.float16), 1, 0),
+                "views": (lambda: (a[1:3], a.reshape(3, 4), xp.ascontiguousarray(a), xp.empty(5)), 0, 0),
+                "fused": (lambda: twice(a, xp.empty(12, np.float32)), 1, 0),
+                "reads": (lambda: (float(a[0:1].sum()), bool(a.max() > 3), a.get(), xp.asnumpy(a), a.tolist(),
+                                   a[0:1].sum().item(), int(a[2:3].max())), 5, 7)}
+    for what, (call, launches, syncs) in expected.items():
+        with xp.counting() as counts:
+            call()
+        assert (counts.launches, counts.syncs) == (launches, syncs), f"{what}: {counts.report()}"
+    with xp.counting() as counts:
+        a * 2
+        float(a.sum())
+    assert "test_standin_cupy.py" in counts.report()  # each launch and sync names its line

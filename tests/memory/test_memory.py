@@ -291,3 +291,19 @@ def test_register_bytes_counts_an_owner_until_it_dies_and_refuses_it_twice():
     assert memory.live_bytes("workspace", "disk") == before + 1000
     del handle
     assert memory.live_bytes("workspace", "disk") == before
+
+
+def test_a_fresh_device_array_takes_the_ledgers_fast_path(standin, monkeypatch):
+    """register runs for every op's output: a device array that owns its memory is counted
+    without owner_of (a walk up .base) and _countable, as a NumPy one is."""
+    from tinymem.memory import ledger
+    walked = []
+    owner_of = ledger.owner_of
+    monkeypatch.setattr(ledger, "owner_of", lambda a: walked.append(a) or owner_of(a))
+    first, second = standin.zeros(1000, np.float32), standin.zeros(1000, np.float32)
+    memory.register(first)  # the first device array of its type may take the long way
+    walked.clear()
+    memory.register(second)
+    memory.register(second[10:20])  # a view still finds its owner
+    assert len(walked) == 1 and walked[0].base is second
+    assert memory.locate(second) is not None and memory.locate(second[10:20]) == memory.locate(second)

@@ -84,9 +84,9 @@ class Ledger:
         ``nbytes``, ``owner`` alone is counted, for that many bytes (see :meth:`register_bytes`).
         """
         # This runs for every op's output, so it is one function (no helper call) and the common
-        # case comes first: a fresh NumPy array owns its memory (and asking one for
+        # case comes first: a fresh NumPy (or device) array owns its memory (and asking one for
         # __array_interface__, as _countable does, builds a dict).
-        if type(array) is _ndarray and array.base is None:
+        if type(array) in _OWNING_TYPES and array.base is None:
             root = array
         elif nbytes is not None:
             root = owner
@@ -94,6 +94,8 @@ class Ledger:
             root = owner_of(array)
             if type(root) is not _ndarray and not _countable(root):
                 return array
+            if root is array and hasattr(root, "__cuda_array_interface__"):
+                _OWNING_TYPES.add(type(root))  # a device array type: next time, the fast path
         key = id(root)
         entry = self.entries.get(key)
         # The names are checked by the lookups themselves (try costs nothing until it catches):
@@ -276,6 +278,12 @@ class Ledger:
     def _event(self, kind, bucket, place, nbytes, label, entry=None):
         for tracker in self.trackers:
             tracker._record(kind, bucket, place, nbytes, label, entry)
+
+
+# Array types whose instances own their memory when ``base`` is None: NumPy's, and each device
+# array type (CuPy's) once the ledger has seen one, so a device op's output skips owner_of and
+# _countable as a NumPy one does (register runs for every op's output).
+_OWNING_TYPES = {_ndarray}
 
 
 def owner_of(array):

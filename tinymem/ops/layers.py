@@ -7,6 +7,8 @@ Memory of each (B rows, D features, float32 = 4 bytes):
 - ``embedding``: saves the indices (8·N); the gradient is a dense table (``embedding_bag`` with
   ``sparse=True`` gives a row-sparse one).
 """
+import numpy as np
+
 from .. import memory, random
 from ..autograd import Function
 from ..backend import array_module, device_of, scatter_add
@@ -165,13 +167,19 @@ class Embedding(Function):
         if weight.ndim != 2:  # a 1-d table would give one number per index, silently
             raise ValueError(f"embedding: weight must be a 2-d table (num_embeddings, embedding_dim), "
                              f"got shape {weight.shape}")
-        # NumPy would read row -1 as the last row and raise a bare IndexError past the end.
-        if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= weight.shape[0]):
+        xp = array_module(weight)
+        # NumPy would read row -1 as the last row and raise a bare IndexError past the end. On a
+        # device the check would be two host syncs per call: there a row out of range reads as
+        # NaN instead (a float table), as PyTorch's device assert does not raise on the host either.
+        if xp is np and indices.size and (int(indices.min()) < 0 or int(indices.max()) >= weight.shape[0]):
             raise IndexError(f"embedding indices must be in [0, {weight.shape[0]}), "
                              f"got [{int(indices.min())}, {int(indices.max())}]")
         ctx.num_rows = weight.shape[0]
         ctx.save_for_backward(indices)
-        return weight[indices]
+        if xp is np or weight.dtype.kind != "f":
+            return weight[indices]
+        valid = (indices >= 0) & (indices < weight.shape[0])  # gathered in range, then NaN where not
+        return xp.where(valid[..., None], weight[xp.clip(indices, 0, weight.shape[0] - 1)], weight.dtype.type(np.nan))
 
     def backward(ctx, g):
         (indices,) = ctx.saved_tensors

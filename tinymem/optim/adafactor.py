@@ -17,7 +17,7 @@ State: 4(m + n) bytes for an m x n float32 matrix instead of Adam's 8mn (for 512
 0.2% of Adam's); vectors keep 4 bytes per element. No first moment (beta1 = 0), as PyTorch's.
 Differences from the paper, as in PyTorch: no first moment, eps1 defaults to the dtype's
 machine epsilon, and ``lr`` caps the relative step. Time: one m x n outer product per step
-(a temporary of the parameter's size).
+(a temporary of the parameter's size); on a device no host sync (the two RMS stay on the device).
 """
 import math
 
@@ -28,8 +28,17 @@ from .optimizer import Optimizer
 
 
 def _rms(x, xp):
-    """Root mean square, through a norm so that no temporary of x's size is made."""
-    return float(xp.linalg.norm(x.ravel())) / math.sqrt(x.size) if x.size else 0.0
+    """Root mean square, through a norm so that no temporary of x's size is made: a float on the
+    CPU, a 0-d float64 array on a device (reading it on the host would be a sync per call)."""
+    if not x.size:
+        return 0.0
+    norm = xp.linalg.norm(x.ravel())
+    return (float(norm) if xp is np else norm.astype(np.float64)) / math.sqrt(x.size)
+
+
+def _larger(xp, a, b):
+    """max(a, b) for a float and an RMS (a float, or a 0-d device array: no host sync)."""
+    return max(a, b) if xp is np else xp.maximum(a, b)
 
 
 class Adafactor(Optimizer):
@@ -68,7 +77,7 @@ class Adafactor(Optimizer):
         if eps1 is None:
             eps1 = float(np.finfo(p.dtype).eps)
         lr, weight = group["lr"], t ** group["beta2_decay"]
-        alpha = max(group["eps"][1], _rms(p.data, xp)) * min(lr, 1 / math.sqrt(t))
+        alpha = _larger(xp, group["eps"][1], _rms(p.data, xp)) * min(lr, 1 / math.sqrt(t))
         if group["weight_decay"]:
             p.data *= 1 - lr * group["weight_decay"]
         if factored:
@@ -86,5 +95,5 @@ class Adafactor(Optimizer):
         xp.sqrt(var, out=var)
         update = self.scratch(grad / var)
         del var
-        update *= alpha / max(1.0, _rms(update, xp) / group["d"])
+        update *= alpha / _larger(xp, 1.0, _rms(update, xp) / group["d"])
         p.data -= update

@@ -9,11 +9,40 @@
 State: two buffers the size of the parameter, 8 bytes per float32 parameter (12 with amsgrad),
 plus a step count (a Python int). :meth:`Adam._direction` is the arithmetic on its own, shared
 with GaLore (moments of a projected gradient) and Adam8bit (moments dequantized for one step).
+
+Time: on the CPU, 13 in-place passes over the parameter's size with two workspace temporaries
+(8 bytes per parameter). On a device a float32 parameter steps in ONE fused kernel (``ADAM``,
+``tinymem.fused``): p, g, m, v read once and p, m, v written once, 28 bytes per parameter
+(32 with amsgrad) and no temporary, where the 13 ufuncs moved about 116. The kernel's body is
+the same formula in the same order of float32 operations (a GPU may contract a multiply and an
+add into one rounding: the last bit can differ from the CPU's).
 """
 import math
 
+import numpy as np
+
 from .. import backend
+from ..fused import Kernel
 from .optimizer import Optimizer
+
+
+def _adam_body(amsgrad):
+    def body(ops, g, wd, decay, beta1, beta2, one_minus_beta1, one_minus_beta2, bias2_sqrt, step_size, eps,
+             p, m, v, *v_max):
+        g = g + wd * p  # L2 penalty (wd = 0 when decoupled: then decay = 1 - lr * wd shrinks p)
+        m = m * beta1 + g * one_minus_beta1
+        v = v * beta2 + g * g * one_minus_beta2
+        second = ops.maximum(v_max[0], v) if amsgrad else v
+        update = m / (ops.sqrt(second) / bias2_sqrt + eps) * step_size
+        return (p * decay - update, m, v) + ((second,) if amsgrad else ())
+    return body
+
+
+_SCALARS = ("wd", "decay", "beta1", "beta2", "one_minus_beta1", "one_minus_beta2", "bias2_sqrt", "step_size", "eps")
+_INPUTS = "float32 g, " + ", ".join(f"float32 {name}" for name in _SCALARS)
+ADAM = Kernel("adam_step", _INPUTS, "float32 p, float32 m, float32 v", _adam_body(False), _SCALARS)
+ADAM_AMSGRAD = Kernel("adam_amsgrad_step", _INPUTS, "float32 p, float32 m, float32 v, float32 v_max",
+                      _adam_body(True), _SCALARS)
 
 
 class Adam(Optimizer):
@@ -75,9 +104,27 @@ class Adam(Optimizer):
                                state.get("max_exp_avg_sq"))
 
     def update_parameter(self, p, grad, state, group):
+        if backend.array_module(grad) is not np and grad.dtype == p.data.dtype == np.float32:
+            return self._fused_update(p, grad, state, group)
         decoupled = group["decoupled_weight_decay"]
         g = grad if decoupled else self._decay(p, grad, group)
         update = self._moments(g, state, group)
         if decoupled:  # p *= 1 - lr * wd only now: an error above leaves p as it was
             self._decay(p, grad, group)
         p.data -= update
+
+    def _fused_update(self, p, grad, state, group):
+        """The whole step in one kernel (a device, float32): see the module docstring."""
+        if "exp_avg" not in state:
+            state["step"] = 0
+            names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
+            for name in names:
+                state[name] = self.state_array(grad)
+        state["step"] += 1
+        t, (beta1, beta2), lr, wd = state["step"], group["betas"], group["lr"], group["weight_decay"]
+        decoupled = group["decoupled_weight_decay"]
+        scalars = [0.0 if decoupled else wd, 1 - lr * wd if decoupled else 1.0, beta1, beta2, 1 - beta1, 1 - beta2,
+                   math.sqrt(1 - beta2 ** t), lr / (1 - beta1 ** t), group["eps"]]
+        kernel = ADAM_AMSGRAD if group["amsgrad"] else ADAM
+        outputs = [p.data, state["exp_avg"], state["exp_avg_sq"]] + ([state["max_exp_avg_sq"]] if group["amsgrad"] else [])
+        kernel(grad, *(np.float32(x) for x in scalars), *outputs)

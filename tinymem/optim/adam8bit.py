@@ -22,6 +22,13 @@ float32 (8 bytes per parameter), as in the paper: their state is small and they 
 The two codebooks (each map and a 128 KiB lookup table that replaces a search, 258 KiB in all)
 are counted once per optimizer.
 
+On a device (float32, contiguous) the step is 5 kernels, 6 when n is not a whole number of
+blocks, instead of 30 and 3 reductions: (1) ``ADAM8BIT_MOMENTS`` dequantizes m and v, steps
+them and the weights, and writes the float32 moments into a scratch of 8 bytes per element
+(padded with zeros to whole blocks: one more fill); (2-4) |m|, its block maxima and v's (v >= 0),
+straight into the state's scales; (5) ``ADAM8BIT_CODES`` finds both moments' codes with the
+codebook's table. The kernels' bodies run on the stand-in in CI, against this CPU code.
+
 ``qmap="linear"`` swaps in evenly spaced maps, the paper's ablation: small second-moment entries
 round to zero, and the step m / (sqrt(v) + eps) blows up for them.
 """
@@ -30,9 +37,48 @@ import math
 import numpy as np
 
 from .. import backend, memory
+from ..fused import Kernel
 from . import blockwise
 from .blockwise import num_blocks
-from .adam import Adam
+from .adam import _SCALARS, Adam
+
+_LOW15, _TINY = 0x7FFF, np.float32(np.finfo(np.float32).smallest_subnormal)
+
+
+def _moments_body(ops, g, m_codes, v_codes, m_scale, v_scale, m_map, v_map, block,
+                  wd, decay, beta1, beta2, one_minus_beta1, one_minus_beta2, bias2_sqrt, step_size, eps, p, m, v):
+    blk = ops.cast(ops.index(), np.uint64) // block
+    m = ops.take(m_map, m_codes) * ops.take(m_scale, blk)  # dequantize, as blockwise.dequantize
+    v = ops.take(v_map, v_codes) * ops.take(v_scale, blk)
+    g = g + wd * p
+    m = m * beta1 + g * one_minus_beta1
+    v = v * beta2 + g * g * one_minus_beta2
+    update = m / (ops.sqrt(v) / bias2_sqrt + eps) * step_size
+    return p * decay - update, m, v
+
+
+def _code(ops, x, scale, entries, blk, signed):
+    """The codebook's code of x / scale (``blockwise.Codebook.codes``; the bucket is taken modulo
+    2**15, as ``take`` wraps -0.0's bucket there)."""
+    bits = ops.bitcast(x / ops.maximum(ops.take(scale, blk), _TINY), np.int32)
+    key = ops.cast(bits, np.uint32)
+    if signed:
+        key = ops.where(bits < 0, 0 - key, key)
+    return (ops.take(entries, (key >> 16) & _LOW15) + key) >> 16
+
+
+def _codes_body(ops, m, v, m_scale, v_scale, m_entries, v_entries, block, m_codes, v_codes):
+    blk = ops.cast(ops.index(), np.uint64) // block
+    return _code(ops, m, m_scale, m_entries, blk, True), _code(ops, v, v_scale, v_entries, blk, False)
+
+
+ADAM8BIT_MOMENTS = Kernel(
+    "adam8bit_moments", "float32 g, uint8 m_codes, uint8 v_codes, raw float32 m_scale, raw float32 v_scale, "
+    "raw float32 m_map, raw float32 v_map, uint64 block, " + ", ".join(f"float32 {n}" for n in _SCALARS),
+    "float32 p, float32 m, float32 v", _moments_body, ("block",) + _SCALARS)
+ADAM8BIT_CODES = Kernel(
+    "adam8bit_codes", "float32 m, float32 v, raw float32 m_scale, raw float32 v_scale, raw uint32 m_entries, "
+    "raw uint32 v_entries, uint64 block", "uint8 m_codes, uint8 v_codes", _codes_body, ("block",))
 
 
 class Adam8bit(Adam):
@@ -99,6 +145,9 @@ class Adam8bit(Adam):
                 # an all-zero code block must dequantize to 0: the scale starts at 0
                 state[name + "_absmax"] = self.state_array(grad, dtype=np.float32, shape=(blocks,))
         state["step"] += 1
+        if backend.array_module(grad) is not np and grad.dtype == p.data.dtype == np.float32 \
+                and p.data.flags.c_contiguous and qm.signed and not qv.signed:
+            return self._fused_8bit_update(p, grad, state, group, qm, qv)
         g = self._decay(p, grad, group).astype(np.float32, copy=False).reshape(-1)
         weights = p.data.reshape(-1)  # a view of p when p is contiguous, else a copy put back below
         xp = backend.array_module(g)
@@ -124,3 +173,24 @@ class Adam8bit(Adam):
                                        check=False)  # m is signed; v >= 0 by construction
         if not p.data.flags.c_contiguous:
             p.data[...] = weights.reshape(p.shape)
+
+    def _fused_8bit_update(self, p, grad, state, group, qm, qv):
+        """The step in 5 or 6 kernels on a device (see the module docstring). Workspace: the
+        float32 moments, padded to whole blocks, and |m|: 12 bytes per element."""
+        xp, block, n = backend.array_module(grad), group["block_size"], p.size
+        blocks = num_blocks(n, block)
+        padded = (xp.zeros if blocks * block > n else xp.empty)((2, blocks * block), np.float32)
+        moments = self.scratch(padded)
+        m, v = moments[0, :n], moments[1, :n]
+        codes, scales = [state[name + "_codes"].reshape(-1) for name in ("exp_avg", "exp_avg_sq")], \
+            [state[name + "_absmax"] for name in ("exp_avg", "exp_avg_sq")]
+        t, (beta1, beta2), lr = state["step"], group["betas"], group["lr"]
+        scalars = [group["weight_decay"], 1.0, beta1, beta2, 1 - beta1, 1 - beta2, math.sqrt(1 - beta2 ** t),
+                   lr / (1 - beta1 ** t), group["eps"]]
+        ADAM8BIT_MOMENTS(grad.reshape(-1), *codes, *scales, qm.values, qv.values, np.uint64(block),
+                         *(np.float32(x) for x in scalars), p.data.reshape(-1), m, v)
+        magnitude = self.scratch(xp.abs(moments[0].reshape(blocks, block)))
+        magnitude.max(axis=1, out=scales[0])
+        del magnitude
+        moments[1].reshape(blocks, block).max(axis=1, out=scales[1])
+        ADAM8BIT_CODES(m, v, *scales, qm.entries, qv.entries, np.uint64(block), *codes)

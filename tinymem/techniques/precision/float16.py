@@ -24,22 +24,20 @@ are set to 0x7C00; 65520 up to 65536 rounds to it by itself. NaN keeps NumPy's p
 top 10 of its 23 significand bits (0x7C01 if those are all zero); the sign is copied. The fix
 of the range runs only for a chunk whose largest magnitude says it needs one.
 
-Decoding on a device is one lookup: the float32 bits of each of the 65,536 float16 patterns, a 256 KiB
-table made once on the host by exact float64 arithmetic (significand times a power of two; the
-exponent-31 patterns, infinity and NaN with its payload, by bits) and copied once to each device
-that asks. A gather is exact on any device; the arithmetic decode it replaces multiplied by
-2^112, which a flushing GPU turned into 0 for every float16 subnormal. NumPy keeps subnormals,
-so on the CPU that arithmetic decode stays (exact there, and about 3/4 of a gather's time).
+On a device (CuPy, or any module that is not NumPy) each conversion is CuPy's ``astype``: one
+conversion kernel (``cvt.rn.f16.f32`` and back), exact in hardware whatever the device does to
+float32 arithmetic, where the bit arithmetic below would be 13 kernels, a reduction and a host
+sync. Rounding is the two conversions (2 kernels). NaN stays NaN there with the hardware's
+payload. The arithmetic below is the CPU's: NumPy converts one element at a time, and never
+flushes, so on the CPU decoding is the multiply by 2^112 (about 3/4 of a gather's time).
 
-Memory: the result (2 bytes per value encoded, 4 decoded or rounded), two 4-byte temporaries of
-at most one chunk when encoding or rounding (``backend.chunk_elements``: 64K values on the CPU,
-whole arrays up to 16M values on a GPU), an 8-byte index per value of a chunk when decoding
-(NumPy's ``take`` widens the uint16 patterns), and the 256 KiB table per device, for good.
-Works on NumPy and CuPy arrays (only shared functions).
+Memory: the result (2 bytes per value encoded, 4 decoded or rounded); on the CPU two 4-byte
+temporaries of one chunk (64K values) when encoding or rounding; on a device, rounding's float16
+intermediate (2 bytes per value). Works on NumPy and CuPy arrays (only shared functions).
 """
 import numpy as np
 
-from ...backend import array_module, chunk_elements, take
+from ...backend import array_module, chunk_elements
 
 # Scalars made once: a NumPy scalar made per call costs a third of a pass over 2^16 values.
 _ABS = np.uint32(0x7FFFFFFF)
@@ -80,6 +78,8 @@ def _grid_step(xp, a):
 def float32_to_float16(x):
     """float32 values rounded to float16 (nearest, ties to even), equal to ``x.astype(float16)``."""
     xp = array_module(x)
+    if xp is not np:  # one conversion kernel, exact in hardware
+        return x.astype(np.float32, copy=False).astype(np.float16)
     shape = np.shape(x)  # before ascontiguousarray, which makes 0-d arrays 1-d
     x = xp.ascontiguousarray(x, dtype=np.float32)
     flat = x.reshape(-1).view(np.uint32)
@@ -119,41 +119,16 @@ def _encode(xp, bits, out):
     xp.copyto(out, a, casting="unsafe")
 
 
-def _decode_table():
-    """The float32 bits of every float16 pattern, indexed by the pattern: (-1)^s · S · 2^(e - 25)
-    with S = 1024 + m and e = exponent for normal values, S = m and e = 1 for zero and subnormal
-    ones (exact in float64, and exact again in float32, where all of them are normal); exponent
-    31 (infinity, NaN) by bits, float32's exponent 255 with the payload in place."""
-    h = np.arange(2 ** 16, dtype=np.uint32)
-    exponent, m = (h >> 10) & 0x1F, h & 0x3FF
-    significand = np.where(exponent > 0, 1024 + m, m).astype(np.float64)
-    value = np.ldexp(significand, np.maximum(exponent, 1).astype(np.int32) - 25)
-    bits = np.where(h & 0x8000, -value, value).astype(np.float32).view(np.uint32)
-    special = exponent == 31
-    bits[special] = (h[special] & 0x8000) << 16 | np.uint32(0x7F800000) | m[special] << 13
-    return bits
-
-
-_TABLES = {np: _decode_table()}
-
-
 def float16_to_float32(h):
     """The float32 values of float16 ``h`` (exact), equal to ``h.astype(float32)``."""
     xp = array_module(h)
+    if xp is not np:  # one conversion kernel, exact in hardware
+        return h.astype(np.float16, copy=False).astype(np.float32)
     shape = np.shape(h)  # before ascontiguousarray, which makes 0-d arrays 1-d
-    h = xp.ascontiguousarray(h, dtype=np.float16)
-    if xp is np:  # NumPy never flushes: the arithmetic decode, about 3/4 of the gather's time
-        flat = h.reshape(-1).view(np.int16)
-        out = np.empty(flat.size, np.int32)
-        for part in _chunks(np, flat.size):
-            _decode_on_the_cpu(flat[part], out[part])
-        return out.view(np.float32).reshape(shape)
-    if xp not in _TABLES:
-        _TABLES[xp] = xp.asarray(_TABLES[np])
-    table, flat = _TABLES[xp], h.reshape(-1).view(np.uint16)
-    out = xp.empty(flat.size, np.uint32)
-    for part in _chunks(xp, flat.size):
-        take(table, flat[part], out[part])
+    flat = np.ascontiguousarray(h, dtype=np.float16).reshape(-1).view(np.int16)
+    out = np.empty(flat.size, np.int32)
+    for part in _chunks(np, flat.size):
+        _decode_on_the_cpu(flat[part], out[part])
     return out.view(np.float32).reshape(shape)
 
 
@@ -178,8 +153,11 @@ def round_to_float16(x):
     half the passes over the data. The same addition of c as the encoder rounds; subtracting c
     again leaves the rounded magnitude, a float16 value and so a normal float32 or 0 (nothing a
     flushing device changes); past float16's largest value it becomes inf.
-    Memory: the float32 result and one uint32 temporary per chunk."""
+    Memory: the float32 result and one uint32 temporary per chunk (on a device: the two
+    conversions, 2 kernels, and a float16 intermediate)."""
     xp = array_module(x)
+    if xp is not np:
+        return x.astype(np.float32, copy=False).astype(np.float16).astype(np.float32)
     shape = np.shape(x)  # before ascontiguousarray, which makes 0-d arrays 1-d
     x = xp.ascontiguousarray(x, dtype=np.float32)
     flat = x.reshape(-1).view(np.uint32)

@@ -40,8 +40,14 @@ Contract and pitfalls (PyTorch's):
   skipped; PyTorch 2.13's CPU kernel checks the gradients before multiplying and writes NaN
   into the weights here: the one place where we deliberately differ.
 
-Memory: no arrays; the state is a few Python numbers (the scale is kept as a float32 value,
-as PyTorch keeps a one-element float32 tensor, so its arithmetic rounds the same way).
+Cost: ``unscale_`` reads the inf/NaN flag on the host once per step (one sync per device, as
+PyTorch's ``found_inf.item()``), never once per parameter. On a device each float32 gradient is
+unscaled and checked by ONE fused kernel (``UNSCALE``: ``g *= 1/S`` and ``found = 1`` where the
+product is not finite, a flag written without a reduction), 8 bytes moved per value.
+
+Memory: no arrays but a 4-byte flag per device and step; the state is a few Python numbers (the
+scale is kept as a float32 value, as PyTorch keeps a one-element float32 tensor, so its
+arithmetic rounds the same way).
 """
 import math
 
@@ -50,6 +56,16 @@ import numpy as np
 from ... import backend
 from ...autograd import Tensor
 from ...checks import positive_int
+from ...fused import Kernel
+
+
+def _unscale_body(ops, inv_scale, g, found):
+    g = g * inv_scale
+    ops.flag_if(found, ~ops.isfinite(g))
+    return g, found
+
+
+UNSCALE = Kernel("grad_unscale", "float32 inv_scale", "float32 g, raw int32 found", _unscale_body, ("inv_scale",))
 
 _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
 
@@ -108,21 +124,29 @@ class GradScaler:
             raise RuntimeError("unscale_() is being called after step().")
         with np.errstate(divide="ignore"):  # a scale of 0 gives inf, caught below
             inv_scale = np.float32(1.0 / np.float64(self._scale))  # PyTorch: double reciprocal, then float
-        found_inf = False
-        for grad in _grads_of(optimizer):
-            data = grad.data
+        grads = [grad.data for grad in _grads_of(optimizer)]
+        for data in grads:  # all checked before any is divided: a refused call changes nothing
             if data.dtype == np.float16:
                 raise ValueError("Attempting to unscale FP16 gradients: unscale fp32 copies instead "
                                  "(use precision.half(model, optimizer) so the optimizer keeps fp32 masters)")
             if data.dtype.kind != "f":
                 raise TypeError(f"cannot unscale gradients of dtype {data.dtype}; the optimizer should "
                                 "hold float32 parameters (fp32 masters)")
+        flags = {}  # one flag per array module; read once, after every gradient is unscaled
+        for data in grads:
+            xp = backend.array_module(data)
+            if xp not in flags:
+                flags[xp] = False if xp is np else xp.zeros(1, np.int32)
             # Multiply first, then check (as PyTorch does): a scale that has collapsed to 0
             # makes 1/S infinite, and only the product shows that the step would write inf/NaN.
+            if xp is not np and data.dtype == np.float32:
+                UNSCALE(inv_scale, data, flags[xp])
+                continue
             with np.errstate(over="ignore", invalid="ignore"):
                 data *= data.dtype.type(inv_scale)
-            if not bool(backend.array_module(data).isfinite(data).all()):
-                found_inf = True
+            finite = xp.isfinite(data).all()
+            flags[xp] = (flags[xp] | ~finite) if xp is not np else (flags[xp] or not finite)
+        found_inf = any(bool(flag) if xp is np else bool(flag.get()[0]) for xp, flag in flags.items())
         state["found_inf"] = found_inf
         state["stage"] = _UNSCALED
 
