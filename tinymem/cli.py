@@ -4,6 +4,8 @@ import os
 import sys
 import time
 
+from .cli_help import NamesParser, bench_names, default_out, figure_names
+
 
 def cmd_info(args):
     import numpy as np
@@ -295,42 +297,12 @@ def _fmt(value):
     return str(value)
 
 
-def default_out(folder, quick):
-    """Where a run writes without ``--out``: ``folder``, or ``folder/quick`` for a quick run
-    (git-ignored), so that small sizes never replace the committed full-mode records."""
-    return os.path.join(folder, "quick") if quick else folder
-
-
-class _Parser(argparse.ArgumentParser):
-    """A parser whose ``--help`` ends with the names it accepts (``names``, a function called
-    only when the help is printed: finding the figure families imports every one of them)."""
-
-    def __init__(self, *args, names=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._names = names
-
-    def format_help(self):
-        if self._names is not None and self.epilog is None:
-            self.epilog = self._names()
-        return super().format_help()
-
-
-def _figure_names():
-    from .experiments import families
-    return "figure families (for --only), in run order: " + ", ".join(families())
-
-
-def _bench_names():
-    from .benchmarks import benchmarks
-    return "benchmarks (for NAMES): " + ", ".join(benchmarks())
-
-
 def build_parser():
     # The module's docstring without its reStructuredText markup: --help prints it as it is.
     parser = argparse.ArgumentParser(prog="tinymem", description=__doc__.replace("``", ""))
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=NamesParser)
     sub.add_parser("info", help="versions, backend, devices").set_defaults(fn=cmd_info)
-    fig = sub.add_parser("figures", help="regenerate the figures and their JSON records", names=_figure_names)
+    fig = sub.add_parser("figures", help="regenerate the figures and their JSON records", names=figure_names)
     fig.add_argument("--quick", action="store_true",
                      help="small sizes, for CI (minutes); without --out they go to figures/quick/ (git-ignored)")
     fig.add_argument("--only", nargs="+", metavar="NAME", help="only these families (listed below)")
@@ -345,7 +317,7 @@ def build_parser():
     fig.add_argument("--readme", metavar="FILE", default=None,
                      help="with --claims-table: write the table into FILE between its markers")
     fig.set_defaults(fn=cmd_figures)
-    bench = sub.add_parser("bench", help="side-by-side benchmarks against NumPy and PyTorch", names=_bench_names)
+    bench = sub.add_parser("bench", help="side-by-side benchmarks against NumPy and PyTorch", names=bench_names)
     bench.add_argument("names", nargs="*", metavar="NAMES", help="benchmarks to run (default: all; listed below)")
     bench.add_argument("--quick", action="store_true", help="small sizes")
     bench.add_argument("--out", default=None, help="where bench.png and data/bench.json go "
