@@ -4,10 +4,13 @@ predict-then-reveal moments.
     TINYMEM_QUICK=1          small sizes (how CI runs every lesson)
     TINYMEM_LESSON_OUT=DIR   where a lesson writes its PNGs (default: lessons/out/, git-ignored)
     PREDICT=1                stop at each prediction until you press Enter (unset or 0: print
-                             the question and go on, which is how CI runs)
+                             the question and go on, which is how CI runs; with no input to
+                             read, a note says so and the lesson goes on)
 """
 import os
 import pathlib
+
+import numpy as np
 
 from tinymem import backend
 from tinymem.measure.records import meta
@@ -34,16 +37,45 @@ PREDICT = _predict_switch()
 
 def predict(question):
     """Ask the reader to predict before the lesson measures. With ``PREDICT=1`` the lesson waits
-    here for Enter (in a notebook, run the cells one at a time instead)."""
+    here for Enter (in a notebook, run the cells one at a time instead); when there is nothing
+    to read (standard input closed, as under a pipe or a scheduler), it says so and goes on."""
     print(f"\nPREDICT: {question}")
     if PREDICT:
-        input("  write your prediction down, then press Enter for the measurement ")
+        try:
+            input("  write your prediction down, then press Enter for the measurement ")
+        except EOFError:
+            print("\n  (PREDICT=1, but standard input is closed: going on without waiting; "
+                  "run the lesson in a terminal to stop here)")
+
+
+def _truth(claim, holds):
+    """``holds`` as a Python bool. Only a bool, a NumPy bool or a 0-d boolean array (NumPy or
+    CuPy) is a claim's value: anything else, truthy or not, would let stale prose pass."""
+    if isinstance(holds, (bool, np.bool_)):
+        return bool(holds)
+    if getattr(holds, "shape", None) == () and getattr(holds, "dtype", None) == np.bool_:
+        return bool(backend.to_numpy(holds))
+    if callable(holds):
+        hint = "a function, not its value: call it"
+    elif isinstance(holds, (tuple, list)):
+        hint = f"a {type(holds).__name__} of {len(holds)}: combine its items with all(...) or any(...)"
+    elif isinstance(holds, str):
+        hint = "a string: compare it with what the claim expects instead"
+    elif isinstance(holds, (int, float, np.number)):
+        hint = f"the number {holds!r}: compare it, e.g. value < limit"
+    elif hasattr(holds, "shape"):
+        hint = f"an array of shape {tuple(holds.shape)}: reduce it with (...).all() or (...).any()"
+    else:
+        hint = f"a {type(holds).__name__}"
+    raise TypeError(f"the lesson checks {claim!r} with {hint}; a claim's value must be True or False "
+                    "(a bool or a NumPy bool)")
 
 
 def check(claim, holds):
-    """A sentence of the lesson, checked on this run: ``holds`` is its predicate's value. A
-    sentence the run contradicts stops the lesson (so CI catches prose that went stale)."""
-    if not holds:
+    """A sentence of the lesson, checked on this run: ``holds`` is its predicate's value, True
+    or False (a bool or NumPy bool; anything else is refused with a TypeError). A sentence the
+    run contradicts stops the lesson (so CI catches prose that went stale)."""
+    if not _truth(claim, holds):
         raise AssertionError(f"the lesson says {claim!r}, and this run contradicts it")
     print(f"  checked on this run: {claim}")
 

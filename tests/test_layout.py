@@ -23,7 +23,7 @@ LAYERS = [
     {"techniques"},
     {"planner", "distributed", "rl", "edge"},
     {"experiments"},
-    {"benchmarks", "cli", "__main__", "__init__"},
+    {"benchmarks", "cli", "cli_help", "__main__", "__init__"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
@@ -170,3 +170,23 @@ def test_no_reexports_at_the_bottom_of_files():
             elif isinstance(node, (ast.Import, ast.ImportFrom)) and seen_code:
                 late.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not late, "imports after the first def/class: " + ", ".join(late)
+
+
+def _readme_layout():
+    """The README's layout block: the fenced lines under "## Layout"."""
+    text = (ROOT.parent / "README.md").read_text().split("\n## Layout\n", 1)[1]
+    return text.split("```", 2)[1]
+
+
+def test_the_readme_layout_names_every_package_and_module():
+    layout = _readme_layout()
+    words = set(re.findall(r"[\w.]+/?", layout))
+    top = sorted(p.name + "/" for p in ROOT.iterdir() if (p / "__init__.py").exists())
+    top += sorted(p.name for p in ROOT.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    missing = [name for name in top if name not in words]
+    assert not missing, f"README's layout omits {missing}: add them under ## Layout"
+    techniques = next(line for line in layout.splitlines() if line.strip().startswith("techniques/"))
+    inside = sorted(p.name + "/" for p in (ROOT / "techniques").iterdir() if (p / "__init__.py").exists())
+    inside += sorted(p.name for p in (ROOT / "techniques").glob("*.py") if p.name != "__init__.py")
+    missing = [name for name in inside if name not in techniques.split()[1:] and name + "," not in techniques]
+    assert not missing, f"README's layout line for techniques/ omits {missing}"

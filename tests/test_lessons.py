@@ -1,11 +1,13 @@
 """Lessons are tests: every lesson runs as a script in quick mode, and writes only where it should."""
 import concurrent.futures
+import importlib.util
 import os
 import pathlib
 import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -119,10 +121,11 @@ def _course(code, predict, stdin):
 
 def test_predict_waits_for_enter_only_when_asked():
     code = "import course; course.predict('how many bytes?'); print('after')"
-    stopped = _course(code, "1", "")  # no Enter to read: the lesson stops at the question
-    assert stopped.returncode != 0 and "EOFError" in stopped.stderr and "after" not in stopped.stdout
-    assert "PREDICT: how many bytes?" in stopped.stdout
-    assert "after" in _course(code, "1", "\n").stdout
+    closed = _course(code, "1", "")  # standard input closed: nothing to wait for, a note says so
+    assert closed.returncode == 0 and "EOFError" not in closed.stderr and "after" in closed.stdout, closed.stderr
+    assert "PREDICT: how many bytes?" in closed.stdout and "standard input is closed" in closed.stdout
+    answered = _course(code, "1", "\n")
+    assert "after" in answered.stdout and "standard input is closed" not in answered.stdout
     quick = _course(code, "", "")
     assert quick.returncode == 0 and "after" in quick.stdout
     wrong = _course(code, "yes", "\n")
@@ -134,3 +137,38 @@ def test_a_claim_the_run_contradicts_stops_the_lesson():
     assert held.returncode == 0 and "MEASURED: 3 B" in held.stdout and "three is odd" in held.stdout
     broken = _course("import course; course.reveal('4 B', 'four is odd', 4 % 2 == 1)", "", "")
     assert broken.returncode != 0 and "the lesson says 'four is odd'" in broken.stderr
+
+
+def _course_module():
+    spec = importlib.util.spec_from_file_location("course_under_test", ROOT / "lessons" / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+NOT_A_TRUTH = {"a tuple of falses": ((False, False), "all"), "an uncalled lambda": (lambda: False, "call it"),
+               "a string": ("False", "string"), "a list": ([False], "all"), "NaN": (float("nan"), "number"),
+               "a NumPy NaN": (np.float64("nan"), "number"), "one": (1, "number"),
+               "two booleans": (np.array([True, False]), r"shape \(2,\).*\.all\(\)"),
+               "two trues": (np.array([True, True]), "shape"), "None": (None, "NoneType"),
+               "a 1-element array": (np.array([True]), "shape")}
+
+
+@pytest.mark.parametrize("holds, says", NOT_A_TRUTH.values(), ids=list(NOT_A_TRUTH))
+def test_only_true_or_false_can_check_a_claim(holds, says, capsys):
+    course = _course_module()
+    for call in (lambda: course.check("the claim", holds), lambda: course.reveal("3 B", "the claim", holds)):
+        with pytest.raises(TypeError, match=f"the lesson checks 'the claim' with .*{says}") as caught:
+            call()
+        assert "must be True or False" in str(caught.value)
+        assert "checked on this run" not in capsys.readouterr().out
+
+
+def test_a_bool_a_numpy_bool_and_a_0d_boolean_array_check_a_claim(capsys):
+    course = _course_module()
+    for holds in (True, np.True_, np.array(3) > 2, np.float64(1.5) < 2):
+        course.check("holds", holds)
+    assert capsys.readouterr().out.count("checked on this run: holds") == 4
+    for holds in (False, np.False_, np.array(False)):
+        with pytest.raises(AssertionError, match="this run contradicts it"):
+            course.check("fails", holds)

@@ -20,6 +20,7 @@ Memory cost: none; this module only routes.
 import contextlib
 import os
 import pathlib
+import threading
 
 import numpy as np
 
@@ -36,7 +37,18 @@ DTYPES = {
 _cupy = None
 _cupyx = None
 _cupyx_of = {}  # id(module) -> (module, its cupyx): what use_cuda_module gives back on restore
-_default = {"device": None}  # None: not set yet, read $TINYMEM_DEVICE on first use
+# set_default_device's choice, the one every thread starts with; None: read $TINYMEM_DEVICE.
+_process = {"device": None}
+
+
+class _PerThread(threading.local):
+    """This thread's :func:`default_device_as` choice (None: the process's default). Per
+    thread, as ``with torch.device(...)`` is: two threads' blocks never see each other's."""
+
+    device = None
+
+
+_thread = _PerThread()
 
 
 class DeviceError(RuntimeError):
@@ -44,11 +56,12 @@ class DeviceError(RuntimeError):
 
 
 def default_device():
-    """The device used when none is given: the last :func:`set_default_device`, else
-    ``$TINYMEM_DEVICE``, else ``"cpu"``."""
-    if _default["device"] is None:
+    """The device used when none is given: this thread's :func:`default_device_as` block, else
+    the last :func:`set_default_device`, else ``$TINYMEM_DEVICE``, else ``"cpu"``."""
+    device = _thread.device or _process["device"]
+    if device is None:
         return check_device(os.environ.get("TINYMEM_DEVICE", "cpu") or "cpu")
-    return _default["device"]
+    return device
 
 
 get_default_device = default_device
@@ -57,33 +70,68 @@ get_default_device = default_device
 def set_default_device(device):
     """Make ``device`` (``"cpu"`` or ``"cuda"``) where tensors, parameters, optimizer state, data
     and draws are made when no ``device=`` is given (``torch.set_default_device``). ``None``
-    goes back to ``$TINYMEM_DEVICE``. Arrays already made stay where they are."""
-    _default["device"] = None if device is None else check_device(device)
+    goes back to ``$TINYMEM_DEVICE``. Arrays already made stay where they are.
+
+    The choice is the process's: every thread without a :func:`default_device_as` block of its
+    own uses it, threads started later included. PyTorch keeps ``torch.set_default_device``
+    per thread (in torch 2.13 a thread started after ``set_default_device("meta")`` still makes
+    CPU tensors); tinymem does not, so that a data-loading thread, or the threads tinymem runs
+    itself, make their arrays where the program said. Called inside a block, it takes effect
+    in this thread at once and outlasts the block."""
+    resolved = None if device is None else check_device(device)
+    _process["device"], _thread.device = resolved, None
 
 
 @contextlib.contextmanager
 def default_device_as(device):
-    """Inside the block, ``device`` is the default device; the previous one after it."""
-    previous = _default["device"]
-    set_default_device(device)
+    """Inside the block, ``device`` is this thread's default device; the previous one after
+    it. Per thread, as ``with torch.device(...)``: another thread's default does not change,
+    and two threads' blocks may interleave in any order. A thread started inside the block
+    starts with the process's default (:func:`set_default_device`), not this block's."""
+    resolved = check_device(device)
+    previous, _thread.device = _thread.device, resolved
     try:
-        yield check_device(device)
+        yield resolved
     finally:
-        _default["device"] = previous
+        _thread.device = previous
 
 
 def check_device(device):
-    """Return ``device`` as a canonical name, or raise :class:`DeviceError` saying which exist."""
+    """The one parser of device names: return ``device`` as a canonical name (``"cpu"`` or
+    ``"cuda"``), or raise :class:`DeviceError` saying what exists.
+
+    ``"cuda:N"`` names a GPU by index, as in PyTorch. tinymem uses one GPU per process, CuPy's
+    current one (chosen with ``CUDA_VISIBLE_DEVICES`` or ``cupy.cuda.Device(N).use()``), so N
+    must be that GPU's index: any other index, one past the machine's GPUs, or one that is not
+    a whole number is refused rather than read as the current GPU."""
     if device is None:
         return default_device()
-    name = str(device).lower()
-    if name.startswith("cuda:"):
-        name = "cuda"
+    name, colon, index = str(device).strip().lower().partition(":")
     if name not in DEVICES:
-        raise DeviceError(f"unknown device {device!r}; tinymem knows {', '.join(DEVICES)}")
+        raise DeviceError(f"unknown device {device!r}; tinymem knows {', '.join(DEVICES)} "
+                          "(and 'cuda:N' for the GPU with index N)")
+    if colon and name == "cpu":
+        raise DeviceError(f"device {device!r}: the CPU has no index; use 'cpu'")
     if name == "cuda":
-        get_cupy()
+        cupy = get_cupy()
+        if colon:
+            _check_gpu_index(cupy, device, index)
     return name
+
+
+def _check_gpu_index(cupy, device, index):
+    """Refuse ``cuda:N`` unless N is a whole number naming the GPU this process uses."""
+    if not index.isdigit():
+        raise DeviceError(f"device {device!r}: the index after 'cuda:' must be a whole number >= 0, "
+                          "e.g. 'cuda:0'; or use 'cuda' for the current GPU")
+    count, current = cupy.cuda.runtime.getDeviceCount(), cupy.cuda.Device().id
+    if int(index) >= count:
+        raise DeviceError(f"device {device!r}: this machine has {count} GPU(s), cuda:0 to "
+                          f"cuda:{count - 1}; use 'cuda' for the current one")
+    if int(index) != current:
+        raise DeviceError(f"device {device!r}: tinymem uses one GPU per process, the current one "
+                          f"(cuda:{current}); to use GPU {int(index)}, start the process with "
+                          f"CUDA_VISIBLE_DEVICES={int(index)} and name 'cuda'")
 
 
 def use_cuda_module(module):

@@ -4,6 +4,8 @@ import os
 import sys
 import time
 
+from .cli_help import NamesParser, bench_names, default_out, figure_names
+
 
 def cmd_info(args):
     import numpy as np
@@ -21,7 +23,9 @@ def cmd_info(args):
     except Exception:  # older NumPy has no dict mode; the BLAS line is informative only
         print("BLAS        (unknown)")
     try:
-        print(f"device      {backend.default_device()} (default, from TINYMEM_DEVICE)")
+        variable = os.environ.get("TINYMEM_DEVICE")
+        source = f"from TINYMEM_DEVICE={variable}" if variable else "TINYMEM_DEVICE is unset"
+        print(f"device      {backend.default_device()} (default; {source})")
     except backend.DeviceError as exc:  # finish the report: the lines below say what is missing
         print(f"device      TINYMEM_DEVICE={os.environ.get('TINYMEM_DEVICE')!r} cannot be used: {exc}")
     try:
@@ -53,7 +57,7 @@ def cmd_figures(args):
     from .measure.records import meta, read_records, write_records
 
     device = backend.check_device(args.device)
-    outdir = args.out or ("figures" if device == "cpu" else os.path.join("figures", "cuda"))
+    outdir = args.out or default_out("figures" if device == "cpu" else os.path.join("figures", "cuda"), args.quick)
     found = families()
     names = args.only or list(found)
     unknown = [n for n in names if n not in found]
@@ -145,6 +149,7 @@ def cmd_bench(args):
     from .measure.records import meta, write_records
 
     found = benchmarks()
+    args.out = args.out or default_out("figures", args.quick)
     if args.device == "cuda":
         return cmd_bench_cuda(args)
     names = args.names or list(found)
@@ -323,14 +328,17 @@ def _fmt(value):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="tinymem", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    # The module's docstring without its reStructuredText markup: --help prints it as it is.
+    parser = argparse.ArgumentParser(prog="tinymem", description=__doc__.replace("``", ""))
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=NamesParser)
     sub.add_parser("info", help="versions, backend, devices").set_defaults(fn=cmd_info)
-    fig = sub.add_parser("figures", help="regenerate the figures and their JSON records")
-    fig.add_argument("--quick", action="store_true", help="small sizes, for CI (minutes)")
-    fig.add_argument("--only", nargs="+", metavar="NAME", help="only these families")
+    fig = sub.add_parser("figures", help="regenerate the figures and their JSON records", names=figure_names)
+    fig.add_argument("--quick", action="store_true",
+                     help="small sizes, for CI (minutes); without --out they go to figures/quick/ (git-ignored)")
+    fig.add_argument("--only", nargs="+", metavar="NAME", help="only these families (listed below)")
     fig.add_argument("--device", default=None, help="cpu or cuda (default: $TINYMEM_DEVICE or cpu)")
-    fig.add_argument("--out", default=None, help="output folder (default figures/, figures/cuda/ on a GPU)")
+    fig.add_argument("--out", default=None, help="output folder (default figures/, figures/cuda/ on a GPU; "
+                     "their quick/ subfolder with --quick)")
     fig.add_argument("--strict", action="store_true", help="exit non-zero when a claim of a figure does not hold")
     fig.add_argument("--replot", action="store_true",
                      help="redraw from the JSON in OUT/data (no sweep), judging the claims again")
@@ -339,11 +347,11 @@ def build_parser():
     fig.add_argument("--readme", metavar="FILE", default=None,
                      help="with --claims-table: write the table into FILE between its markers")
     fig.set_defaults(fn=cmd_figures)
-    bench = sub.add_parser("bench", help="side-by-side benchmarks against NumPy and PyTorch")
-    bench.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
+    bench = sub.add_parser("bench", help="side-by-side benchmarks against NumPy and PyTorch", names=bench_names)
+    bench.add_argument("names", nargs="*", metavar="NAMES", help="benchmarks to run (default: all; listed below)")
     bench.add_argument("--quick", action="store_true", help="small sizes")
-    bench.add_argument("--out", default="figures", help="where bench.png and data/bench.json go "
-                       "(written when the targets benchmark runs; default figures/)")
+    bench.add_argument("--out", default=None, help="where bench.png and data/bench.json go "
+                       "(written when the targets benchmark runs; default figures/, figures/quick/ with --quick)")
     bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                        help="cuda: the GPU targets (figures/data/bench_cuda.json, bench_cuda.png)")
     bench.set_defaults(fn=cmd_bench)

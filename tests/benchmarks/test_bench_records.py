@@ -1,25 +1,23 @@
 """tinymem bench: the README's speed table is the one generated from figures/data/bench.json, and
-the records carry what they were measured on (no timing is asserted here)."""
-import pathlib
+the records carry what they were measured on (no timing is asserted here). Both are read as
+committed (tests/committed.py): a user's own `tinymem bench` run changes neither."""
 import warnings
 
 import pytest
 
+from committed import committed_records, committed_text
 from tinymem import plots
 from tinymem.benchmarks import readme, targets
-from tinymem.measure.records import read_records
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_readme_table_matches_the_committed_records():
-    records = read_records(ROOT / "figures", "bench")
-    text = (ROOT / "README.md").read_text()
+    records = committed_records("bench")
+    text = committed_text("README.md")
     assert readme.render(text, records) == text, "README is stale: run python -m tinymem.benchmarks.readme"
 
 
 def test_records_name_machine_rows_and_targets():
-    records = read_records(ROOT / "figures", "bench")
+    records = committed_records("bench")
     assert records["meta"]["machine"] and records["meta"]["numpy"] and records["meta"]["date"]
     keys = [r["key"] for r in records["rows"]]
     assert {"mlp", "tiny_op", "adam8bit", "lion", "fp16", "bf16", "checkpoint", "offload"} <= set(keys)
@@ -35,7 +33,7 @@ def test_render_refuses_a_readme_without_markers():
 
 
 def test_plot_draws_every_row_without_layout_problems(tmp_path):
-    records = read_records(ROOT / "figures", "bench")
+    records = committed_records("bench")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", plots.LayoutWarning)
         paths = targets.plot(records, tmp_path)

@@ -30,6 +30,29 @@ def test_loader_shuffles_by_seed_and_covers_every_sample():
         data.DataLoader((x, y[:5]))
 
 
+def test_a_loader_given_tensors_batches_their_arrays(device):
+    import tinymem as tm
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    y = np.arange(6)
+    from_tensors = data.DataLoader((tm.tensor(x, device=device, requires_grad=True), tm.tensor(y, device=device)),
+                                   batch_size=4, seed=1, device="cpu")
+    from_arrays = data.DataLoader((x, y), batch_size=4, seed=1, device="cpu")
+    batches = list(from_tensors)
+    assert [b[0].dtype for b in batches] == [np.float32] * 2 and batches[0][1].dtype == y.dtype
+    for got, want in zip(batches, from_arrays):
+        np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+        np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
+    assert not batches[0][0].requires_grad  # data, not a part of the graph that made it
+
+
+def test_a_loader_refuses_non_numeric_arrays_and_bad_devices_at_construction():
+    import tinymem as tm
+    with pytest.raises(TypeError, match="array 0 is not numeric .*from a list"):
+        data.DataLoader(([tm.tensor([1.0]), tm.tensor([2.0])],))
+    with pytest.raises(tm.DeviceError, match="unknown device 'gpu'"):
+        data.DataLoader((np.ones(3),), device="gpu")
+
+
 def test_python_source_is_a_second_text_in_the_documentations_characters():
     train_ids, val_ids, vocab = data.load_python_docs()
     source, source_val = data.load_python_source(vocab)

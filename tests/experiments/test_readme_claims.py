@@ -1,20 +1,20 @@
 """The README's claims table and the measured time of the figure run are generated from the
-committed records (`tinymem figures --claims-table --readme README.md`), never typed."""
+committed records (`tinymem figures --claims-table --readme README.md`), never typed. README and
+records are read as committed (tests/committed.py): a user's own `tinymem figures` run, which
+rewrites figures/, changes neither."""
 import json
-import os
 
+from committed import committed_records, committed_text
 from tinymem import cli
 from tinymem.experiments import families
 from tinymem.measure import claims
 from tinymem.measure.records import read_records
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
 def test_readme_claims_table_is_generated_from_the_committed_records():
-    with open(os.path.join(ROOT, "README.md")) as f:
-        readme = f.read()
-    records = {name: read_records(os.path.join(ROOT, "figures"), name) for name in families()}
+    readme = committed_text("README.md")
+    records = {name: committed_records(name) for name in families()}
     expected = claims.markdown(records)
     assert claims.block_of(readme) == expected, (
         "README's claims table is out of date: run `tinymem figures --claims-table --readme README.md`")
@@ -25,14 +25,17 @@ def test_readme_claims_table_is_generated_from_the_committed_records():
 def test_claims_table_option_writes_between_the_markers(tmp_path, capsys):
     readme = tmp_path / "README.md"
     readme.write_text(f"# title\n\n{claims.README_BEGIN}\nold table\n{claims.README_END}\n\nafter\n")
-    figures_dir = os.path.join(ROOT, "figures")
+    figures_dir = tmp_path / "figures"
+    (figures_dir / "data").mkdir(parents=True)
+    (figures_dir / "data" / "stack.json").write_text(committed_text("figures/data/stack.json"))
+    figures_dir = str(figures_dir)
     assert cli.main(["figures", "--claims-table", "--out", figures_dir, "--only", "stack",
                      "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert "old table" not in text and text.endswith("\n\nafter\n") and text.startswith("# title\n\n")
     assert claims.block_of(text) == claims.markdown({"stack": read_records(figures_dir, "stack")})
     readme.write_text("no markers here\n")
-    assert cli.main(["figures", "--claims-table", "--out", figures_dir, "--readme", str(readme)]) == 2
+    assert cli.main(["figures", "--claims-table", "--out", figures_dir, "--only", "stack", "--readme", str(readme)]) == 2
     assert "no generated claims block" in capsys.readouterr().err
     assert readme.read_text() == "no markers here\n"
 
@@ -50,7 +53,7 @@ def test_markdown_table_marks_each_verdict():
 
 def test_replot_redraws_from_the_records_and_judges_the_claims_again(tmp_path):
     (tmp_path / "data").mkdir()
-    records = read_records(os.path.join(ROOT, "figures"), "stack")
+    records = committed_records("stack")
     records["claims"] = []  # as if the claims were added after the sweep
     records["reduction"] = 1.0  # and the sweep had found no reduction: the claim must now fail
     claims_before = claims.evaluate(families()["stack"].CLAIMS, records, quick=False)

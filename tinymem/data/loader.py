@@ -9,7 +9,8 @@ from ..checks import is_int
 class DataLoader:
     """Iterate ``(x, y, ...)`` batches of Tensors from arrays, shuffled by a seed per epoch.
 
-    ``DataLoader((x, y), batch_size=64, shuffle=True, seed=0)``; each pass over it is one
+    ``DataLoader((x, y), batch_size=64, shuffle=True, seed=0)`` (NumPy or CuPy arrays, or Tensors,
+    whose arrays are taken without their graph); each pass over it is one
     epoch and uses the next seed, so runs are reproducible. The arrays stay in host memory; each
     batch is copied to ``device`` (the default device when None): one batch on the device at a time.
     """
@@ -20,7 +21,13 @@ class DataLoader:
             raise TypeError(f"DataLoader takes a tuple of arrays, e.g. (x, y) or (x,); got a {type(arrays).__name__}")
         if not arrays:
             raise ValueError("DataLoader needs at least one array, e.g. (x, y)")
-        self.arrays = tuple(backend.to_numpy(a) for a in arrays)
+        # A Tensor gives its array (np.asarray of a Tensor is a 0-d object array, whose batches
+        # failed later, in the model).
+        self.arrays = tuple(backend.to_numpy(a.data if isinstance(a, Tensor) else a) for a in arrays)
+        for i, a in enumerate(self.arrays):
+            if a.dtype == object:
+                raise TypeError(f"DataLoader's array {i} is not numeric (it became an array of Python objects "
+                                f"from a {type(arrays[i]).__name__}): give NumPy or CuPy arrays or Tensors")
         if any(a.ndim == 0 for a in self.arrays):
             raise ValueError("DataLoader's arrays need a first (sample) dimension; got a scalar")
         if len({len(a) for a in self.arrays}) != 1:
@@ -30,6 +37,7 @@ class DataLoader:
         if not is_int(seed) or seed < 0:  # NumPy's own errors ('unrecognized seed string') came at the first epoch
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        device = None if device is None else backend.check_device(device)  # None: the default at each batch
         self.drop_last, self.device, self.epoch = drop_last, device, 0
 
     def __len__(self):

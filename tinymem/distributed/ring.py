@@ -116,6 +116,8 @@ def simulate(world_size, body, timeout=30):
     inboxes = [queue.Queue() for _ in range(world_size)]
     results, sent, errors = [None] * world_size, [0] * world_size, []
 
+    device = backend.default_device()  # a rank makes its arrays where the caller's thread would
+
     def rank_main(rank):
         def exchange(send, recv):
             inboxes[(rank + 1) % world_size].put(send.copy())
@@ -125,7 +127,8 @@ def simulate(world_size, body, timeout=30):
             recv[...] = incoming
             sent[rank] += send.nbytes
         try:
-            results[rank] = body(rank, exchange)
+            with backend.default_device_as(device):
+                results[rank] = body(rank, exchange)
         except Exception as exc:  # re-raised in the caller's thread
             errors.append(exc)
 

@@ -31,6 +31,7 @@ from multiprocessing import resource_tracker, shared_memory
 import psutil
 
 from .. import backend
+from . import owned
 from ..checks import real_number
 from .ledger import OutOfMemoryError
 from .nvidia import GpuReader, NvidiaUnavailable, format_processes
@@ -64,17 +65,33 @@ def _flock(fd):
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def _open_segment(name):
-    """Attach to the table of device ``name``, creating it if absent; ``(shm, created)``.
+def _open_segment(name, gid):
+    """Attach to the table of device ``name``, creating it if absent; ``(shm, created)``. Only
+    a table of this user's (or of group ``gid``) is joined (:mod:`.owned`).
 
     The segment's lifetime is ours, not Python's resource tracker's: by default every process
     that attaches would unlink it at exit, under the feet of the others still running."""
-    seg = f"tinymem_{name}"
+    seg, what = f"tinymem_{name}", f"the shared device's table /dev/shm/tinymem_{name}"
     try:
         shm, created = shared_memory.SharedMemory(seg, create=True, size=_SIZE), True
     except FileExistsError:
-        shm, created = shared_memory.SharedMemory(seg), False
+        try:
+            shm, created = shared_memory.SharedMemory(seg), False
+        except (OSError, ValueError) as exc:  # not ours to open, or an empty segment
+            raise PermissionError(f"{what} exists but cannot be joined ({exc}): refusing it; "
+                                  "use another device name, or remove it if it is yours") from None
     resource_tracker.unregister(shm._name, "shared_memory")
+    try:
+        if created:
+            owned.claim(shm._fd, gid)
+        else:
+            owned.check_owner(shm._fd, what, gid)
+        if shm.size < _SIZE:
+            raise PermissionError(f"{what} is {shm.size} bytes, not a table of {_SIZE}: refusing it; "
+                                  "remove it if it is yours")
+    except BaseException:
+        shm.close()
+        raise
     return shm, created
 
 
@@ -99,18 +116,21 @@ class SharedDevice:
 
     ``budget`` (bytes) is fixed by the first process; later ones may pass the same or ``None``.
     ``fraction`` caps this process at ``fraction * budget`` however empty the device is.
+    The lock file and the table are this user's (mode 0o600), or ``group``'s (a name or gid,
+    default ``$TINYMEM_SHARED_GROUP``; mode 0o660) so that users of one group can share a device;
+    one that belongs to anybody else is refused with a PermissionError (:mod:`.owned`).
     """
 
-    def __init__(self, name, budget=None, fraction=None):
+    def __init__(self, name, budget=None, fraction=None, group=None):
         self.name, self.pid = _check_name(name), os.getpid()
         if fraction is not None and not 0 < real_number("fraction", fraction) <= 1:
             raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
-        self._fd = os.open(_lock_path(name, "lock"), os.O_RDWR | os.O_CREAT, 0o666)
+        gid, path = owned.resolve_group(group), _lock_path(name, "lock")
+        self.shm, self._fd = None, owned.open_private(path, f"the shared device's lock {path}", gid)
         self._thread_lock = threading.Lock()  # flock does not exclude threads sharing the fd
-        self.shm = None
         try:
             with self._locked():
-                self.shm, created = _open_segment(name)
+                self.shm, created = _open_segment(name, gid)
                 try:
                     self._sit_down(budget, fraction, created)
                 except BaseException:
@@ -276,15 +296,17 @@ class _Wait:
 
 
 @contextlib.contextmanager
-def device_queue(name, timeout=None, poll=0.01):
+def device_queue(name, timeout=None, poll=0.01, group=None):
     """Hold device ``name`` for the body: other jobs entering ``device_queue(name)`` wait.
 
     A file lock, so it works across unrelated processes and is freed when a holder dies. Yields
     an object whose ``waited`` is the seconds spent in the queue. ``timeout`` (seconds) raises
-    TimeoutError instead of waiting longer."""
+    TimeoutError instead of waiting longer. The lock file is this user's, or ``group``'s (as
+    for :class:`SharedDevice`); one of another user's is refused."""
     if timeout is not None and not real_number("device_queue timeout", timeout) >= 0:  # NaN: forever
         raise ValueError(f"device_queue timeout must be a number of seconds >= 0 or None, got {timeout!r}")
-    fd = os.open(_lock_path(_check_name(name), "queue"), os.O_RDWR | os.O_CREAT, 0o666)
+    path = _lock_path(_check_name(name), "queue")
+    fd = owned.open_private(path, f"the device queue {path}", owned.resolve_group(group))
     ticket, start = _Wait(), time.perf_counter()
     try:
         while True:

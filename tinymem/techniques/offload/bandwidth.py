@@ -34,6 +34,7 @@ def measure_bandwidths(chunk_bytes=1 << 20, total_bytes=32 << 20, directory=None
     Copies and reads go into freshly allocated arrays, as offload's do. ``page_cache`` as in
     :class:`~.offload_store.DiskStore`.
     """
+    device = backend.check_device(device)
     if sizes is None:
         sizes = [chunk_bytes] * max(1, total_bytes // chunk_bytes)
     chunks = [np.full(max(1, n // 4), i, np.float32) for i, n in enumerate(sizes)]

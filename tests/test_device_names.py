@@ -1,0 +1,149 @@
+"""Device names go through one parser (``backend.check_device``) wherever a user gives one, and
+the default device of a ``default_device_as`` block belongs to its thread."""
+import threading
+
+import numpy as np
+import pytest
+
+import tinymem as tm
+from tinymem import backend, nn
+
+BAD_NAMES = ["cuda:banana", "cuda:", "cuda:-1", "cuda:0x1", "cuda:1.0", "cpu:0", " cuda:0x"]
+
+
+def _doors():
+    """Every public place that reads a device name, each as a function of the name."""
+    return {
+        "check_device": backend.check_device,
+        "set_default_device": tm.set_default_device,
+        "default_device_as": lambda name: backend.default_device_as(name).__enter__(),
+        "tensor(device=)": lambda name: tm.tensor([1.0], device=name),
+        "zeros(device=)": lambda name: tm.zeros(2, device=name),
+        "Linear(device=)": lambda name: nn.Linear(2, 2, device=name),
+        "Tensor.to": lambda name: tm.ones(2).to(name),
+        "Module.to": lambda name: nn.Linear(2, 2, device="cpu").to(name),
+    }
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_a_malformed_device_name_is_refused_at_every_door_and_changes_nothing(name, standin):
+    for door, call in _doors().items():
+        with pytest.raises(tm.DeviceError, match="device") as caught:
+            call(name)
+        assert repr(name) in str(caught.value) or name in str(caught.value), (door, caught.value)
+        assert backend.default_device() == "cuda", door  # the refused call left the default alone
+
+
+def test_an_index_past_the_machines_gpus_is_refused_not_read_as_the_only_gpu(standin):
+    for door, call in _doors().items():
+        with pytest.raises(tm.DeviceError, match=r"this machine has 1 GPU\(s\), cuda:0 to cuda:0"):
+            call("cuda:7")
+    assert tm.zeros(2, device="cuda:0").device == "cuda"
+    assert backend.check_device("CUDA:0") == "cuda" and backend.check_device("cuda") == "cuda"
+    layer = nn.Linear(2, 2, device="cpu").to("cuda:0")
+    assert layer.weight.device == "cuda" and tm.ones(2, device="cpu").to("cuda:0").device == "cuda"
+    with backend.default_device_as("cuda:0"):
+        assert tm.zeros(1).device == "cuda"
+
+
+def test_an_existing_gpu_that_is_not_this_processs_is_refused_with_the_way_to_use_it(standin, monkeypatch):
+    monkeypatch.setattr(standin.cuda.runtime, "getDeviceCount", lambda: 2)
+    with pytest.raises(tm.DeviceError, match="CUDA_VISIBLE_DEVICES=1"):
+        tm.zeros(2, device="cuda:1")
+    assert tm.zeros(2, device="cuda:0").device == "cuda"
+
+
+def test_tensor_to_still_reads_a_dtype_name_as_a_cast():
+    assert tm.ones(2, device="cpu").to("float16").dtype == np.float16
+
+
+def _interleaved(first, second):
+    """Two threads enter default_device_as(first) and (second) in turn, and exit in the same
+    order (so that each exits while the other is still inside); returns what each thread saw
+    inside its block and after it, and what the main thread sees at the end."""
+    entered, exited = threading.Barrier(2), threading.Barrier(2)
+    seen, errors = {}, []
+
+    def body(label, device, exit_first):
+        try:
+            with backend.default_device_as(device):
+                entered.wait(timeout=10)
+                seen[label, "inside"] = tm.zeros(1).device
+                if not exit_first:
+                    exited.wait(timeout=10)  # the other thread leaves its block first
+            if exit_first:
+                exited.wait(timeout=10)
+            seen[label, "after"] = backend.default_device()
+        except Exception as exc:  # shown by the assertion in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=("a", first, True)),
+               threading.Thread(target=body, args=("b", second, False))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    return seen, backend.default_device()
+
+
+def test_two_threads_blocks_interleave_and_each_keeps_its_own_default(standin):
+    tm.set_default_device("cpu")
+    try:
+        seen, main_after = _interleaved("cuda", "cpu")
+        assert seen == {("a", "inside"): "cuda", ("b", "inside"): "cpu",
+                        ("a", "after"): "cpu", ("b", "after"): "cpu"}, seen
+        assert main_after == "cpu"
+        seen, main_after = _interleaved("cpu", "cuda")
+        assert seen[("b", "inside")] == "cuda" and seen[("a", "after")] == seen[("b", "after")] == "cpu"
+        assert main_after == "cpu"
+    finally:
+        tm.set_default_device(None)
+
+
+def test_a_block_in_one_thread_does_not_change_the_default_another_thread_sees(standin):
+    inside, release = threading.Event(), threading.Event()
+
+    def holder():
+        with backend.default_device_as("cpu"):
+            inside.set()
+            release.wait(timeout=10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert inside.wait(timeout=10)
+    assert backend.default_device() == "cuda" and tm.zeros(1).device == "cuda"  # this thread's block
+    release.set()
+    thread.join()
+
+
+def test_a_new_thread_starts_with_the_process_default_set_by_set_default_device(standin):
+    seen = []
+    tm.set_default_device("cuda")
+    try:
+        with backend.default_device_as("cpu"):  # this thread's block is not inherited
+            thread = threading.Thread(target=lambda: seen.append(tm.zeros(1).device))
+            thread.start()
+            thread.join()
+            assert tm.zeros(1).device == "cpu"
+        assert seen == ["cuda"]
+    finally:
+        tm.set_default_device(None)
+
+
+def test_set_default_device_inside_a_block_takes_effect_at_once_and_outlasts_it(standin):
+    try:
+        with backend.default_device_as("cpu"):
+            tm.set_default_device("cuda")
+            assert tm.zeros(1).device == "cuda"
+        assert backend.default_device() == "cuda"
+        tm.set_default_device("cpu")
+        assert backend.default_device() == "cpu"
+    finally:
+        tm.set_default_device(None)
+
+
+def test_simulated_ranks_make_their_arrays_on_the_callers_default_device(standin):
+    from tinymem.distributed import ring
+    results, _ = ring.simulate(2, lambda rank, exchange: tm.zeros(1).device)
+    assert results == ["cuda", "cuda"]
