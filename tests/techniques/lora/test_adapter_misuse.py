@@ -175,3 +175,27 @@ def test_to_the_device_moves_a_nested_batchnorms_running_statistics(standin):
     model = nn.Sequential(nn.Conv2d(3, 4, 3, device="cpu"), nn.BatchNorm2d(4, device="cpu"))
     model.to("cuda")
     assert backend.device_of(model[1].running_mean) == backend.device_of(model[1].running_var) == "cuda"
+
+
+def test_a_state_saved_before_the_merged_flag_loads_as_not_merged(tmp_path):
+    model = apply_lora(_mlp(), 2, alpha=4)
+    _train_adapters(model)
+    old = {k: v for k, v in model.state_dict().items() if not k.endswith(".merged")}  # the old format
+    tm.save(old, tmp_path / "old.npz")
+    fresh = apply_lora(_mlp(seed=5), 2, alpha=4)
+    fresh[0].merge()  # a merged model loading an unmerged state: the flag must be reset, not kept
+    fresh.load_state_dict(tm.load(tmp_path / "old.npz"))
+    assert not any(layer.merged for _, layer in lora_modules(fresh))
+    with tm.no_grad():
+        np.testing.assert_array_equal(to_np(fresh(_x())), to_np(model(_x())))
+
+
+@pytest.mark.parametrize("flag", [np.array(5), np.array(np.nan), np.array("False"), "yes"])
+def test_a_merged_flag_that_is_not_a_bool_is_refused_and_nothing_is_loaded(flag):
+    model = apply_lora(_mlp(), 2)
+    state = model.state_dict()
+    state["0.lora_B"] = state["0.lora_B"] + 1
+    state["0.merged"] = flag
+    with pytest.raises(ValueError, match=r"0\.merged must be True or False"):
+        model.load_state_dict(state)
+    assert not model[0].merged and not to_np(model[0].lora_B).any()

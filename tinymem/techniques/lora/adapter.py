@@ -11,7 +11,8 @@ Contract:
 - ``merge()`` folds ``(alpha / r) · B A`` into the base weight (inference then costs what the
   base layer costs); ``unmerge()`` takes it back out. Both round in the weight's dtype, so merged
   and unmerged outputs agree to that rounding, not bit for bit. A merged layer does not train.
-  The flag is saved in the state_dict (``merged``), so a merged state loads as merged.
+  The flag is saved in the state_dict (``merged``), so a merged state loads as merged; a state
+  saved without it (before the flag existed) loads as not merged.
 - A and B are stored in the base weight's float dtype (float32 for an NF4 base), as PEFT does:
   a float16 model stays float16 after the layer.
 - Dropout acts on the adapter's input only; the base path sees ``x`` unchanged.
@@ -108,6 +109,16 @@ class LoRALinear(Module):
         # Saved with the weights: a merged model's base already holds the update, so a model
         # loading that state must skip the adapter path (or it would add the update twice).
         return {"merged": np.array(self.merged)}
+
+    def _extra_state_defaults(self):
+        # A state saved before the flag existed loads as not merged: what loading did then.
+        return {"merged": np.array(False)}
+
+    def _check_extra_state(self, key, name, value):
+        value = np.asarray(value)
+        if value.dtype != bool and not (value.dtype.kind in "iu" and value in (0, 1)):
+            raise ValueError(f"load_state_dict: {key} must be True or False (whether the base weight already "
+                             f"holds the adapters' update), got {value!r}")
 
     def _load_extra_state(self, name, value):
         self.merged = bool(value)

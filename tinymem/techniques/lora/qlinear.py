@@ -118,6 +118,18 @@ class NF4Linear(Module):
     def _extra_state(self):
         return self.stored()
 
+    def _check_extra_state(self, key, name, value):
+        # The arrays are copied into in place: a float or out-of-range code would be cast to
+        # uint8 silently (1000 -> 232), a NaN scale would turn whole blocks into NaN.
+        value = np.asarray(value)
+        if name in ("packed", "absmax_codes"):
+            if value.dtype.kind not in "iu" or (value.size and not 0 <= int(value.min()) <= int(value.max()) <= 255):
+                raise ValueError(f"load_state_dict: {key} must hold uint8 codes (integers 0..255), got "
+                                 f"{value.dtype} values: was the state saved from another layer?")
+        elif value.dtype.kind != "f" or not np.isfinite(value).all():
+            raise ValueError(f"load_state_dict: {key} must hold finite float scales, got {value.dtype} values"
+                             + (" with inf or NaN" if value.dtype.kind == "f" else ""))
+
     def _load_extra_state(self, name, value):
         getattr(self, name)[...] = backend.to_device(np.asarray(value), backend.device_of(self.packed))
 
