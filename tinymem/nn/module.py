@@ -136,6 +136,10 @@ class Module:
         PyTorch's buffers do (a sub-module's own ``to`` is not called when its parent moves)."""
         device = backend.check_device(device) if device is not None else None
         dtype = backend.resolve_dtype(dtype)
+        if dtype is not None and dtype.kind != "f":  # float weights cast to int8 would be truncated
+            raise TypeError(f"Module.to casts the float parameters to a float dtype (float16, float32, "
+                            f"float64), got {dtype.name}: for int8 weights quantize them "
+                            "(tinymem.techniques.quantization, or NF4 via techniques.lora)")
 
         def moved(array):
             array = backend.to_device(array, device) if device is not None else array
