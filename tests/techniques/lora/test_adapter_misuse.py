@@ -199,3 +199,10 @@ def test_a_merged_flag_that_is_not_a_bool_is_refused_and_nothing_is_loaded(flag)
     with pytest.raises(ValueError, match=r"0\.merged must be True or False"):
         model.load_state_dict(state)
     assert not model[0].merged and not to_np(model[0].lora_B).any()
+
+
+def test_apply_qlora_with_a_double_quant_that_is_not_a_bool_changes_nothing():
+    model = _mlp()
+    with pytest.raises(TypeError, match="double_quant must be True or False"):
+        apply_qlora(model, 2, double_quant="no")
+    assert all(type(m) is nn.Linear for m in (model[0], model[2])) and all(_flags(model))

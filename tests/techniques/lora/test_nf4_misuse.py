@@ -79,3 +79,15 @@ def test_a_state_with_codes_out_of_range_or_non_finite_scales_is_refused_and_not
         target.load_state_dict(state)
     for name, value in target.state_dict().items():
         np.testing.assert_array_equal(value, before[name])
+
+
+def test_a_complex_weight_codes_wider_than_a_byte_and_a_non_bool_double_quant_are_refused():
+    with pytest.raises(TypeError, match="real .float. weight, got complex64"):
+        quantize_nf4(np.ones(8, np.complex64))
+    packed, absmax = quantize_nf4(np.linspace(-1, 1, 64, dtype=np.float32))
+    for codes in (packed.astype(np.int64) + 256, packed.astype(np.float32), list(packed)):
+        with pytest.raises(TypeError, match="packed must be the uint8 array"):
+            dequantize_nf4(codes, absmax, 64)
+    for flag in ("no", None, 0):
+        with pytest.raises(TypeError, match="double_quant must be True or False"):
+            NF4Linear(np.ones((2, 4), np.float32), double_quant=flag)

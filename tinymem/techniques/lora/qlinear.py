@@ -60,8 +60,10 @@ class NF4Linear(Module):
             raise ValueError(f"NF4Linear: the bias must be a float array of shape ({weight.shape[0]},), one value "
                              f"per output, got {getattr(bias, 'dtype', type(bias).__name__)} of shape "
                              f"{getattr(bias, 'shape', None)}: a Linear's bias is not broadcast")
+        if not isinstance(double_quant, (bool, np.bool_)):  # 'no' is truthy: it would quantize the scales
+            raise TypeError(f"NF4Linear: double_quant must be True or False, got {double_quant!r}")
         self.out_features, self.in_features = weight.shape
-        self.double_quant = double_quant
+        self.double_quant = bool(double_quant)
         packed, absmax = quantize_nf4(weight)
         stored = {"packed": packed}
         if double_quant:
