@@ -45,11 +45,7 @@ class LoRALinear(Module):
 
     def __init__(self, base, r, alpha=None, dropout=0.0):
         super().__init__()
-        if not hasattr(base, "in_features") or not hasattr(base, "out_features"):
-            raise TypeError(f"LoRALinear wraps a Linear (or an NF4Linear), got a {type(base).__name__}")
-        if isinstance(base, LoRALinear):
-            raise TypeError("LoRALinear: the base already is a LoRALinear; one adapter per layer (train it, "
-                            "or merge() it and wrap the merged base Linear)")
+        check_base("LoRALinear", base)
         r, alpha, dropout = check_options("LoRALinear", r, alpha, dropout)
         self.r, self.alpha = r, float(r if alpha is None else alpha)
         self.scaling = self.alpha / r
@@ -127,6 +123,15 @@ class LoRALinear(Module):
         return f"r={self.r}, alpha={self.alpha:g}, dropout={self.dropout}, merged={self.merged}"
 
 
+def check_base(who, base):
+    """Refuse a ``base`` that a LoRALinear cannot wrap (before anything is frozen or replaced)."""
+    if not isinstance(base, Module) or not hasattr(base, "in_features") or not hasattr(base, "out_features"):
+        raise TypeError(f"{who} wraps a Linear (or an NF4Linear), got a {type(base).__name__}")
+    if isinstance(base, LoRALinear):
+        raise TypeError(f"{who}: the base already is a LoRALinear; one adapter per layer (train it, "
+                        "or merge() it and wrap the merged base Linear)")
+
+
 def base_device(layer):
     """The device of a layer's first parameter or stored array."""
     for p in layer.parameters():
@@ -196,6 +201,8 @@ def apply_lora(model, r, alpha=None, targets=("*",), dropout=0.0, wrap=None):
                              f"{list(targets)} match only some of them: adapting it in one place would change "
                              "the others; match all or none")
     bases = [(wrap(linear) if wrap is not None else linear, slots) for linear, slots in chosen]
+    for base, _ in bases:
+        check_base("apply_lora: wrap(linear) returned something LoRALinear cannot wrap; LoRALinear", base)
     keep = {id(p) for _, m in lora_modules(model) for p in (m.lora_A, m.lora_B)}
     for p in model.parameters():
         if id(p) not in keep:
