@@ -91,3 +91,5 @@ def test_a_complex_weight_codes_wider_than_a_byte_and_a_non_bool_double_quant_ar
     for flag in ("no", None, 0):
         with pytest.raises(TypeError, match="double_quant must be True or False"):
             NF4Linear(np.ones((2, 4), np.float32), double_quant=flag)
+        with pytest.raises(TypeError, match="double_quant must be True or False"):
+            expected_bits_per_weight(64, flag)

@@ -60,8 +60,7 @@ class NF4Linear(Module):
             raise ValueError(f"NF4Linear: the bias must be a float array of shape ({weight.shape[0]},), one value "
                              f"per output, got {getattr(bias, 'dtype', type(bias).__name__)} of shape "
                              f"{getattr(bias, 'shape', None)}: a Linear's bias is not broadcast")
-        if not isinstance(double_quant, (bool, np.bool_)):  # 'no' is truthy: it would quantize the scales
-            raise TypeError(f"NF4Linear: double_quant must be True or False, got {double_quant!r}")
+        check_double_quant("NF4Linear", double_quant)
         self.out_features, self.in_features = weight.shape
         self.double_quant = bool(double_quant)
         packed, absmax = quantize_nf4(weight)
@@ -147,10 +146,16 @@ class NF4Linear(Module):
                 f"double_quant={self.double_quant}, bits_per_weight={self.bits_per_weight():.3f}")
 
 
+def check_double_quant(who, double_quant):
+    if not isinstance(double_quant, (bool, np.bool_)):  # 'no' is truthy: it would quantize the scales
+        raise TypeError(f"{who}: double_quant must be True or False, got {double_quant!r}")
+
+
 def expected_bits_per_weight(n, double_quant=True):
     """The formula the stored arrays are held to: codes, scales and (double quantization) the
     8-bit scales, their float32 scales and the one float32 mean, for ``n`` weights."""
     positive_int("expected_bits_per_weight: n (the number of weights)", n)
+    check_double_quant("expected_bits_per_weight", double_quant)
     blocks = math.ceil(n / BLOCK)
     if not double_quant:
         return 8 * (math.ceil(n / 2) + 4 * blocks) / n
