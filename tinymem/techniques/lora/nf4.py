@@ -58,6 +58,7 @@ def nf4_levels():
 
 
 LEVELS = nf4_levels()
+LEVELS.flags.writeable = False  # the tables below are made from it once: a change would reach only some
 _CODEBOOKS, _PAIRS = {}, {}
 
 
