@@ -93,3 +93,8 @@ def test_a_complex_weight_codes_wider_than_a_byte_and_a_non_bool_double_quant_ar
             NF4Linear(np.ones((2, 4), np.float32), double_quant=flag)
         with pytest.raises(TypeError, match="double_quant must be True or False"):
             expected_bits_per_weight(64, flag)
+
+
+def test_quantize_absmax_refuses_no_scales():
+    with pytest.raises(ValueError, match="no scales to quantize"):
+        quantize_absmax(np.zeros(0, np.float32))
