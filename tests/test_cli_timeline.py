@@ -4,6 +4,7 @@ import json
 import os
 import pickle
 import re
+import sys
 
 from tinymem import cli
 
@@ -115,3 +116,15 @@ def test_dash_dash_without_a_script_and_a_folder_as_snapshot_are_refused_before_
                      "--snapshot", str(page)]) == 2
     assert "the same file" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["snap"] and os.listdir(folder) == []
+
+
+def test_a_script_imports_a_module_beside_it_as_under_python(tmp_path):
+    (tmp_path / "helper_for_timeline.py").write_text("import numpy as np\nimport tinymem as tm\n"
+                                                     "def make():\n    return tm.tensor(np.ones(64, np.float32))\n")
+    script = tmp_path / "train.py"
+    script.write_text("import helper_for_timeline\nx = helper_for_timeline.make()\n")
+    path = list(sys.path)
+    page = tmp_path / "run.html"
+    assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 0
+    assert _page_numbers(page)["peak"]["bytes"] >= 256
+    assert sys.path == path

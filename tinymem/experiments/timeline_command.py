@@ -50,12 +50,14 @@ def script_path(command):
 
 
 def script_window(command):
-    """Run ``command`` (``[python] script.py args...``) in this process inside a window. A script
+    """Run ``command`` (``[python] script.py args...``) in this process inside a window, with its
+    ``sys.argv`` and its folder first on ``sys.path``, as ``python`` runs it. A script
     that ends with ``sys.exit(0)`` (or ``sys.exit()``) has completed, as it would under
     ``python``; any other exit status is raised as the step's failure."""
     script, args = script_path(command)
-    argv = sys.argv
+    argv, path = sys.argv, list(sys.path)
     sys.argv = args
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python script.py`: its folder imports
     try:
         with memory.track(measure=False) as t:
             try:
@@ -64,7 +66,7 @@ def script_window(command):
                 if exc.code not in (None, 0):
                     raise ScriptExit(exc.code) from None
     finally:
-        sys.argv = argv
+        sys.argv, sys.path[:] = argv, path
     return t
 
 
