@@ -202,3 +202,23 @@ def test_a_merged_flag_that_is_not_a_bool_is_refused_and_nothing_is_loaded(flag)
         model.load_state_dict(state)
     assert not model[0].merged and not to_np(model[0].lora_B).any()
 
+
+
+def test_a_float16_model_stays_float16_after_an_nf4_layer_and_its_adapters():
+    """As bitsandbytes' Linear4bit and PEFT: the NF4 product and the float32 adapters compute in
+    float32 and hand the input's dtype on (float32 there doubled every activation after it)."""
+    x16 = np.random.default_rng(1).standard_normal((4, 6)).astype(np.float16)
+    grads = {}
+    for dtype in ("float16", "float32"):
+        model = _mlp().to(dtype="float16").to(dtype=dtype)  # the same (float16-rounded) weights
+        apply_qlora(model, 2, targets="0")
+        model[0].lora_B.data[...] = 0.5
+        x = tm.tensor(x16.astype(dtype), requires_grad=True)
+        out = model(x)
+        assert out.dtype == np.dtype(dtype) and model[0](x).dtype == np.dtype(dtype)
+        out.sum().backward()
+        assert x.grad.dtype == np.dtype(dtype)
+        grads[dtype] = [to_np(p.grad).astype(np.float64) for p in trainable_parameters(model)]
+        assert all(g.dtype == np.float32 for g in (model[0].lora_A.grad.data, model[0].lora_B.grad.data))
+    for half, full in zip(grads["float16"], grads["float32"]):
+        np.testing.assert_allclose(half, full, rtol=2e-2, atol=2e-2)

@@ -14,7 +14,8 @@ Contract:
   The flag is saved in the state_dict (``merged``), so a merged state loads as merged; a state
   saved without it (before the flag existed) loads as not merged.
 - A and B are stored in the base weight's float dtype (float32 for an NF4 base), as PEFT does:
-  a float16 model stays float16 after the layer.
+  a float16 model stays float16 after the layer (an NF4 base's float32 adapters compute in
+  float32 and their output is cast to the input's dtype, as PEFT casts it).
 - Dropout acts on the adapter's input only; the base path sees ``x`` unchanged.
 
 Memory for a Linear (in, out) in float32 with Adam: the frozen weight stays 4·in·out bytes of
@@ -72,7 +73,10 @@ class LoRALinear(Module):
         if self.merged:
             return y
         h = F.dropout(x, self.dropout, self.training)
-        return y + F.linear(F.linear(h, self.lora_A), self.lora_B) * self.scaling
+        delta = F.linear(F.linear(h, self.lora_A), self.lora_B) * self.scaling
+        if delta.dtype != y.dtype:  # float32 adapters of a float16 NF4 model: back to its dtype, as PEFT does
+            delta = delta.to(dtype=y.dtype)
+        return y + delta
 
     def delta_weight(self):
         """``(alpha / r) · B A`` as an array of the base weight's shape (out, in): 4·in·out bytes."""

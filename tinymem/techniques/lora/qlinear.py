@@ -30,19 +30,22 @@ _STORED = ("packed", "absmax", "absmax_codes", "absmax_scale", "absmax_mean")
 
 
 class NF4Matmul(Function):
-    """``y = x W^T + b`` with W dequantized from ``layer`` for the product only."""
+    """``y = x W^T + b`` with W dequantized from ``layer`` for the product only. The product is
+    computed in float32 and returned in the input's dtype, as bitsandbytes' ``Linear4bit`` does:
+    a float16 model stays float16 after the layer (its float32 result is a temporary)."""
 
     def forward(ctx, x, layer=None):
-        ctx.layer = layer
+        ctx.layer, ctx.dtype = layer, x.dtype
         w = layer.dequantize()
         y = x @ w.T
         del w
         if layer.bias is not None:
             y += layer.bias.data
-        return y
+        return y if y.dtype == x.dtype else y.astype(x.dtype)
 
     def backward(ctx, g):
-        return g @ ctx.layer.dequantize()
+        gx = g @ ctx.layer.dequantize()
+        return gx if gx.dtype == ctx.dtype else gx.astype(ctx.dtype)
 
 
 class NF4Linear(Module):
