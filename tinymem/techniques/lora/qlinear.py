@@ -11,8 +11,9 @@ Contract:
   not even the input, since only the input's gradient is needed.
 
 Memory per call: 4·in·out bytes of workspace and the index (4·in·out + 128 KiB at most),
-none kept. Time: one
-dequantization (a gather and a multiply over in·out values) per forward and one per backward.
+none kept; with a float16 input, also the float32 product (4 bytes per output value) until it is
+cast back. Time: one dequantization (a gather and a multiply over in·out values) per forward and
+one per backward.
 """
 import math
 
