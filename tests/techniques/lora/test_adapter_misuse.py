@@ -222,3 +222,12 @@ def test_a_float16_model_stays_float16_after_an_nf4_layer_and_its_adapters():
         assert all(g.dtype == np.float32 for g in (model[0].lora_A.grad.data, model[0].lora_B.grad.data))
     for half, full in zip(grads["float16"], grads["float32"]):
         np.testing.assert_allclose(half, full, rtol=2e-2, atol=2e-2)
+
+
+def test_a_merged_flag_for_an_nf4_base_is_refused_as_merge_refuses_it():
+    model = apply_qlora(_mlp(), 2)
+    state = model.state_dict()
+    state["0.merged"] = np.array(True)
+    with pytest.raises(ValueError, match="0.merged is True, but this layer's base is a NF4Linear"):
+        model.load_state_dict(state)
+    assert not model[0].merged

@@ -119,6 +119,9 @@ class LoRALinear(Module):
         if value.dtype != bool and not (value.dtype.kind in "iu" and value in (0, 1)):
             raise ValueError(f"load_state_dict: {key} must be True or False (whether the base weight already "
                              f"holds the adapters' update), got {value!r}")
+        if bool(value) and not isinstance(self.base, Linear):  # merge() refuses it: loading must too
+            raise ValueError(f"load_state_dict: {key} is True, but this layer's base is a {type(self.base).__name__}, "
+                             "which cannot hold a merged update; the state was saved from a float Linear model")
 
     def _load_extra_state(self, name, value):
         self.merged = bool(value)
