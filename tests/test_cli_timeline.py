@@ -4,6 +4,7 @@ import json
 import os
 import pickle
 import re
+import sys
 
 from tinymem import cli
 
@@ -80,3 +81,50 @@ def test_the_memory_timeline_family_writes_its_page_beside_the_png(tmp_path):
     os.remove(tmp_path / "memory_timeline.html")  # --replot draws it again from the records alone
     assert cli.main(["figures", "--replot", "--only", "memory_timeline", "--out", str(tmp_path)]) == 0
     assert _page_numbers(tmp_path / "memory_timeline.html") == numbers
+
+
+def test_a_script_that_ends_with_sys_exit_0_is_written_and_a_failing_status_is_passed_on(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tail="import sys\nsys.exit(0)"))
+    page = tmp_path / "run.html"
+    assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 0
+    assert _page_numbers(page)["peak"]["bytes"] > 0
+    os.remove(page)
+    script.write_text(SCRIPT.format(tail="import sys\nsys.exit(3)"))
+    assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 3
+    assert "exited with status 3" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == ["train.py"]
+
+
+def test_a_value_error_of_the_script_is_its_failure_not_a_refused_argument(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tail="raise ValueError('bad learning rate')"))
+    assert cli.main(["timeline", "--out", str(tmp_path / "run.html"), "--", "python", str(script)]) == 1
+    assert "the step raised ValueError: bad learning rate" in capsys.readouterr().err
+
+
+def test_dash_dash_without_a_script_and_a_folder_as_snapshot_are_refused_before_the_step(tmp_path, capsys):
+    page = tmp_path / "a.html"
+    assert cli.main(["timeline", "--out", str(page), "--"]) == 2
+    assert "nothing after --" in capsys.readouterr().err
+    folder = tmp_path / "snap"
+    folder.mkdir()
+    assert cli.main(["timeline", "--workload", "mlp", "--sizes", "4,8,2", "--out", str(page),
+                     "--snapshot", str(folder)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert cli.main(["timeline", "--workload", "mlp", "--sizes", "4,8,2", "--out", str(page),
+                     "--snapshot", str(page)]) == 2
+    assert "the same file" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["snap"] and os.listdir(folder) == []
+
+
+def test_a_script_imports_a_module_beside_it_as_under_python(tmp_path):
+    (tmp_path / "helper_for_timeline.py").write_text("import numpy as np\nimport tinymem as tm\n"
+                                                     "def make():\n    return tm.tensor(np.ones(64, np.float32))\n")
+    script = tmp_path / "train.py"
+    script.write_text("import helper_for_timeline\nx = helper_for_timeline.make()\n")
+    path = list(sys.path)
+    page = tmp_path / "run.html"
+    assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 0
+    assert _page_numbers(page)["peak"]["bytes"] >= 256
+    assert sys.path == path

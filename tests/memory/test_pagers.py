@@ -33,9 +33,11 @@ def test_a_pager_frees_what_would_have_run_out_and_only_then():
         memory.remove_pager(mover)
 
 
-def test_without_a_pager_or_with_too_little_to_move_the_budget_still_raises():
+@pytest.mark.parametrize("times", [1, 2])  # added twice: still asked once, and removed at once
+def test_without_a_pager_or_with_too_little_to_move_the_budget_still_raises(times):
     mover = HostMover(100)
-    memory.add_pager(mover)
+    for _ in range(times):
+        memory.add_pager(mover)
     try:
         with pytest.raises(memory.OutOfMemoryError, match="budget"):
             with memory.track(budget=memory.live_bytes() + 500, measure=False):
@@ -43,6 +45,7 @@ def test_without_a_pager_or_with_too_little_to_move_the_budget_still_raises():
         assert mover.asked == [500]
     finally:
         memory.remove_pager(mover)
+    assert not any(ref() is mover for ref in memory.LEDGER.pagers)
 
 
 def test_a_pager_that_dies_leaves_the_ledger():
@@ -53,3 +56,4 @@ def test_a_pager_that_dies_leaves_the_ledger():
         with pytest.raises(memory.OutOfMemoryError):
             memory.register(np.zeros(100, np.uint8), "workspace")
     assert len(memory.LEDGER.pagers) == count
+

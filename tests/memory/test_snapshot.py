@@ -148,3 +148,11 @@ def test_refused_windows_and_paths_write_nothing(tmp_path):
     finally:
         locked.chmod(0o700)
     assert sorted(os.listdir(tmp_path)) == ["locked"] and os.listdir(locked) == []
+
+
+@pytest.mark.parametrize("title", [None, 3, b"step"])
+def test_a_page_title_that_is_not_text_is_refused_and_nothing_is_written(tmp_path, title):
+    done, _ = _step()
+    with pytest.raises(TypeError, match="title must be a str"):
+        done.export_page(tmp_path / "step.html", title)
+    assert os.listdir(tmp_path) == []

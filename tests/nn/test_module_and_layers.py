@@ -59,6 +59,17 @@ def test_to_dtype_keeps_parameter_objects_and_updates_ledger():
     assert before - memory.live_bytes("parameter") == 2 * model.num_parameters()
 
 
+
+@pytest.mark.parametrize("dtype", ["int8", np.int32, "uint8"])
+def test_to_an_integer_dtype_is_refused_and_leaves_the_float_weights(dtype):
+    model = tm.models.MLP([8, 8, 2])
+    before = [p.numpy().copy() for p in model.parameters()]
+    with pytest.raises(TypeError, match="to a float dtype"):
+        model.to(dtype=dtype)
+    for p, old in zip(model.parameters(), before):
+        assert p.dtype == np.float32
+        np.testing.assert_array_equal(p.numpy(), old)
+
 def test_sequential_indexing_and_zero_grad():
     model = tm.models.MLP([4, 4, 4, 2])
     assert isinstance(model[0], nn.Linear) and len(model[:2]) == 2

@@ -14,17 +14,21 @@ def write_atomically(path, write, suffix=""):
     """Call ``write(file)`` on a temporary file beside ``path``, flush it to the disk and rename
     it over ``path``: a reader sees the old file or the whole new one, never half of it, and the
     temporary file is removed when anything fails. A new file gets the usual permissions (0666
-    less the umask); an overwritten one keeps its own."""
+    less the umask); an overwritten one keeps its own. A symlink is written through: its target
+    is replaced, the link kept."""
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise TypeError(f"the path to write must be a str or os.PathLike, got {type(path).__name__}")
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    path = os.fsdecode(path)
+    if not path or path.endswith(("/", os.sep)):
+        raise ValueError(f"cannot write {path!r}: give a file name (e.g. 'out.html'), not an empty path or a folder")
+    target = os.path.realpath(path)  # through a symlink, as open(path, "w") writes: the link stays a link
+    folder = os.path.dirname(target)
     if not os.path.isdir(folder):  # else the error names the temporary file, not the folder
         raise FileNotFoundError(f"cannot write {path}: the folder {folder} does not exist; create it first")
-    if os.path.isdir(path):
+    if os.path.isdir(target):
         raise IsADirectoryError(f"cannot write {path}: it is a folder; give a file name inside it")
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        mode = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:
         mode = None
     fd, tmp = _create_temporary(folder, suffix, path)
@@ -35,7 +39,7 @@ def write_atomically(path, write, suffix=""):
             os.fsync(f.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)

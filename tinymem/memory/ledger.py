@@ -235,7 +235,8 @@ class Ledger:
 
         ``pager.page_out(nbytes)`` is called, with the bytes still missing, before an
         allocation raises :class:`OutOfMemoryError`; it moves what it can to the host and
-        returns. The ledger holds pagers weakly: a pager that dies leaves by itself."""
+        returns. The ledger holds pagers weakly: a pager that dies leaves by itself. Adding a
+        pager that is already there changes nothing."""
         if not callable(getattr(pager, "page_out", None)):
             raise TypeError(f"add_pager takes an object with a page_out(nbytes) method (a paged optimizer: "
                             f"techniques.lora.paged(optimizer)), got a {type(pager).__name__}")
@@ -244,7 +245,8 @@ class Ledger:
         except TypeError:
             raise TypeError(f"add_pager holds pagers weakly; a {type(pager).__name__} cannot be weakly "
                             "referenced: make the pager an instance of a class of your own") from None
-        self.pagers.append(ref)
+        if not any(known() is pager for known in self.pagers):  # twice would ask it twice per shortfall
+            self.pagers.append(ref)
 
     def remove_pager(self, pager):
         self.pagers = [ref for ref in self.pagers if ref() is not None and ref() is not pager]

@@ -40,6 +40,8 @@ class _Table:
 
 def data(tracker, title):
     """The page's numbers: a JSON-ready dict (see the module's docstring)."""
+    if not isinstance(title, str):
+        raise TypeError(f"the page's title must be a str, e.g. 'one training step', got {type(title).__name__}")
     check_window(tracker)
     modules, ops, details = _Table(), _Table(), _Table()
     arrays, open_lives, xs, series, marks = [], {}, [], [], []

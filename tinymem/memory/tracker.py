@@ -101,9 +101,15 @@ class Tracker:
     def _check_budget(self, nbytes, bucket, label):
         what = f" for {bucket}" + (f" ({label})" if label else "")
         if self._shared is not None:
-            if LEDGER.pagers:  # as under a private budget: the pagers free what the device lacks first
+            try:
+                self._shared.reserve(LEDGER.bytes(), nbytes, what)
+            except OutOfMemoryError:
+                if not LEDGER.pagers:
+                    raise
+                # As under a private budget: the pagers free what the device lacks, then one more
+                # try. Only on a refusal: asking first would lock the shared device twice per array.
                 LEDGER.page_out(LEDGER.bytes() + nbytes - self._shared_room())
-            self._shared.reserve(LEDGER.bytes(), nbytes, what)
+                self._shared.reserve(LEDGER.bytes(), nbytes, what)
         elif self.budget is not None and LEDGER.bytes() + nbytes > self.budget:
             if LEDGER.pagers:  # pagers (a paged optimizer) move bytes to the host first
                 LEDGER.page_out(LEDGER.bytes() + nbytes - self.budget)

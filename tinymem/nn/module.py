@@ -136,6 +136,10 @@ class Module:
         PyTorch's buffers do (a sub-module's own ``to`` is not called when its parent moves)."""
         device = backend.check_device(device) if device is not None else None
         dtype = backend.resolve_dtype(dtype)
+        if dtype is not None and dtype.kind != "f":  # float weights cast to int8 would be truncated
+            raise TypeError(f"Module.to casts the float parameters to a float dtype (float16, float32, "
+                            f"float64), got {dtype.name}: for int8 weights quantize them "
+                            "(tinymem.techniques.quantization, or NF4 via techniques.lora)")
 
         def moved(array):
             array = backend.to_device(array, device) if device is not None else array
@@ -165,21 +169,27 @@ class Module:
         return state
 
     def load_state_dict(self, state):
-        """Copy arrays into the parameters; names and shapes must match exactly."""
+        """Copy arrays into the parameters; names and shapes must match exactly. Extra state that
+        a checkpoint lacks takes its module's default if it has one (:meth:`_extra_state_defaults`:
+        a flag added after the checkpoint was saved), or is a missing key. Everything is checked
+        before anything is copied: a refused load leaves the module as it was."""
         own = dict(self.named_parameters())
-        buffers = {}
+        buffers, state = {}, dict(state)
         for mod_name, module in self.named_modules():
+            prefix = f"{mod_name}." if mod_name else ""
             for name in module._extra_state():
-                buffers[f"{mod_name}.{name}" if mod_name else name] = (module, name)
+                buffers[prefix + name] = (module, name)
+            for name, value in module._extra_state_defaults().items():
+                state.setdefault(prefix + name, value)
         missing = sorted((set(own) | set(buffers)) - set(state))
         unexpected = sorted(set(state) - set(own) - set(buffers))
         if missing or unexpected:
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
-        # Every shape checked before anything is copied: a failed load leaves the module as it was.
         for key, (module, name) in buffers.items():
             current = np.shape(module._extra_state()[name])
             if np.shape(state[key]) != current:
                 raise ValueError(f"load_state_dict: {key} has shape {np.shape(state[key])}, expected {current}")
+            module._check_extra_state(key, name, state[key])
         for name, p in own.items():
             if np.shape(state[name]) != p.shape:
                 raise ValueError(f"load_state_dict: {name} has shape {np.shape(state[name])}, expected {p.shape}")
@@ -192,6 +202,14 @@ class Module:
     def _extra_state(self):
         """Non-parameter state to save (running statistics); empty by default."""
         return {}
+
+    def _extra_state_defaults(self):
+        """``{name: value}`` for extra state an older checkpoint may lack; none by default."""
+        return {}
+
+    def _check_extra_state(self, key, name, value):
+        """Refuse (raise ValueError naming ``key``) a value :meth:`_load_extra_state` must not
+        take; called before anything is loaded. Any value of the right shape by default."""
 
     def _load_extra_state(self, name, value):
         setattr(self, name, value)

@@ -44,7 +44,9 @@ def test_a_non_finite_alpha_is_refused(alpha):
 
 @pytest.mark.parametrize("call", [lambda m: apply_lora(m, 0), lambda m: apply_qlora(m, -1),
                                   lambda m: apply_lora(m, 2, dropout=1.0), lambda m: apply_lora(m, 2, targets=None),
-                                  lambda m: apply_lora(m, 2, alpha="8"), lambda m: apply_lora(m, 2, targets="nothing")])
+                                  lambda m: apply_lora(m, 2, alpha="8"), lambda m: apply_lora(m, 2, targets="nothing"),
+                                  lambda m: apply_lora(m, 2, wrap=lambda linear: None),
+                                  lambda m: apply_qlora(m, 2, double_quant="no")])
 def test_a_refused_call_freezes_nothing_and_replaces_nothing(call):
     model = _mlp()
     before = [to_np(p).copy() for p in model.parameters()]
@@ -175,3 +177,57 @@ def test_to_the_device_moves_a_nested_batchnorms_running_statistics(standin):
     model = nn.Sequential(nn.Conv2d(3, 4, 3, device="cpu"), nn.BatchNorm2d(4, device="cpu"))
     model.to("cuda")
     assert backend.device_of(model[1].running_mean) == backend.device_of(model[1].running_var) == "cuda"
+
+
+def test_a_state_saved_before_the_merged_flag_loads_as_not_merged(tmp_path):
+    model = apply_lora(_mlp(), 2, alpha=4)
+    _train_adapters(model)
+    old = {k: v for k, v in model.state_dict().items() if not k.endswith(".merged")}  # the old format
+    tm.save(old, tmp_path / "old.npz")
+    fresh = apply_lora(_mlp(seed=5), 2, alpha=4)
+    fresh[0].merge()  # a merged model loading an unmerged state: the flag must be reset, not kept
+    fresh.load_state_dict(tm.load(tmp_path / "old.npz"))
+    assert not any(layer.merged for _, layer in lora_modules(fresh))
+    with tm.no_grad():
+        np.testing.assert_array_equal(to_np(fresh(_x())), to_np(model(_x())))
+
+
+@pytest.mark.parametrize("flag", [np.array(5), np.array(np.nan), np.array("False"), "yes"])
+def test_a_merged_flag_that_is_not_a_bool_is_refused_and_nothing_is_loaded(flag):
+    model = apply_lora(_mlp(), 2)
+    state = model.state_dict()
+    state["0.lora_B"] = state["0.lora_B"] + 1
+    state["0.merged"] = flag
+    with pytest.raises(ValueError, match=r"0\.merged must be True or False"):
+        model.load_state_dict(state)
+    assert not model[0].merged and not to_np(model[0].lora_B).any()
+
+
+
+def test_a_float16_model_stays_float16_after_an_nf4_layer_and_its_adapters():
+    """As bitsandbytes' Linear4bit and PEFT: the NF4 product and the float32 adapters compute in
+    float32 and hand the input's dtype on (float32 there doubled every activation after it)."""
+    x16 = np.random.default_rng(1).standard_normal((4, 6)).astype(np.float16)
+    grads = {}
+    for dtype in ("float16", "float32"):
+        model = _mlp().to(dtype="float16").to(dtype=dtype)  # the same (float16-rounded) weights
+        apply_qlora(model, 2, targets="0")
+        model[0].lora_B.data[...] = 0.5
+        x = tm.tensor(x16.astype(dtype), requires_grad=True)
+        out = model(x)
+        assert out.dtype == np.dtype(dtype) and model[0](x).dtype == np.dtype(dtype)
+        out.sum().backward()
+        assert x.grad.dtype == np.dtype(dtype)
+        grads[dtype] = [to_np(p.grad).astype(np.float64) for p in trainable_parameters(model)]
+        assert all(g.dtype == np.float32 for g in (model[0].lora_A.grad.data, model[0].lora_B.grad.data))
+    for half, full in zip(grads["float16"], grads["float32"]):
+        np.testing.assert_allclose(half, full, rtol=2e-2, atol=2e-2)
+
+
+def test_a_merged_flag_for_an_nf4_base_is_refused_as_merge_refuses_it():
+    model = apply_qlora(_mlp(), 2)
+    state = model.state_dict()
+    state["0.merged"] = np.array(True)
+    with pytest.raises(ValueError, match="0.merged is True, but this layer's base is a NF4Linear"):
+        model.load_state_dict(state)
+    assert not model[0].merged

@@ -25,6 +25,8 @@ def test_levels_equal_bitsandbytes_float32_table_bit_for_bit():
     assert LEVELS.dtype == np.float32
     assert (LEVELS > 0).sum() == 8 and (LEVELS < 0).sum() == 7 and (LEVELS == 0).sum() == 1
     np.testing.assert_array_equal(LEVELS.view(np.uint32), BITSANDBYTES_NF4.view(np.uint32))
+    with pytest.raises(ValueError, match="read-only"):  # the codebooks are made from it once
+        LEVELS[0] = 0
 
 
 def test_a_weight_equal_to_a_bitsandbytes_level_round_trips_and_gets_its_code():

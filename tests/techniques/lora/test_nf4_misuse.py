@@ -62,3 +62,39 @@ def test_nf4linear_refuses_an_empty_weight_and_a_bias_of_the_wrong_shape():
         with pytest.raises(ValueError, match=r"bias must be a float array of shape \(4,\)"):
             NF4Linear(w, bias)
     assert NF4Linear(w, np.ones(4, np.float32)).bias.shape == (4,)
+
+
+@pytest.mark.parametrize("key, bad", [("packed", lambda v: v.astype(np.int64) + 1000),
+                                      ("packed", lambda v: v.astype(np.float32) + 0.5),
+                                      ("absmax_scale", lambda v: np.full_like(v, np.nan)),
+                                      ("absmax_codes", lambda v: v.astype(np.float32))])
+def test_a_state_with_codes_out_of_range_or_non_finite_scales_is_refused_and_nothing_is_loaded(key, bad):
+    rng = np.random.default_rng(0)
+    source = NF4Linear(rng.standard_normal((8, 300)).astype(np.float32), np.ones(8, np.float32))
+    target = NF4Linear(rng.standard_normal((8, 300)).astype(np.float32), np.zeros(8, np.float32))
+    before = {name: value.copy() for name, value in target.state_dict().items()}
+    state = source.state_dict()
+    state[key] = bad(state[key])
+    with pytest.raises(ValueError, match=f"{key} must hold"):
+        target.load_state_dict(state)
+    for name, value in target.state_dict().items():
+        np.testing.assert_array_equal(value, before[name])
+
+
+def test_a_complex_weight_codes_wider_than_a_byte_and_a_non_bool_double_quant_are_refused():
+    with pytest.raises(TypeError, match="real .float. weight, got complex64"):
+        quantize_nf4(np.ones(8, np.complex64))
+    packed, absmax = quantize_nf4(np.linspace(-1, 1, 64, dtype=np.float32))
+    for codes in (packed.astype(np.int64) + 256, packed.astype(np.float32), list(packed)):
+        with pytest.raises(TypeError, match="packed must be the uint8 array"):
+            dequantize_nf4(codes, absmax, 64)
+    for flag in ("no", None, 0):
+        with pytest.raises(TypeError, match="double_quant must be True or False"):
+            NF4Linear(np.ones((2, 4), np.float32), double_quant=flag)
+        with pytest.raises(TypeError, match="double_quant must be True or False"):
+            expected_bits_per_weight(64, flag)
+
+
+def test_quantize_absmax_refuses_no_scales():
+    with pytest.raises(ValueError, match="no scales to quantize"):
+        quantize_absmax(np.zeros(0, np.float32))

@@ -13,6 +13,7 @@ from conftest import to_np
 import tinymem as tm
 import tinymem.functional as F
 from tinymem import memory, nn, optim
+from tinymem.memory.shared import SharedDevice
 from tinymem.techniques.lora import apply_lora, paged, trainable_parameters
 
 
@@ -93,6 +94,21 @@ def test_on_a_shared_device_the_pagers_are_asked_as_under_a_private_budget(share
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
 
+
+
+def test_with_room_on_the_shared_device_a_pager_costs_no_extra_look_at_it(shared_name, monkeypatch):
+    """The pagers are asked only when the reservation fails: with room to spare, one lock per
+    array, as without a pager (the device's process table was read before every allocation)."""
+    reads = []
+    original = SharedDevice.processes
+    monkeypatch.setattr(SharedDevice, "processes", lambda self: reads.append(1) or original(self))
+    opt = paged(optim.Adam(nn.Linear(4, 4).parameters()))
+    try:
+        with memory.track(budget="64MB", measure=False, shared=shared_name):
+            arrays = [memory.register(np.zeros(64, np.uint8), "workspace") for _ in range(50)]
+    finally:
+        opt.close()
+    assert len(arrays) == 50 and reads == []
 
 def test_a_sparse_gradient_is_refused_as_plain_adam_refuses_it():
     dense, table = nn.Linear(4, 4), nn.EmbeddingBag(10, 4, sparse=True)

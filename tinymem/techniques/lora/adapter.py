@@ -11,9 +11,11 @@ Contract:
 - ``merge()`` folds ``(alpha / r) · B A`` into the base weight (inference then costs what the
   base layer costs); ``unmerge()`` takes it back out. Both round in the weight's dtype, so merged
   and unmerged outputs agree to that rounding, not bit for bit. A merged layer does not train.
-  The flag is saved in the state_dict (``merged``), so a merged state loads as merged.
+  The flag is saved in the state_dict (``merged``), so a merged state loads as merged; a state
+  saved without it (before the flag existed) loads as not merged.
 - A and B are stored in the base weight's float dtype (float32 for an NF4 base), as PEFT does:
-  a float16 model stays float16 after the layer.
+  a float16 model stays float16 after the layer (an NF4 base's float32 adapters compute in
+  float32 and their output is cast to the input's dtype, as PEFT casts it).
 - Dropout acts on the adapter's input only; the base path sees ``x`` unchanged.
 
 Memory for a Linear (in, out) in float32 with Adam: the frozen weight stays 4·in·out bytes of
@@ -44,11 +46,7 @@ class LoRALinear(Module):
 
     def __init__(self, base, r, alpha=None, dropout=0.0):
         super().__init__()
-        if not hasattr(base, "in_features") or not hasattr(base, "out_features"):
-            raise TypeError(f"LoRALinear wraps a Linear (or an NF4Linear), got a {type(base).__name__}")
-        if isinstance(base, LoRALinear):
-            raise TypeError("LoRALinear: the base already is a LoRALinear; one adapter per layer (train it, "
-                            "or merge() it and wrap the merged base Linear)")
+        check_base("LoRALinear", base)
         r, alpha, dropout = check_options("LoRALinear", r, alpha, dropout)
         self.r, self.alpha = r, float(r if alpha is None else alpha)
         self.scaling = self.alpha / r
@@ -75,7 +73,10 @@ class LoRALinear(Module):
         if self.merged:
             return y
         h = F.dropout(x, self.dropout, self.training)
-        return y + F.linear(F.linear(h, self.lora_A), self.lora_B) * self.scaling
+        delta = F.linear(F.linear(h, self.lora_A), self.lora_B) * self.scaling
+        if delta.dtype != y.dtype:  # float32 adapters of a float16 NF4 model: back to its dtype, as PEFT does
+            delta = delta.to(dtype=y.dtype)
+        return y + delta
 
     def delta_weight(self):
         """``(alpha / r) · B A`` as an array of the base weight's shape (out, in): 4·in·out bytes."""
@@ -109,11 +110,33 @@ class LoRALinear(Module):
         # loading that state must skip the adapter path (or it would add the update twice).
         return {"merged": np.array(self.merged)}
 
+    def _extra_state_defaults(self):
+        # A state saved before the flag existed loads as not merged: what loading did then.
+        return {"merged": np.array(False)}
+
+    def _check_extra_state(self, key, name, value):
+        value = np.asarray(value)
+        if value.dtype != bool and not (value.dtype.kind in "iu" and value in (0, 1)):
+            raise ValueError(f"load_state_dict: {key} must be True or False (whether the base weight already "
+                             f"holds the adapters' update), got {value!r}")
+        if bool(value) and not isinstance(self.base, Linear):  # merge() refuses it: loading must too
+            raise ValueError(f"load_state_dict: {key} is True, but this layer's base is a {type(self.base).__name__}, "
+                             "which cannot hold a merged update; the state was saved from a float Linear model")
+
     def _load_extra_state(self, name, value):
         self.merged = bool(value)
 
     def extra_repr(self):
         return f"r={self.r}, alpha={self.alpha:g}, dropout={self.dropout}, merged={self.merged}"
+
+
+def check_base(who, base):
+    """Refuse a ``base`` that a LoRALinear cannot wrap (before anything is frozen or replaced)."""
+    if not isinstance(base, Module) or not hasattr(base, "in_features") or not hasattr(base, "out_features"):
+        raise TypeError(f"{who} wraps a Linear (or an NF4Linear), got a {type(base).__name__}")
+    if isinstance(base, LoRALinear):
+        raise TypeError(f"{who}: the base already is a LoRALinear; one adapter per layer (train it, "
+                        "or merge() it and wrap the merged base Linear)")
 
 
 def base_device(layer):
@@ -185,6 +208,8 @@ def apply_lora(model, r, alpha=None, targets=("*",), dropout=0.0, wrap=None):
                              f"{list(targets)} match only some of them: adapting it in one place would change "
                              "the others; match all or none")
     bases = [(wrap(linear) if wrap is not None else linear, slots) for linear, slots in chosen]
+    for base, _ in bases:
+        check_base("apply_lora: wrap(linear) returned something LoRALinear cannot wrap; LoRALinear", base)
     keep = {id(p) for _, m in lora_modules(model) for p in (m.lora_A, m.lora_B)}
     for p in model.parameters():
         if id(p) not in keep:

@@ -40,6 +40,9 @@ def quantize_absmax(absmax, block=BLOCK2):
     mean as a 1-element array (kept on the scales' device), the mean of the finite scales.
     Temporaries: one byte per scale (the finiteness mask)."""
     xp = backend.array_module(absmax)
+    if absmax.size == 0:  # the mean of no scales is NaN: every scale would come back NaN
+        raise ValueError("quantize_absmax: no scales to quantize (an empty array); pass the absmax that "
+                         "quantize_nf4 returned for a weight with at least one value")
     finite = xp.isfinite(absmax)
     if bool(finite.all()):
         mean = absmax.mean(keepdims=True).astype(np.float32)

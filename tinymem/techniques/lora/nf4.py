@@ -61,6 +61,7 @@ def nf4_levels():
 
 
 LEVELS = nf4_levels()
+LEVELS.flags.writeable = False  # the tables below are made from it once: a change would reach only some
 _CODEBOOKS, _PAIRS = {}, {}
 
 
@@ -89,6 +90,8 @@ def quantize_nf4(w, block=BLOCK):
     block would come back NaN."""
     positive_int("quantize_nf4: block (values per scale)", block)
     xp = backend.array_module(w)
+    if w.dtype.kind not in "biuf":  # a complex weight would lose its imaginary part in the cast
+        raise TypeError(f"quantize_nf4 quantizes a real (float) weight, got {w.dtype}")
     flat = w.reshape(-1).astype(np.float32)
     finite = xp.isfinite(flat)
     if not bool(finite.all()):
@@ -114,6 +117,9 @@ def dequantize_nf4(packed, absmax, size, block=BLOCK, scratch=None):
     with any integer type, the whole array is one chunk.
     Memory: the result (4 bytes per value) and the index, both passed to ``scratch`` (the
     caller's ledger registration); the index is freed before the return."""
+    if getattr(packed, "dtype", None) != np.uint8:  # wider codes would index past the 256 byte pairs
+        raise TypeError(f"dequantize_nf4: packed must be the uint8 array of codes quantize_nf4 returned, got "
+                        f"{getattr(packed, 'dtype', type(packed).__name__)}")
     stored = 2 * packed.size
     if not is_int(size) or not 0 <= size <= stored:
         raise ValueError(f"dequantize_nf4: size must be an integer from 0 to {stored} (the values the "

@@ -11,8 +11,9 @@ Contract:
   not even the input, since only the input's gradient is needed.
 
 Memory per call: 4·in·out bytes of workspace and the index (4·in·out + 128 KiB at most),
-none kept. Time: one
-dequantization (a gather and a multiply over in·out values) per forward and one per backward.
+none kept; with a float16 input, also the float32 product (4 bytes per output value) until it is
+cast back. Time: one dequantization (a gather and a multiply over in·out values) per forward and
+one per backward.
 """
 import math
 
@@ -30,19 +31,22 @@ _STORED = ("packed", "absmax", "absmax_codes", "absmax_scale", "absmax_mean")
 
 
 class NF4Matmul(Function):
-    """``y = x W^T + b`` with W dequantized from ``layer`` for the product only."""
+    """``y = x W^T + b`` with W dequantized from ``layer`` for the product only. The product is
+    computed in float32 and returned in the input's dtype, as bitsandbytes' ``Linear4bit`` does:
+    a float16 model stays float16 after the layer (its float32 result is a temporary)."""
 
     def forward(ctx, x, layer=None):
-        ctx.layer = layer
+        ctx.layer, ctx.dtype = layer, x.dtype
         w = layer.dequantize()
         y = x @ w.T
         del w
         if layer.bias is not None:
             y += layer.bias.data
-        return y
+        return y if y.dtype == x.dtype else y.astype(x.dtype)
 
     def backward(ctx, g):
-        return g @ ctx.layer.dequantize()
+        gx = g @ ctx.layer.dequantize()
+        return gx if gx.dtype == ctx.dtype else gx.astype(ctx.dtype)
 
 
 class NF4Linear(Module):
@@ -60,8 +64,9 @@ class NF4Linear(Module):
             raise ValueError(f"NF4Linear: the bias must be a float array of shape ({weight.shape[0]},), one value "
                              f"per output, got {getattr(bias, 'dtype', type(bias).__name__)} of shape "
                              f"{getattr(bias, 'shape', None)}: a Linear's bias is not broadcast")
+        check_double_quant("NF4Linear", double_quant)
         self.out_features, self.in_features = weight.shape
-        self.double_quant = double_quant
+        self.double_quant = bool(double_quant)
         packed, absmax = quantize_nf4(weight)
         stored = {"packed": packed}
         if double_quant:
@@ -118,6 +123,18 @@ class NF4Linear(Module):
     def _extra_state(self):
         return self.stored()
 
+    def _check_extra_state(self, key, name, value):
+        # The arrays are copied into in place: a float or out-of-range code would be cast to
+        # uint8 silently (1000 -> 232), a NaN scale would turn whole blocks into NaN.
+        value = np.asarray(value)
+        if name in ("packed", "absmax_codes"):
+            if value.dtype.kind not in "iu" or (value.size and not 0 <= int(value.min()) <= int(value.max()) <= 255):
+                raise ValueError(f"load_state_dict: {key} must hold uint8 codes (integers 0..255), got "
+                                 f"{value.dtype} values: was the state saved from another layer?")
+        elif value.dtype.kind != "f" or not np.isfinite(value).all():
+            raise ValueError(f"load_state_dict: {key} must hold finite float scales, got {value.dtype} values"
+                             + (" with inf or NaN" if value.dtype.kind == "f" else ""))
+
     def _load_extra_state(self, name, value):
         getattr(self, name)[...] = backend.to_device(np.asarray(value), backend.device_of(self.packed))
 
@@ -133,10 +150,16 @@ class NF4Linear(Module):
                 f"double_quant={self.double_quant}, bits_per_weight={self.bits_per_weight():.3f}")
 
 
+def check_double_quant(who, double_quant):
+    if not isinstance(double_quant, (bool, np.bool_)):  # 'no' is truthy: it would quantize the scales
+        raise TypeError(f"{who}: double_quant must be True or False, got {double_quant!r}")
+
+
 def expected_bits_per_weight(n, double_quant=True):
     """The formula the stored arrays are held to: codes, scales and (double quantization) the
     8-bit scales, their float32 scales and the one float32 mean, for ``n`` weights."""
     positive_int("expected_bits_per_weight: n (the number of weights)", n)
+    check_double_quant("expected_bits_per_weight", double_quant)
     blocks = math.ceil(n / BLOCK)
     if not double_quant:
         return 8 * (math.ceil(n / 2) + 4 * blocks) / n
