@@ -4,6 +4,13 @@ from ..memory import BUCKETS
 
 MIB = 2.0 ** 20
 COLORS = {"full": "#c44e52", "LoRA": "#4c72b0", "QLoRA": "#55a868", "pretrained": "#8c8c8c"}
+# LoRA and QLoRA at one rank train the same parameters to nearly the same loss: QLoRA's point is
+# a large hollow diamond under LoRA's filled circle, its curve dashed on top of LoRA's solid one,
+# so that each shows through the other.
+MARKERS = {"full": dict(marker="s", markersize=8),
+           "LoRA": dict(marker="o", markersize=7, zorder=5),
+           "QLoRA": dict(marker="D", markersize=15, mfc="none", mew=2, zorder=4)}
+LINES = {"QLoRA": dict(ls="--", lw=2, zorder=4)}
 
 
 def label(method, r):
@@ -31,7 +38,9 @@ def _memory(records, outdir, name):
         ax.bar(xs, heights, 0.6, bottom=bottom, color=plots.BUCKET_COLORS[bucket], label=bucket)
         bottom = [b + h for b, h in zip(bottom, heights)]
     allocator = [(s["start"] + s["measured_peak"]) / MIB for s in steps]
-    ax.plot(xs, allocator, "k_", markersize=30, mew=2, label="allocator (entry + measured growth)")
+    # one short line over each bar (a "_" marker 30 points wide ran into its legend label)
+    ax.hlines(allocator, [x - 0.32 for x in xs], [x + 0.32 for x in xs], colors="k", lw=2,
+              label="allocator (entry + measured growth)")
     ax.set_xticks(list(xs), names)
     ax.set_ylabel(f"{plots.device_label(records)} memory at the peak (MiB)")
     ax.set_ylim(0, max(bottom + allocator) * 1.12)
@@ -53,10 +62,11 @@ def _quality(records, outdir, name):
     runs = [x for x in records["finetune"] if x["method"] != "pretrained"]
     before = run_of(records, "pretrained")["val_loss"]
     for x in runs:
-        ax_pts.plot(x["trainable"], x["val_loss"], "o", color=COLORS[x["method"]], markersize=8)
+        ax_pts.plot(x["trainable"], x["val_loss"], ls="none", color=COLORS[x["method"]], **MARKERS[x["method"]])
         curve = x["curve"]
-        ax_curve.plot([c["step"] for c in curve], [c["val_loss"] for c in curve], "-",
-                      color=COLORS[x["method"]], alpha=0.5 + 0.03 * (x["r"] or 16), label=label(x["method"], x["r"]))
+        ax_curve.plot([c["step"] for c in curve], [c["val_loss"] for c in curve], color=COLORS[x["method"]],
+                      alpha=0.5 + 0.03 * (x["r"] or 16), label=label(x["method"], x["r"]),
+                      **LINES.get(x["method"], {}))
     ax_pts.axhline(before, color=COLORS["pretrained"], ls="--").set_gid(plots.BACKGROUND)
     plots.label_points(ax_pts, [(label(x["method"], x["r"]), (x["trainable"], x["val_loss"]), COLORS[x["method"]])
                                 for x in runs] + [("before fine-tuning", (runs[0]["trainable"], before), "#555555")])

@@ -161,10 +161,10 @@ def plot(records, outdir):
 
 def _peak_bars(axb, records):
     """One bar per stack: the buckets at the step's peak, stacked, so a bar's height is the peak
-    (on a log axis, where 80 GB and 3,000 GB both show)."""
+    (on a log axis, where 80 GB and 3,000 GB both show). Each bar's peak and fewest GPUs are
+    written up the bar, from its foot: above the bars, rotated, they stretched the axis to 10^7."""
     bars = records["gpt3_175b"]
     floor = 1.0  # GB: the log axis starts here; a bucket below it does not show
-    label_at = max(r["peak"] for r in bars) / 1e9 * 1.4  # one row of labels above the tallest bar
     for k, row in enumerate(bars):
         bottom = floor
         for b in BUCKETS:
@@ -174,14 +174,14 @@ def _peak_bars(axb, records):
         need = "never" if row["fewest_gpus"] is None else f"{row['fewest_gpus']} GPUs"
         if row.get("refused"):
             need += " (not built)"
-        axb.text(k, label_at, f"{row['peak'] / 1e9:.0f} GB, {need}", ha="center", va="bottom", rotation=90,
-                 fontsize=plots.MIN_FONT)
+        axb.text(k, floor * 1.25, f"{row['peak'] / 1e9:.0f} GB, {need}", ha="center", va="bottom", rotation=90,
+                 fontsize=plots.MIN_FONT, color="white", gid=plots.INSIDE)
     axb.axhline(80, color="#d62728", ls="--", lw=0.9, label="80 GB per GPU")
     axb.set_yscale("log")
-    axb.set_ylim(floor, max(r["peak"] for r in bars) / 1e9 * 3e3)  # room for the labels and the legend
+    axb.set_ylim(floor, max(r["peak"] for r in bars) / 1e9 * 4)  # room for the legend above the bars
     axb.set_xticks(range(len(bars)))
     axb.set_xticklabels([r["stack"] for r in bars], rotation=35, ha="right", rotation_mode="anchor", fontsize=plots.MIN_FONT)
     axb.set_ylabel("GB per GPU at the step's peak (log), split by bucket")
     axb.set_title(f"GPT-3 175B, one step on {records['config']['gpus']} GPUs per stack, "
                   "and the fewest GPUs it needs", fontsize=9)
-    axb.legend(loc="upper right", ncol=2)
+    axb.legend(loc="upper right", ncol=3)

@@ -63,10 +63,10 @@ def _best_split(length, slots):
 class Schedule(list):
     """A list of :class:`Action` s with ``n_steps``, ``slots`` and ``forwards`` (advance steps)."""
 
-    def __init__(self, actions, n_steps, slots):
-        super().__init__(actions)
+    def __init__(self, steps, n_steps, slots):
+        super().__init__(steps)
         self.n_steps, self.slots = n_steps, slots
-        self.forwards = sum(a.end - a.step for a in actions if a.kind == "advance")
+        self.forwards = sum(a.end - a.step for a in self if a.kind == "advance")
 
     def max_slots_used(self):
         used = peak = 0
@@ -77,40 +77,56 @@ class Schedule(list):
 
 
 def revolve(n_steps, slots):
-    """The optimal schedule reversing ``n_steps`` steps with ``slots`` slots (x_0 included).
+    """The optimal schedule reversing ``n_steps`` steps with ``slots`` slots (x_0 included), as a
+    list (to read, count or draw it; :func:`actions` hands the same actions out one at a time).
 
-    Built iteratively (a stack of pending tasks), so deep chains need no recursion.
+    Memory: O(n_steps) actions.
+    """
+    return Schedule(actions(n_steps, slots), n_steps, slots)
+
+
+def actions(n_steps, slots):
+    """The actions of :func:`revolve` one at a time, made as they are needed.
+
+    Built iteratively (a stack of pending tasks), so deep chains need no recursion. Memory: at
+    most 3·slots pending tasks, whatever ``n_steps`` is; this is what
+    :func:`checkpoint_revolve` runs, so its bookkeeping does not grow with the depth as a
+    precomputed list would.
     """
     _check(n_steps, slots)
-    actions = [Action("snapshot", 0)]
+    return _actions(n_steps, slots)
+
+
+def _actions(n_steps, slots):
+    yield Action("snapshot", 0)
     # Each task reverses steps [a, b) with s slots, the current state being x_a (kept in a slot).
+    # Only the s - 1 branch nests, so the stack holds at most 3 tasks per slot.
     tasks = [("reverse", 0, n_steps, slots)]
     while tasks:
         task = tasks.pop()
         if task[0] != "reverse":
-            actions.append(Action(*task))
+            yield Action(*task)
             continue
         _, a, b, s = task
         if b - a == 1:
-            actions.append(Action("backward", a))
+            yield Action("backward", a)
         elif s == 1:
             for k in range(b - 1, a - 1, -1):
                 if k != b - 1:
-                    actions.append(Action("restore", a))
+                    yield Action("restore", a)
                 if k > a:
-                    actions.append(Action("advance", a, k))
-                actions.append(Action("backward", k))
+                    yield Action("advance", a, k)
+                yield Action("backward", k)
         else:
             j = _best_split(b - a, s)
-            actions.append(Action("advance", a, a + j))
-            actions.append(Action("snapshot", a + j))
+            yield Action("advance", a, a + j)
+            yield Action("snapshot", a + j)
             # pushed in reverse: the tasks run from the top of the stack
             tasks.append(("reverse", a, a + j, s))
             tasks.append(("restore", a))
             tasks.append(("free", a + j))
             tasks.append(("reverse", a + j, b, s - 1))
-    actions.append(Action("free", 0))
-    return Schedule(actions, n_steps, slots)
+    yield Action("free", 0)
 
 
 class RevolveFunction(Function):
@@ -118,9 +134,11 @@ class RevolveFunction(Function):
 
     Forward runs the schedule up to its first backward action (advancing once through every
     layer and keeping the snapshots), then runs the last layer with its graph recorded: that
-    tape is the first backward step. Backward runs the rest of the schedule. Each layer's RNG
-    state (16 bytes) is kept so that recomputed dropout masks are the original ones. Like the
-    checkpoint node, the parameters are inputs only so that the node records.
+    tape is the first backward step. Backward runs the rest of the schedule, made as it goes
+    (:func:`actions`). Each slot keeps, beside its state x_i, the RNG state layer i started
+    from (16 bytes): advancing from x_i draws the same numbers in the same order, so recomputed
+    dropout masks are the original ones, and the bookkeeping is O(slots), not O(layers). Like
+    the checkpoint node, the parameters are inputs only so that the node records.
     """
 
     def forward(ctx, x, *params, layers, schedule, preserve_rng_state):
@@ -130,41 +148,41 @@ class RevolveFunction(Function):
         if not ctx.recording:
             with no_grad():
                 return Segment(layers)(Tensor.wrap(x)).data
-        ctx.rng = [None] * len(layers)
-        actions = iter(schedule)
+        # the RNG state the layer fed by the current state starts from (None: not preserved)
+        ctx.rng = random.get_rng_state() if preserve_rng_state else None
+        remaining = iter(schedule)
         state = x
-        for action in actions:
+        for action in remaining:
             if action.kind == "backward":
                 break
             state = ctx._act(action, state)
         last = len(layers) - 1
-        ctx.rng[last] = random.get_rng_state() if preserve_rng_state else None
         needs = ctx.needs_input_grad[0] if last == 0 else True
         outputs, box = record(layers[last], [state], [needs])
         ctx.tape = (outputs, box, (state.shape, state.dtype))
-        ctx.remaining = list(actions)
+        ctx.remaining = remaining
         return outputs[0].data
 
     def _act(ctx, action, state):
         kind = action.kind
         if kind == "advance":
+            if ctx.preserve:
+                random.set_rng_state(ctx.rng)
             for k in range(action.step, action.end):
-                if ctx.preserve:
-                    if ctx.rng[k] is None:
-                        ctx.rng[k] = random.get_rng_state()
-                    else:
-                        random.set_rng_state(ctx.rng[k])
                 with no_grad():
                     state = ctx.layers[k](Tensor.wrap(state)).data
+            if ctx.preserve:
+                ctx.rng = random.get_rng_state()
             return state
         if kind == "snapshot":
             memory.hold(state)
-            ctx.snapshots[action.step] = state
+            ctx.snapshots[action.step] = (state, ctx.rng)
             return state
         if kind == "restore":
-            return ctx.snapshots[action.step]
+            state, ctx.rng = ctx.snapshots[action.step]
+            return state
         if kind == "free":
-            memory.unhold(ctx.snapshots.pop(action.step))
+            memory.unhold(ctx.snapshots.pop(action.step)[0])
             return state
         raise ValueError(f"unknown schedule action {kind!r}")
 
@@ -191,15 +209,14 @@ class RevolveFunction(Function):
                     continue
                 needs = [ctx.needs_input_grad[0] if action.step == 0 else True]
                 meta = (state.shape, state.dtype)
-                g = replay(ctx.layers[action.step], [state], needs, [g], ctx.rng[action.step],
-                           contexts=ctx.contexts)[0]
+                g = replay(ctx.layers[action.step], [state], needs, [g], ctx.rng, contexts=ctx.contexts)[0]
         finally:
             random.set_rng_state(outer)
             ctx._free_all()
         return (g,) + (None,) * (len(ctx.needs_input_grad) - 1)
 
     def _free_all(ctx):
-        for snap in ctx.snapshots.values():
+        for snap, _ in ctx.snapshots.values():
             memory.unhold(snap)
         ctx.snapshots, ctx.tape = {}, None
 
@@ -220,7 +237,7 @@ def checkpoint_revolve(functions, slots, input, preserve_rng_state=True):
     Time: n taped forwards plus ``binomial_forwards(n, slots)`` recomputed layer forwards.
     """
     layers = as_layer_list(functions)
-    schedule = revolve(len(layers), slots)
+    schedule = actions(len(layers), slots)
     if not autograd.is_grad_enabled():
         return Segment(layers)(input)
     params = Segment(layers).parameters()
