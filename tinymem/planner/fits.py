@@ -4,7 +4,10 @@
 other optimizers and precisions, pipelines and a tensor-parallel layout; :func:`plan_arch`
 evaluates each with :func:`tinymem.planner.analytic.breakdown` (model states counted by a
 :mod:`.conventions` convention), marks those whose peak fits ``gpu_memory`` and finds the fewest
-GPUs each needs (its peak only falls as ranks are added, so a bisection finds it). It proposes,
+GPUs each needs, both from one search (:func:`fewest_gpus`): a data-parallel stack's peak only
+falls as ranks are added (every sharded term is bytes/N), so a bisection finds it; a pipeline's
+does not (a stage holds ceil(L/p) layers, which jumps back up as p grows), so every stage count
+up to the layers is tried. It proposes,
 of every combination of :func:`candidates` and every 3D layout (:func:`layouts_3d`), the fitting
 one with the smallest time.
 
@@ -59,7 +62,6 @@ does), its step time relative to plain fp32 training, and why tinymem would refu
 def stacks(gpus, micro_batches=None):
     """``[(name, Stack)]``: each the previous one plus one technique (the last rows branch from
     "+ full recompute": other optimizers and precisions, and the pipelines)."""
-    m = micro_batches or 4 * gpus
     base = Stack("fp32", "Adam", ranks=gpus)
     out = [("fp32 + Adam, data parallel", base)]
     for name, change in (("+ bf16 mixed precision", {"precision": "bf16"}),
@@ -73,7 +75,7 @@ def stacks(gpus, micro_batches=None):
     out.append(("bf16 + full recompute, Adafactor", full._replace(optimizer="Adafactor")))
     out.append(("pure bf16 (no masters) + full recompute, 8-bit Adam",
                 full._replace(precision="bf16-pure", optimizer="Adam8bit")))
-    out.append((PIPELINES[0], full._replace(ranks=1, pipeline=gpus, micro_batches=m)))
+    out.append((PIPELINES[0], grow(full._replace(ranks=1), gpus, True, micro_batches)))
     out.append((PIPELINES[1], out[-1][1]._replace(storage="int8")))
     if gpus % parallel.MAX_TENSOR == 0:
         t = parallel.MAX_TENSOR
@@ -105,7 +107,7 @@ def candidates(gpus, micro_batches=None):
                     for offload in (False, "zero-offload"):
                         out.append(Stack(precision, optimizer, recompute, zero=zero, ranks=gpus, offload=offload))
     if gpus > 1:
-        pipe = Stack("bf16", "Adam", "full", pipeline=gpus, micro_batches=micro_batches or 4 * gpus)
+        pipe = grow(Stack("bf16", "Adam", "full"), gpus, True, micro_batches)
         out += [pipe, pipe._replace(storage="int8")]
     return out
 
@@ -183,29 +185,38 @@ def run(arch, batch, stack, mode="tinymem", convention="tinymem"):
     return conventions.apply(analytic.breakdown(arch, batch * stack.micro_batches, stack, mode), convention)
 
 
-def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, stages=None, convention="tinymem"):
+def grow(stack, count, stages, micro_batches=None):
+    """``stack`` on ``count`` GPUs: ``count`` pipeline stages fed ``micro_batches`` micro-batches
+    (default 4 per stage) when ``stages``, else ``count`` data-parallel copies. The one rule
+    behind a row's "fits" and its "fewest GPUs"."""
+    if stages:
+        return stack._replace(pipeline=count, micro_batches=micro_batches or 4 * count)
+    return stack._replace(ranks=count)
+
+
+def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, stages=None, convention="tinymem",
+                micro_batches=None):
     """The fewest GPUs with which ``stack``'s peak fits ``gpu_memory`` (None when none up to
     ``limit`` does). Data-parallel stacks grow their ranks (a copy is t·p GPUs with tensor or
-    pipeline parallelism); pipeline stacks their stages (``stages``: grow the stages; default,
-    when ``stack`` has more than one)."""
+    pipeline parallelism): the peak never rises with N (each sharded term is bytes/N), so a
+    bisection finds the least. Pipeline stacks grow their stages (``stages``: grow the stages;
+    default, when ``stack`` has more than one), each count fed ``micro_batches`` (default 4 per
+    stage, :func:`grow`): a stage holds ceil(L/p) layers, not monotone in p, so every count
+    from 1 to the layers is tried."""
     arch = archs.get_arch(arch)
     stages = stack.pipeline > 1 if stages is None else stages
 
     def fits(count):
-        grown = stack._replace(pipeline=count) if stages else stack._replace(ranks=count)
-        if grown.pipeline > arch.layers:
-            return False
-        if grown.pipeline > 1:
-            grown = grown._replace(micro_batches=max(grown.micro_batches, grown.pipeline))
-        return run(arch, batch, grown, mode, convention).peak <= gpu_memory
+        return run(arch, batch, grow(stack, count, stages, micro_batches), mode, convention).peak <= gpu_memory
 
-    scale = 1 if stages else stack.tensor * stack.pipeline  # GPUs per data-parallel copy
+    if stages:
+        return next((count for count in range(1, min(limit, arch.layers) + 1) if fits(count)), None)
+    scale = stack.tensor * stack.pipeline  # GPUs per data-parallel copy
     if fits(1):
         return scale
-    top = min(limit, arch.layers) if stages else limit
-    if not fits(top):
+    if not fits(limit):
         return None
-    low, high = 1, top  # fits(high), not fits(low)
+    low, high = 1, limit  # fits(high), not fits(low)
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (low, mid) if fits(mid) else (mid, high)
@@ -226,7 +237,7 @@ def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=Non
         result = run(arch, batch, stack, mode, convention)
         rows.append(Row(name, stack, result, result.peak <= gpu_memory,
                         fewest_gpus(arch, batch, stack, gpu_memory, mode, stages=name in PIPELINES,
-                                    convention=convention),
+                                    convention=convention, micro_batches=micro_batches),
                         relative_time(arch, batch, stack), refusal(stack)))
     best = None
     for stack in candidates(gpus, micro_batches) + layouts_3d(arch, gpus, micro_batches):
