@@ -150,6 +150,14 @@ def explain(arch, row, convention, print_table):
         states = conventions.device_bytes(conventions.rows(arch, stack, other, parameters))
         others.append(f"{other} {states / 1e9:.2f} GB")
     lines.append("model states of this stack per GPU, the sum of the device rows, by convention: " + ", ".join(others))
+    lines.append(f"deepspeed: the estimators of {conventions.DEEPSPEED} (ZeRO-2: 2n + 18n/N since its PR #5099)")
+    if stack.zero in (2, 3) and stack.tensor == stack.pipeline == 1:
+        kind = fits.offload_kind(stack.offload)
+        cpu, gpu = conventions.deepspeed_estimate(stack.zero, parameters[0], architectures.largest_module(arch),
+                                                  stack.ranks, 1, bool(kind), kind == "zero-offload-params")
+        lines.append(f"DeepSpeed's estimate_zero{stack.zero}_model_states_mem_needs for this stack on one node of "
+                     f"{stack.ranks} GPUs: {gpu / 1e9:.2f} GB per GPU, {cpu / 1e9:.1f} GB of CPU memory "
+                     "(additional_buffer_factor 1.5)")
     return lines
 
 
