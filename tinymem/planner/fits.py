@@ -84,12 +84,23 @@ def stacks(gpus, micro_batches=None):
     return out
 
 
+# Closed-form recomputation -> the probe planner's checkpoint schedule (``workloads.SCHEDULES``):
+# full recomputation checkpoints every block. Selective recomputation has no schedule there.
+CHECKPOINTS = {"none": "none", "full": "block", "sqrt": "sqrt"}
+
+
 def refusal(stack):
     """Why tinymem would not build ``stack`` (None: it would), by the probe planner's rules
-    (:func:`tinymem.planner.recipe.supported`); pure bf16 is judged as bf16, the half storage it
-    shares."""
+    (:func:`tinymem.planner.recipe.supported`) with the stack's own recomputation; pure bf16 is
+    judged as bf16, the half storage it shares. Tensor and sequence parallelism, and selective
+    recomputation, are refused: the planner builds neither."""
+    if stack.tensor > 1 or stack.sequence_parallel:
+        return "tensor and sequence parallelism: tinymem splits no layer's matrices across GPUs"
+    if stack.recompute not in CHECKPOINTS:
+        return (f"{stack.recompute} recomputation: tinymem's planner builds the checkpoint schedules "
+                f"{', '.join(CHECKPOINTS.values())} only")
     precision = {"mixed": "fp16", "bf16-pure": "bf16"}.get(stack.precision, stack.precision)
-    combo = Combination("none", precision, analytic.optimizer_label(stack.optimizer),
+    combo = Combination(CHECKPOINTS[stack.recompute], precision, analytic.optimizer_label(stack.optimizer),
                         "optimizer" if stack.offload else "none", 1)
     return supported(combo)
 
@@ -251,32 +262,44 @@ def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=Non
     return rows, best
 
 
-def table(rows, gpus, gpu_memory):
-    """Rows for ``cli.print_table``: bytes per bucket (GB = 10⁹ B), peak, fits, fewest GPUs, time."""
+def needs_gpus(row):
+    """Whether ``row``'s technique only differs from the stack above it on more than one GPU (a
+    ZeRO stage on the device, a pipeline, tensor parallelism)."""
+    return (row.stack.zero and not row.stack.offload) or row.name in PIPELINES or row.stack.tensor > 1
+
+
+def table(rows, gpus, gpu_memory, label=None):
+    """Rows for ``cli.print_table``: bytes per bucket (GB = 10⁹ B), peak, fits, fewest GPUs, time.
+    ``label``: the memory as the user wrote it (default: GB, rounded)."""
     def gb(x):
         return f"{x / 1e9:.1f}"
+    label = label or f"{gpu_memory / 1e9:.0f}GB"
     out = []
     for r in rows:
         b = r.breakdown.buckets
         out.append({"stack": r.name, "param": gb(b["parameter"]), "grad": gb(b["gradient"]),
                     "optim": gb(b["optimizer"]), "activ": gb(b["activation"]), "work": gb(b["workspace"]),
                     "host": gb(r.breakdown.host), "peak GB": gb(r.breakdown.peak),
-                    f"fits {gpus}x{gpu_memory / 1e9:.0f}GB": "yes" if r.fits else "no",
+                    f"fits {gpus}x{label}": "yes" if r.fits else "no",
                     "fewest GPUs": "-" if r.fewest_gpus is None else r.fewest_gpus,
                     "time x": f"{r.time:.2f}", "tinymem builds it": "no" if r.refused else "yes"})
     return out
 
 
-def summary(arch, rows, proposal, gpus, gpu_memory):
-    """A few lines: the model, then the proposal or the fewest GPUs that would do."""
+def summary(arch, rows, proposal, gpus, gpu_memory, label=None, full_training=False):
+    """A few lines: the model, then the proposal or the fewest GPUs that would do. ``label``:
+    the memory as the user wrote it; ``full_training``: say "training" stacks (fine-tuning is
+    summed up apart)."""
     arch = archs.get_arch(arch)
+    label = label or f"{gpu_memory / 1e9:.0f} GB"
+    what = "full-training stack" if full_training else "stack"
     lines = [archs.describe(arch)]
     if proposal is not None:
-        lines.append(f"smallest stack that fits {gpus} x {gpu_memory / 1e9:.0f} GB: {proposal.name} "
+        lines.append(f"smallest {what} that fits {gpus} x {label}: {proposal.name} "
                      f"(peak {proposal.breakdown.peak / 1e9:.1f} GB per GPU, time x{proposal.time:.2f})")
     else:
         able = [r for r in rows if r.fewest_gpus is not None and not r.refused]
-        lines.append(f"no stack fits {gpus} x {gpu_memory / 1e9:.0f} GB")
+        lines.append(f"no {what} fits {gpus} x {label}")
         if able:
             best = min(able, key=lambda r: (r.fewest_gpus, r.time))
             lines.append(f"fewest GPUs: {best.fewest_gpus} with {best.name} (time x{best.time:.2f})")
