@@ -137,3 +137,12 @@ def test_the_proposal_is_never_a_stack_tinymem_refuses(name, gpus, memory):
     rows, proposal = fits.plan_arch(name, gpus, memory)
     assert proposal is None or fits.refusal(proposal.stack) is None
     assert proposal is None or (proposal.stack.recompute != "selective" and proposal.stack.tensor == 1)
+
+
+def test_probe_table_headers_are_whole_words_not_truncated_bucket_names():
+    from tinymem import planner
+    result = planner.plan("mlp", "8,16,4", 4, None, schedules=["none"], precisions=["fp32"], optimizers=["SGD"],
+                          offloads=["none"])
+    header = list(planner.table_rows(result)[0])
+    assert {"param", "grad", "optim", "activ", "work"} <= set(header)
+    assert "gradi" not in header and "works" not in header
