@@ -283,7 +283,8 @@ for convention in conventions.CONVENTIONS:
 # - **Weights, fp32 masters, Adam's m and v** (2 + 4 + 8 bytes): the same in all three.
 # - **Half gradients**: tinymem and the paper keep 2 bytes per parameter (divided from ZeRO-2
 #   on). DeepSpeed's ZeRO-3 estimator counts none: it reduces each layer's half gradients into
-#   its fp32 shard as backward makes them. Its stage-1/2 estimator keeps them whole.
+#   its fp32 shard as backward makes them. Its ZeRO-2 estimator shards them with the rest
+#   (DeepSpeed PR #5099); at stage 1 they stay whole.
 # - **fp32 gradients**: tinymem's `MasterOptimizer` makes 4 bytes per parameter of them for the
 #   step (a rank its own shard from ZeRO-1 on); DeepSpeed counts its fp32 gradient partition,
 #   4 bytes too; the paper's K = 12 has masters and moments only, so it counts none.

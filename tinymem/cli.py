@@ -212,46 +212,9 @@ def cmd_bench_cuda(args):
 
 
 def cmd_plan(args):
-    from tqdm import tqdm
-
-    from . import planner
-    from .memory import format_bytes
-
-    if args.arch or any(getattr(args, n) is not None for n in ("layers", "hidden", "heads", "seq", "vocab", "ffn")):
-        return cmd_plan_arch(args)
-    if args.batch is not None and args.batch < 1:
-        print(f"tinymem plan: --batch must be >= 1, got {args.batch}", file=sys.stderr)
-        return 2
-    if not (args.model and args.sizes and args.batch):
-        print("tinymem plan: give --arch NAME (or --layers/--hidden/--heads/--seq/--vocab) for the "
-              "closed form, or --model, --sizes and --batch to probe a tinymem model", file=sys.stderr)
-        return 2
-    try:
-        result = planner.plan(args.model, args.sizes, args.batch, args.budget, schedules=args.schedules,
-                              precisions=args.precisions or planner.recipe.PRECISIONS,
-                              optimizers=args.optimizers or planner.recipe.OPTIMIZERS,
-                              offloads=args.offloads or planner.recipe.OFFLOADS,
-                              progress=lambda keys: tqdm(keys, desc="probing", unit="combination"))
-    except ValueError as exc:
-        print(f"tinymem plan: {exc}", file=sys.stderr)
-        return 2
-    print_table(planner.table_rows(result, None if args.all else args.top))
-    print(planner.summary(result))
-    if args.verify and result.proposal is not None:
-        measured = planner.measure_step(result.workload, result.proposal.combo, args.batch, budget=result.budget)
-        print("\n== --verify: one training step with the proposal")
-        print_table(planner.verify_rows(result, measured))
-        print(f"ledger growth above the step's entry {format_bytes(measured['ledger_delta'])}, "
-              f"measured (allocator) {format_bytes(measured['measured'])}; "
-              f"step {1e3 * measured['seconds']:.1f} ms measured, "
-              f"{1e3 * result.proposal.seconds:.1f} ms predicted")
-    return 0 if result.proposal is not None else 1
-
-
-def cmd_plan_arch(args):
     from .planner import command
 
-    return command.plan_arch(args, print_table)
+    return command.main(args, print_table)
 
 
 def cmd_monitor(args):
@@ -355,31 +318,11 @@ def build_parser():
     bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                        help="cuda: the GPU targets (figures/data/bench_cuda.json, bench_cuda.png)")
     bench.set_defaults(fn=cmd_bench)
-    pl = sub.add_parser("plan", help="predict memory per technique combination, propose one that fits")
-    pl.add_argument("--model", help="probe a tinymem model: mlp, unet or transformer")
-    pl.add_argument("--sizes", help="mlp: in,hidden,...,out; unet: in_ch,classes,base,"
-                    "depth,res; transformer: vocab,context,d_model,heads,layers")
-    pl.add_argument("--batch", type=int, default=None,
-                    help="samples per step (probe); sequences per micro-batch per GPU (--arch, default 1)")
-    pl.add_argument("--arch", help="closed form for a named model: " + ", ".join(_archs()))
-    for name in ("layers", "hidden", "heads", "seq", "vocab", "ffn"):
-        pl.add_argument(f"--{name}", type=int, default=None, help=f"closed form: explicit {name}")
-    pl.add_argument("--gpus", type=int, default=8, help="closed form: GPUs (default 8)")
-    pl.add_argument("--gpu-memory", default="80GB", help="closed form: memory per GPU (default 80GB)")
-    pl.add_argument("--micro-batches", type=int, default=None,
-                    help="closed form: micro-batches per pipeline step (default 4 x GPUs)")
-    pl.add_argument("--mode", default="tinymem", choices=["tinymem", "korthikanti"],
-                    help="closed form: count tinymem's saved tensors, or Korthikanti et al.'s")
+    pl = sub.add_parser("plan", help="predict memory per technique combination, propose one that fits",
+                        description="Predict one training step's memory per technique stack: by the closed form "
+                        "for a named or explicit model (--arch), or by probing a tinymem model here (--model).",
+                        **_plan_help())
     _plan_arguments(pl)
-    pl.add_argument("--budget", default=None, help="device budget, e.g. 64MB (default: none)")
-    pl.add_argument("--schedules", nargs="+", metavar="S", help="restrict: none sqrt block")
-    pl.add_argument("--precisions", nargs="+", metavar="P", help="restrict: fp32 fp16 bf16")
-    pl.add_argument("--optimizers", nargs="+", metavar="NAME",
-                    help="restrict: SGD 'SGD momentum' Adam Adafactor Adam8bit")
-    pl.add_argument("--offloads", nargs="+", metavar="O", help="restrict: none activations optimizer")
-    pl.add_argument("--top", type=int, default=15, help="rows to print (default 15)")
-    pl.add_argument("--all", action="store_true", help="print every combination")
-    pl.add_argument("--verify", action="store_true", help="run one step with the proposal and compare")
     pl.set_defaults(fn=cmd_plan)
     mon = sub.add_parser("monitor", help="run a command and sample its memory and its children's, as "
                          "nvidia-smi lists processes", usage="tinymem monitor [options] -- command ...")
@@ -404,14 +347,15 @@ def build_parser():
 
 
 def _plan_arguments(parser):
-    from .planner import command
+    from .planner import arguments
 
-    command.add_arguments(parser)
+    arguments.add_arguments(parser)
 
 
-def _archs():
-    from .planner.architectures import ARCHS
-    return list(ARCHS)
+def _plan_help():
+    from .planner import arguments
+
+    return {"epilog": arguments.EPILOG, "formatter_class": arguments.SizeFormatter}
 
 
 def main(argv=None):

@@ -56,5 +56,7 @@ def test_the_search_never_proposes_a_stack_tinymem_refuses(name, gpus, memory):
     rows, proposal = fits.plan_arch(name, gpus, memory)
     assert proposal is None or fits.refusal(proposal.stack) is None
     refused = [r for r in rows if r.refused]
-    assert all(r.stack.precision != "fp32" and r.stack.offload for r in refused)
+    # half precision with the optimizer on the host; selective recompute; tensor parallelism
+    assert all((r.stack.precision != "fp32" and r.stack.offload) or r.stack.recompute == "selective"
+               or r.stack.tensor > 1 for r in refused)
     assert fits.refusal(Stack("bf16", offload="zero-offload")) is not None

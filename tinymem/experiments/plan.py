@@ -2,8 +2,10 @@
 
 Left: bytes per GPU against the number of GPUs for each data-parallel stack (bf16 with full
 recomputation, then ZeRO-1, 2, 3 and ZeRO-Offload; plain fp32 for scale), tinymem's count of
-one step's peak, with DeepSpeed's estimators (their convention: model states only) beside the
-ZeRO-2 and ZeRO-3 lines, and the 80 GB line. Right: the KV cache of one sequence against the
+one step's peak, with DeepSpeed's estimators (their convention: model states only; DeepSpeed
+v0.19.6, whose ZeRO-2 estimate is 2·n + 18·n/N since its PR #5099) beside the ZeRO-2 and ZeRO-3
+lines, and the 80 GB line. Plain fp32 training and bf16 with full recomputation peak within 1%
+of each other at every count: the grey line is drawn as a band under the blue one. Right: the KV cache of one sequence against the
 context length for LLaMA-2 7B and 70B, LLaMA-3 8B and Mixtral 8x7B (bf16): grouped-query
 attention keeps the 70B model's cache below the 7B's. Formulas only (:mod:`tinymem.planner`);
 the sweep takes a second.
@@ -45,14 +47,29 @@ def run(quick=False, device="cpu"):
 
 def _deepspeed_gap(r):
     """Largest relative gap between the records and DeepSpeed's formulas, re-stated here from
-    ``estimate_zero2/3_model_states_mem_needs`` (GPU bytes, no offload)."""
+    ``estimate_zero2/3_model_states_mem_needs`` of DeepSpeed v0.19.6 (commit edaa722; GPU bytes,
+    no offload)."""
     n, big = r["params"], r["largest_module"]
     worst = 0.0
     for k, g in enumerate(r["config"]["gpus"]):
-        theirs = {2: 4 * n + int(16 * n / g), 3: 4 * big + int(18 * n / g)}
+        theirs = {2: 2 * n + int(18 * n / g), 3: 4 * big + int(18 * n / g)}
         for name, stage in DEEPSPEED.items():
             worst = max(worst, abs(r["deepspeed"][name][k] - theirs[stage]) / theirs[stage])
     return worst, worst < 1e-3
+
+
+def _deepspeed_below(r):
+    """DeepSpeed's estimates over tinymem's peak of the same stage, the largest ratio: below 1 at
+    every count, as they count model states only."""
+    worst = max(d / p for name, stage in DEEPSPEED.items()
+                for d, p in zip(r["deepspeed"][name], r["peaks"][f"+ ZeRO-{stage}"]))
+    return worst, worst < 1
+
+
+def fp32_beside_bf16(r):
+    """The largest relative gap between plain fp32 training's peak and bf16 with full recompute's."""
+    return max(abs(a - b) / b for a, b in zip(r["peaks"]["fp32 + Adam, data parallel"],
+                                               r["peaks"]["bf16 + full recompute, data parallel"]))
 
 
 def _fewest(r, name):
@@ -73,6 +90,11 @@ def _kv_formula(r):
 CLAIMS = [
     Claim("deepspeed_estimators", "in DeepSpeed's convention the planner's ZeRO-2 and ZeRO-3 model states equal "
           "DeepSpeed's estimators at every GPU count (largest relative difference)", _deepspeed_gap),
+    Claim("deepspeed_below", "DeepSpeed's estimates lie below tinymem's peak of the same ZeRO stage at every GPU "
+          "count: they count model states only (largest ratio)", _deepspeed_below),
+    Claim("fp32_beside_bf16", "plain fp32 training peaks within 1% of bf16 with full recomputation at every GPU "
+          "count: the masters and fp32 gradients bf16 adds weigh what its half activations and recompute save "
+          "(largest relative gap)", lambda r: (fp32_beside_bf16(r), fp32_beside_bf16(r) < 0.01)),
     Claim("zero3_fits", "LLaMA-2 70B trains in 80 GB per GPU with ZeRO-3 (fewest GPUs of the sweep), and "
           "plain data parallel never fits", lambda r: (_fewest(r, "+ ZeRO-3"), _fewest(r, "+ ZeRO-3") is not None
                                                        and _fewest(r, "bf16 + full recompute, data parallel") is None)),

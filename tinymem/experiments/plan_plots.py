@@ -1,5 +1,6 @@
 """Drawing of the ``plan`` family: bytes per GPU against GPUs, and the KV cache against context."""
 from .. import plots
+from .plan import fp32_beside_bf16
 
 STYLES = ["#7f7f7f", "#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3"]
 
@@ -8,6 +9,10 @@ def draw(records, outdir, name):
     fig, (ax, axk) = plots.new_figure(ncols=2, width=6.4, height=5.6)
     cfg = records["config"]
     for (label, peaks), color in zip(records["peaks"].items(), STYLES):
+        if label.startswith("fp32"):  # within 1% of the bf16 line: a wide band under it, not hidden
+            ax.plot(cfg["gpus"], [p / 1e9 for p in peaks], color=color, lw=7, alpha=0.45, zorder=1,
+                    label=f"{label} (under bf16: {fp32_beside_bf16(records):.1%} apart)", solid_capstyle="butt")
+            continue
         ax.plot(cfg["gpus"], [p / 1e9 for p in peaks], marker="o", ms=3, color=color, label=label,
                 ls=":" if "not built" in label else "-")
     for (label, states), color in zip(records["deepspeed"].items(), (STYLES[3], STYLES[4])):

@@ -22,7 +22,8 @@ The closed form, for models far past this machine (GPT-3, LLaMA-2/3, Mixtral):
     fits.py           technique stacks on N GPUs: which fit, fewest GPUs, time cost
     inference.py      generation: weights at a width, the KV cache, the workspace
     finetune.py       LoRA and QLoRA: frozen base, adapters with Adam
-    command.py        ``tinymem plan --arch``: the flags, the table, ``--explain``
+    arguments.py      ``tinymem plan``'s flags by mode; a flag the mode ignores is refused
+    command.py        ``tinymem plan``: each mode's run, the table, ``--explain``
     exactness.py      the closed form against the ledger on a real small TransformerLM
 
     from tinymem import planner

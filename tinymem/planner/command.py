@@ -2,51 +2,62 @@
 stacks, ``--explain``'s term-by-term account), registered by :mod:`tinymem.cli`."""
 import sys
 
-from ..memory import parse_bytes
-from . import architectures, conventions, finetune, fits, inference
-
-CUDA_CONTEXT = "0.5GB"  # the CUDA context, cuBLAS and cuDNN handles of a PyTorch process
-FRAGMENTATION = 0.05    # the caching allocator's blocks that are free but too small to reuse
+from . import architectures, arguments, conventions, finetune, fits, inference
 
 
-def add_arguments(parser):
-    """The closed form's flags beyond the sizes (``tinymem.cli`` adds those)."""
-    parser.add_argument("--convention", default="tinymem", choices=conventions.CONVENTIONS,
-                        help="closed form: count model states as tinymem holds them (default), as DeepSpeed's "
-                        "estimators do, or as the ZeRO paper does")
-    parser.add_argument("--explain", action="store_true",
-                        help="closed form: the proposal term by term (bytes per parameter, divided by, GB per GPU)")
-    parser.add_argument("--cuda-context", default=CUDA_CONTEXT, metavar="BYTES",
-                        help=f"closed form: memory a GPU process holds before any tensor (default {CUDA_CONTEXT})")
-    parser.add_argument("--fragmentation", type=float, default=FRAGMENTATION, metavar="FRACTION",
-                        help=f"closed form: allowance for the allocator's fragmentation, a fraction of the "
-                        f"peak (default {FRAGMENTATION})")
-    parser.add_argument("--finetune", action="store_true",
-                        help="closed form: also LoRA and QLoRA on one GPU (frozen base, fp32 adapters with Adam)")
-    parser.add_argument("--lora-rank", type=int, default=16, help="rank of the --finetune adapters (default 16)")
-    infer = parser.add_argument_group("inference (closed form: --inference --arch NAME)")
-    infer.add_argument("--inference", action="store_true", help="weights, KV cache and workspace of generation")
-    infer.add_argument("--context", type=int, default=None, help="tokens of context per sequence (default: the arch's)")
-    infer.add_argument("--weights", default="bf16", choices=tuple(inference.WEIGHT_BYTES),
-                       help="storage of the weights (default bf16)")
-    infer.add_argument("--kv-cache", default="bf16", choices=("bf16", "int8"), help="storage of the KV cache")
-    layout = parser.add_argument_group("one 3D layout (closed form; t x p x d GPUs, bf16, Megatron's way)")
-    layout.add_argument("--tensor-parallel", type=int, default=None, metavar="T", help="tensor-parallel ranks")
-    layout.add_argument("--pipeline", type=int, default=None, metavar="P", help="pipeline stages (1F1B)")
-    layout.add_argument("--data-parallel", type=int, default=None, metavar="D", help="data-parallel copies")
-    layout.add_argument("--sequence-parallel", action="store_true", help="split the rest of the activations too")
-    layout.add_argument("--recompute", default="selective", choices=("none", "selective", "full"),
-                        help="recomputation of the layout (default selective)")
-    layout.add_argument("--zero", type=int, default=1, choices=(0, 1, 2, 3),
-                        help="ZeRO stage over the data-parallel copies (default 1, Megatron's distributed optimizer)")
+
+def main(args, print_table):
+    """``tinymem plan``: refuse the flags its mode ignores (:func:`.arguments.check`), then run
+    the mode. Returns the exit code: 0 something fits, 1 nothing does, 2 bad arguments."""
+    try:
+        mode = arguments.check(args)
+    except ValueError as exc:
+        print(f"tinymem plan: {exc}", file=sys.stderr)
+        return 2
+    return {"probe": plan_probe, "training": plan_arch, "layout": plan_layout,
+            "inference": plan_inference}[mode](args, print_table)
+
+
+def plan_probe(args, print_table):
+    """Probe a tinymem model: each combination's measured peak, the proposal, ``--verify``."""
+    from tqdm import tqdm
+
+    from .. import planner
+    from ..memory import format_bytes
+
+    if args.batch is not None and args.batch < 1:
+        print(f"tinymem plan: --batch must be >= 1, got {args.batch}", file=sys.stderr)
+        return 2
+    if not (args.model and args.sizes and args.batch):
+        print("tinymem plan: give --arch NAME (or --layers/--hidden/--heads/--seq/--vocab) for the "
+              "closed form, or --model, --sizes and --batch to probe a tinymem model", file=sys.stderr)
+        return 2
+    try:
+        result = planner.plan(args.model, args.sizes, args.batch, args.budget, schedules=args.schedules,
+                              precisions=args.precisions or planner.recipe.PRECISIONS,
+                              optimizers=args.optimizers or planner.recipe.OPTIMIZERS,
+                              offloads=args.offloads or planner.recipe.OFFLOADS,
+                              progress=lambda keys: tqdm(keys, desc="probing", unit="combination"))
+    except ValueError as exc:
+        print(f"tinymem plan: {exc}", file=sys.stderr)
+        return 2
+    print_table(planner.table_rows(result, None if args.all else args.top))
+    print(planner.summary(result))
+    if args.verify and result.proposal is not None:
+        measured = planner.measure_step(result.workload, result.proposal.combo, args.batch, budget=result.budget)
+        print("\n== --verify: one training step with the proposal")
+        print_table(planner.verify_rows(result, measured))
+        print(f"ledger growth above the step's entry {format_bytes(measured['ledger_delta'])}, "
+              f"measured (allocator) {format_bytes(measured['measured'])}; "
+              f"step {1e3 * measured['seconds']:.1f} ms measured, "
+              f"{1e3 * result.proposal.seconds:.1f} ms predicted")
+    return 0 if result.proposal is not None else 1
 
 
 def arch_from(args):
     """The :class:`~.architectures.Arch` the flags name (``--arch``, or explicit sizes)."""
     if args.arch:
         arch = architectures.get_arch(args.arch)
-        if args.ffn is not None:
-            raise ValueError("--ffn sets an explicit architecture's MLP width; with --arch the width is the architecture's")
         return architectures.check(arch._replace(seq=args.seq)) if args.seq is not None else arch
     missing = [f"--{n}" for n in ("layers", "hidden", "heads", "seq", "vocab") if getattr(args, n) is None]
     if missing:
@@ -65,10 +76,10 @@ def layout_stack(args):
 def allowance(args):
     """``(context bytes, fragmentation fraction, usable)``: what the step's peak may reach of the
     GPU's memory once the CUDA context and fragmentation are set aside."""
-    context, fraction = parse_bytes(args.cuda_context), args.fragmentation
+    context, fraction = arguments.size("--cuda-context", args.cuda_context), args.fragmentation
     if not 0 <= fraction < 1:
         raise ValueError(f"--fragmentation is a fraction of the peak in [0, 1), got {fraction}")
-    memory = parse_bytes(args.gpu_memory)
+    memory = arguments.size("--gpu-memory", args.gpu_memory, least=1)
     if context >= memory:
         raise ValueError(f"--cuda-context ({args.cuda_context}) leaves nothing of --gpu-memory ({args.gpu_memory})")
     return context, fraction, (memory - context) / (1 + fraction)
@@ -90,30 +101,32 @@ def assumptions_line():
 
 def plan_arch(args, print_table):
     """The closed form at any size: bytes per bucket per stack, the fewest GPUs, the time cost."""
-    if args.inference:
-        return plan_inference(args, print_table)
-    if any(v is not None for v in (args.tensor_parallel, args.pipeline, args.data_parallel)) or args.sequence_parallel:
-        return plan_layout(args, print_table)
     try:
         arch = arch_from(args)
-        memory = parse_bytes(args.gpu_memory)
+        memory = arguments.size("--gpu-memory", args.gpu_memory)
         batch = 1 if args.batch is None else args.batch
         if batch < 1 or (args.micro_batches is not None and args.micro_batches < 1):
             raise ValueError(f"--batch and --micro-batches must be >= 1, got {batch} and {args.micro_batches}")
         usable = allowance(args)[2]
         rows, proposal = fits.plan_arch(arch, args.gpus, usable, batch, args.mode, args.micro_batches,
                                         args.convention)
+        tuned = finetune.rows(arch, args.lora_rank, batch) if args.finetune else []
     except ValueError as exc:
         print(f"tinymem plan: {exc}", file=sys.stderr)
         return 2
+    label = args.gpu_memory
     print(f"per GPU, micro-batch of {batch} sequence(s) of {arch.seq} tokens, mode {args.mode}, convention "
           f"{args.convention} (GB = 10^9 B; fewest GPUs: data-parallel ranks, or pipeline stages for the pipeline rows)")
-    print_table(fits.table(rows, args.gpus, memory))
+    # On one GPU a ZeRO stage or a pipeline is the stack above it: their fewest GPUs go on one line.
+    shown = [r for r in rows if args.gpus > 1 or not fits.needs_gpus(r)]
+    print_table(fits.table(shown, args.gpus, memory, label))
+    if len(shown) < len(rows):
+        print("on more GPUs (fewest GPUs): " + ", ".join(
+            f"{r.name} {'-' if r.fewest_gpus is None else r.fewest_gpus}" for r in rows if r not in shown))
     print(overhead_line(args, usable))
     print(assumptions_line())
-    print(fits.summary(arch, rows, proposal, args.gpus, memory))
-    if args.finetune:
-        print_finetune(arch, args, batch, usable, print_table)
+    print(fits.summary(arch, rows, proposal, args.gpus, memory, label, full_training=args.finetune))
+    tuned_fits = print_finetune(args, tuned, usable, print_table) if args.finetune else False
     if args.explain:
         chosen = proposal or min((r for r in rows if r.fewest_gpus is not None and not r.refused),
                                  key=lambda r: (r.fewest_gpus, r.time), default=None)
@@ -121,7 +134,7 @@ def plan_arch(args, print_table):
             print()
             for line in explain(arch, chosen, args.convention, print_table):
                 print(line)
-    return 0 if proposal is not None else 1
+    return 0 if proposal is not None or tuned_fits else 1
 
 
 def explain(arch, row, convention, print_table):
@@ -150,6 +163,14 @@ def explain(arch, row, convention, print_table):
         states = conventions.device_bytes(conventions.rows(arch, stack, other, parameters))
         others.append(f"{other} {states / 1e9:.2f} GB")
     lines.append("model states of this stack per GPU, the sum of the device rows, by convention: " + ", ".join(others))
+    lines.append(f"deepspeed: the estimators of {conventions.DEEPSPEED} (ZeRO-2: 2n + 18n/N since its PR #5099)")
+    if stack.zero in (2, 3) and stack.tensor == stack.pipeline == 1:
+        kind = fits.offload_kind(stack.offload)
+        cpu, gpu = conventions.deepspeed_estimate(stack.zero, parameters[0], architectures.largest_module(arch),
+                                                  stack.ranks, 1, bool(kind), kind == "zero-offload-params")
+        lines.append(f"DeepSpeed's estimate_zero{stack.zero}_model_states_mem_needs for this stack on one node of "
+                     f"{stack.ranks} GPUs: {gpu / 1e9:.2f} GB per GPU, {cpu / 1e9:.1f} GB of CPU memory "
+                     "(additional_buffer_factor 1.5)")
     return lines
 
 
@@ -157,7 +178,7 @@ def plan_layout(args, print_table):
     """One 3D layout: its buckets per GPU, whether it fits, and its terms."""
     try:
         arch = arch_from(args)
-        memory = parse_bytes(args.gpu_memory)
+        memory = arguments.size("--gpu-memory", args.gpu_memory)
         stack = layout_stack(args)
         batch = 1 if args.batch is None else args.batch
         result = fits.run(arch, batch, stack, args.mode, args.convention)
@@ -171,7 +192,7 @@ def plan_layout(args, print_table):
     print(f"{architectures.describe(arch)}\none layout on {gpus} GPUs (t={stack.tensor} x p={stack.pipeline} x "
           f"d={stack.ranks}), micro-batch of {batch} sequence(s), mode {args.mode}, convention {args.convention}; "
           "activations of tensor-parallel layers as Korthikanti et al. count them")
-    print_table(fits.table([row], gpus, memory))
+    print_table(fits.table([row], gpus, memory, args.gpu_memory))
     print(overhead_line(args, usable))
     print(assumptions_line())
     print()
@@ -200,7 +221,7 @@ def plan_inference(args, print_table):
           f"{args.weights}, KV cache {args.kv_cache}, fused (flash) attention (GB = 10^9 B)")
     print_table(out)
     need = context_bytes + (1 + fraction) * total
-    memory = parse_bytes(args.gpu_memory)
+    memory = arguments.size("--gpu-memory", args.gpu_memory)
     print(f"total {need / 1e9:.2f} GB: {'fits' if total <= usable else 'does not fit'} one {args.gpu_memory} GPU; "
           f"the KV cache grows by {inference.kv_cache_bytes(arch, batch, 1, 2 if args.kv_cache == 'bf16' else 1) / 1e6:.3f}"
           f" MB a token")
@@ -211,10 +232,10 @@ def plan_inference(args, print_table):
     return 0 if need <= memory else 1
 
 
-def print_finetune(arch, args, batch, usable, print_table):
-    """LoRA and QLoRA rows on one GPU (:mod:`.finetune`)."""
+def print_finetune(args, tuned, usable, print_table):
+    """LoRA and QLoRA rows on one GPU (:mod:`.finetune`); returns whether one of them fits."""
     table = []
-    for r in finetune.rows(arch, args.lora_rank, batch):
+    for r in tuned:
         table.append({"method": r.method, "frozen base GB": f"{r.base / 1e9:.2f}",
                       "adapters (16 B/value) GB": f"{r.adapters / 1e9:.2f}", "activ GB": f"{r.activation / 1e9:.2f}",
                       "work GB": f"{r.workspace / 1e9:.2f}", "peak GB": f"{r.peak / 1e9:.2f}",
@@ -222,3 +243,7 @@ def print_finetune(arch, args, batch, usable, print_table):
     print(f"\nfine-tuning on one GPU: rank-{args.lora_rank} adapters on every linear of the blocks, bf16 full "
           "recompute; LoRA's base in bf16, QLoRA's adapted matrices in NF4 (4.127 bits)")
     print_table(table)
+    able = [r.method for r in tuned if r.peak <= usable]
+    print(f"fine-tuning fits 1 x {args.gpu_memory} with {' and '.join(able)}" if able
+          else f"no fine-tuning method fits 1 x {args.gpu_memory}")
+    return bool(able)

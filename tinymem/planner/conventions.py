@@ -13,13 +13,19 @@ w, fp32 masters 4, state S, and during the step fp32 master gradients 4 (tinymem
 upcasts its own shard). Transients: a ZeRO-3 rank gathers one layer (w·n_layer); a ZeRO-2/3
 rank holds one layer's full gradient and its flat copy while reducing it (2·w·n_layer).
 
-``deepspeed`` (``estimate_zero2_model_states_mem_needs`` in DeepSpeed's
-``runtime/zero/stage_1_and_2.py``, ``estimate_zero3_model_states_mem_needs`` in ``stage3.py``):
-stages 0-2 keep half weights and half gradients whole (2 + 2) and shard fp32 masters, Adam's
-state and fp32 gradients (4 + 8 + 4 = 16/N); stage 3 shards all but the half gradients, which it
-reduces into the fp32 shard as they come (2 + 4 + 8 + 4 = 18/N), plus the largest module's half
-weights and gradients in full (4·n_big). With CPU offload the GPU keeps only the half weights
-(stage 2: 2·n; stage 3: 2·n/N + 4·n_big; with ``offload_param`` too: 4·n_big).
+``deepspeed``: DeepSpeed's estimators as of v0.19.6 (deepspeedai/DeepSpeed commit
+edaa7221267243c7be7fb49c5d5f5c4fb97b4641, August 2026; :data:`DEEPSPEED`): on the GPU,
+``estimate_zero2_model_states_mem_needs`` (``runtime/zero/stage_1_and_2.py``) keeps the half
+weights whole and shards the rest, 2·n + 18·n/N (2 half gradients + 4 fp32 gradients + 4 fp32
+masters + 8 Adam; since PR #5099, 2024: it was 4·n + 16·n/N, half gradients whole, which this
+convention counts for stage 1, where they are); ``estimate_zero3_model_states_mem_needs``
+(``stage3.py``) shards all but the half gradients, which it reduces into the fp32 shard as they
+come (18·n/N), plus the largest module's half weights and gradients in full (4·n_big). With CPU
+offload the GPU keeps only the half weights (stage 2: 2·n; stage 3: 2·n/N + 4·n_big; with
+``offload_param`` too: 4·n_big). Pure bf16 has no fp32 masters or gradients in this count
+either (DeepSpeed itself always steps an fp32 partition). The host rows are what lives there
+during the step; :func:`deepspeed_estimate` gives both of DeepSpeed's numbers as it prints them,
+its CPU one with ``additional_buffer_factor`` and the model loading it allows for.
 
 ``zero-paper`` (Rajbhandari et al. 2020, Figure 1): 2 + 2 + K with K = 12 (masters and Adam's
 state), no fp32 gradients, no transients; 7.5B parameters on 64 GPUs: 120, 31.4, 16.6, 1.9 GB.
@@ -32,6 +38,7 @@ from .precision import width
 from .sharding import divide, offload_kind, optimizer_bytes, optimizer_label
 
 CONVENTIONS = ("tinymem", "deepspeed", "zero-paper")
+DEEPSPEED = "DeepSpeed v0.19.6 (commit edaa722)"  # the estimators the deepspeed convention reproduces
 
 Row = namedtuple("Row", "term bucket per_parameter divisor count place")
 Row.__doc__ = """One term: its name, the ledger bucket it falls in, bytes per parameter, the ranks
@@ -61,14 +68,18 @@ def rows(arch, stack, convention="tinymem", parameters=None):
         return out
     if convention == "deepspeed":
         shard = N if zero >= 1 else 1
-        masters = wd.master or 4  # DeepSpeed's optimizer always steps an fp32 partition
+        pure = wd.master == 0 and wd.weight < 4  # bf16-pure: DeepSpeed's fp32 partition is not there
+        masters = 0 if pure else wd.master or 4  # DeepSpeed's optimizer always steps an fp32 partition
         out = [Row("weights", "parameter", w, N if zero >= 3 else 1, n,
                    "host" if kind == "zero-offload-params" else "device")]
         if zero < 3 and not kind:  # stage 3 and offload reduce them into the fp32 shard as they come
-            out.append(Row("half gradients, whole", "gradient", w, 1, n, "device"))
-        out += [Row("fp32 masters", "optimizer", masters, shard, n, host),
-               Row(f"{label} state", "optimizer", state, shard, n, host),
-               Row("fp32 gradients", "gradient", 4, shard, n, host)]
+            name = "half gradients, sharded" if zero == 2 else "half gradients, whole"
+            out.append(Row(name, "gradient", w, N if zero == 2 else 1, n, "device"))
+        if masters:
+            out.append(Row("fp32 masters", "optimizer", masters, shard, n, host))
+        out.append(Row(f"{label} state", "optimizer", state, shard, n, host))
+        if not pure:
+            out.append(Row("fp32 gradients", "gradient", 4, shard, n, host))
         if zero >= 3:
             big = archs.largest_module(arch) / stack.tensor
             out += [Row("largest module's weights, gathered", "parameter", w, 1, big, "device"),
@@ -93,6 +104,31 @@ def rows(arch, stack, convention="tinymem", parameters=None):
     elif zero >= 2:
         out.append(Row("one layer's gradients and their flat copy, reduced", "gradient", 2 * w, 1, n_layer, "device"))
     return out
+
+
+def deepspeed_estimate(stage, total_params, largest_layer_params=0, num_gpus_per_node=1, num_nodes=1,
+                       cpu_offload=False, cpu_offload_params=False, zero_init=True, additional_buffer_factor=1.5):
+    """``(cpu bytes per node, gpu bytes per GPU)`` as DeepSpeed's ``estimate_zero2_model_states_
+    mem_needs`` (``stage`` 2) or ``estimate_zero3_model_states_mem_needs`` (3) return them, every
+    branch, as of :data:`DEEPSPEED`. Its CPU number is a node's: the offloaded states times
+    ``additional_buffer_factor``, or the fp32 model each process loads (4 bytes a parameter a
+    GPU) when that is larger; without offload, that loading alone."""
+    gpus = num_nodes * num_gpus_per_node
+    n, factor = total_params, additional_buffer_factor
+    if stage == 2:
+        if cpu_offload:
+            return int(n * max(4 * gpus, 16) * factor), int(2 * n)
+        return int(n * 4 * num_gpus_per_node * factor), int(2 * n + int(18 * n / gpus))
+    if stage != 3:
+        raise ValueError(f"DeepSpeed estimates ZeRO stage 2 or 3, got {stage!r}")
+    largest = 4 * largest_layer_params
+    if cpu_offload:
+        states = 18 if cpu_offload_params else 16
+        gpu = largest if cpu_offload_params else largest + int(2 * n / gpus)
+        cpu = n * (states / num_nodes if zero_init else max(4 * num_gpus_per_node, states / num_nodes)) * factor
+        return int(cpu), int(gpu)
+    cpu = (largest_layer_params if zero_init else n) * 4 * num_gpus_per_node * factor
+    return int(cpu), int(largest + int(18 * n / gpus))
 
 
 def row_bytes(row):

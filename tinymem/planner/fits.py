@@ -4,7 +4,10 @@
 other optimizers and precisions, pipelines and a tensor-parallel layout; :func:`plan_arch`
 evaluates each with :func:`tinymem.planner.analytic.breakdown` (model states counted by a
 :mod:`.conventions` convention), marks those whose peak fits ``gpu_memory`` and finds the fewest
-GPUs each needs (its peak only falls as ranks are added, so a bisection finds it). It proposes,
+GPUs each needs, both from one search (:func:`fewest_gpus`): a data-parallel stack's peak only
+falls as ranks are added (every sharded term is bytes/N), so a bisection finds it; a pipeline's
+does not (a stage holds ceil(L/p) layers, which jumps back up as p grows), so every stage count
+up to the layers is tried. It proposes,
 of every combination of :func:`candidates` and every 3D layout (:func:`layouts_3d`), the fitting
 one with the smallest time.
 
@@ -59,7 +62,6 @@ does), its step time relative to plain fp32 training, and why tinymem would refu
 def stacks(gpus, micro_batches=None):
     """``[(name, Stack)]``: each the previous one plus one technique (the last rows branch from
     "+ full recompute": other optimizers and precisions, and the pipelines)."""
-    m = micro_batches or 4 * gpus
     base = Stack("fp32", "Adam", ranks=gpus)
     out = [("fp32 + Adam, data parallel", base)]
     for name, change in (("+ bf16 mixed precision", {"precision": "bf16"}),
@@ -73,7 +75,7 @@ def stacks(gpus, micro_batches=None):
     out.append(("bf16 + full recompute, Adafactor", full._replace(optimizer="Adafactor")))
     out.append(("pure bf16 (no masters) + full recompute, 8-bit Adam",
                 full._replace(precision="bf16-pure", optimizer="Adam8bit")))
-    out.append((PIPELINES[0], full._replace(ranks=1, pipeline=gpus, micro_batches=m)))
+    out.append((PIPELINES[0], grow(full._replace(ranks=1), gpus, True, micro_batches)))
     out.append((PIPELINES[1], out[-1][1]._replace(storage="int8")))
     if gpus % parallel.MAX_TENSOR == 0:
         t = parallel.MAX_TENSOR
@@ -82,12 +84,23 @@ def stacks(gpus, micro_batches=None):
     return out
 
 
+# Closed-form recomputation -> the probe planner's checkpoint schedule (``workloads.SCHEDULES``):
+# full recomputation checkpoints every block. Selective recomputation has no schedule there.
+CHECKPOINTS = {"none": "none", "full": "block", "sqrt": "sqrt"}
+
+
 def refusal(stack):
     """Why tinymem would not build ``stack`` (None: it would), by the probe planner's rules
-    (:func:`tinymem.planner.recipe.supported`); pure bf16 is judged as bf16, the half storage it
-    shares."""
+    (:func:`tinymem.planner.recipe.supported`) with the stack's own recomputation; pure bf16 is
+    judged as bf16, the half storage it shares. Tensor and sequence parallelism, and selective
+    recomputation, are refused: the planner builds neither."""
+    if stack.tensor > 1 or stack.sequence_parallel:
+        return "tensor and sequence parallelism: tinymem splits no layer's matrices across GPUs"
+    if stack.recompute not in CHECKPOINTS:
+        return (f"{stack.recompute} recomputation: tinymem's planner builds the checkpoint schedules "
+                f"{', '.join(CHECKPOINTS.values())} only")
     precision = {"mixed": "fp16", "bf16-pure": "bf16"}.get(stack.precision, stack.precision)
-    combo = Combination("none", precision, analytic.optimizer_label(stack.optimizer),
+    combo = Combination(CHECKPOINTS[stack.recompute], precision, analytic.optimizer_label(stack.optimizer),
                         "optimizer" if stack.offload else "none", 1)
     return supported(combo)
 
@@ -105,7 +118,7 @@ def candidates(gpus, micro_batches=None):
                     for offload in (False, "zero-offload"):
                         out.append(Stack(precision, optimizer, recompute, zero=zero, ranks=gpus, offload=offload))
     if gpus > 1:
-        pipe = Stack("bf16", "Adam", "full", pipeline=gpus, micro_batches=micro_batches or 4 * gpus)
+        pipe = grow(Stack("bf16", "Adam", "full"), gpus, True, micro_batches)
         out += [pipe, pipe._replace(storage="int8")]
     return out
 
@@ -183,29 +196,38 @@ def run(arch, batch, stack, mode="tinymem", convention="tinymem"):
     return conventions.apply(analytic.breakdown(arch, batch * stack.micro_batches, stack, mode), convention)
 
 
-def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, stages=None, convention="tinymem"):
+def grow(stack, count, stages, micro_batches=None):
+    """``stack`` on ``count`` GPUs: ``count`` pipeline stages fed ``micro_batches`` micro-batches
+    (default 4 per stage) when ``stages``, else ``count`` data-parallel copies. The one rule
+    behind a row's "fits" and its "fewest GPUs"."""
+    if stages:
+        return stack._replace(pipeline=count, micro_batches=micro_batches or 4 * count)
+    return stack._replace(ranks=count)
+
+
+def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, stages=None, convention="tinymem",
+                micro_batches=None):
     """The fewest GPUs with which ``stack``'s peak fits ``gpu_memory`` (None when none up to
     ``limit`` does). Data-parallel stacks grow their ranks (a copy is t·p GPUs with tensor or
-    pipeline parallelism); pipeline stacks their stages (``stages``: grow the stages; default,
-    when ``stack`` has more than one)."""
+    pipeline parallelism): the peak never rises with N (each sharded term is bytes/N), so a
+    bisection finds the least. Pipeline stacks grow their stages (``stages``: grow the stages;
+    default, when ``stack`` has more than one), each count fed ``micro_batches`` (default 4 per
+    stage, :func:`grow`): a stage holds ceil(L/p) layers, not monotone in p, so every count
+    from 1 to the layers is tried."""
     arch = archs.get_arch(arch)
     stages = stack.pipeline > 1 if stages is None else stages
 
     def fits(count):
-        grown = stack._replace(pipeline=count) if stages else stack._replace(ranks=count)
-        if grown.pipeline > arch.layers:
-            return False
-        if grown.pipeline > 1:
-            grown = grown._replace(micro_batches=max(grown.micro_batches, grown.pipeline))
-        return run(arch, batch, grown, mode, convention).peak <= gpu_memory
+        return run(arch, batch, grow(stack, count, stages, micro_batches), mode, convention).peak <= gpu_memory
 
-    scale = 1 if stages else stack.tensor * stack.pipeline  # GPUs per data-parallel copy
+    if stages:
+        return next((count for count in range(1, min(limit, arch.layers) + 1) if fits(count)), None)
+    scale = stack.tensor * stack.pipeline  # GPUs per data-parallel copy
     if fits(1):
         return scale
-    top = min(limit, arch.layers) if stages else limit
-    if not fits(top):
+    if not fits(limit):
         return None
-    low, high = 1, top  # fits(high), not fits(low)
+    low, high = 1, limit  # fits(high), not fits(low)
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (low, mid) if fits(mid) else (mid, high)
@@ -226,7 +248,7 @@ def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=Non
         result = run(arch, batch, stack, mode, convention)
         rows.append(Row(name, stack, result, result.peak <= gpu_memory,
                         fewest_gpus(arch, batch, stack, gpu_memory, mode, stages=name in PIPELINES,
-                                    convention=convention),
+                                    convention=convention, micro_batches=micro_batches),
                         relative_time(arch, batch, stack), refusal(stack)))
     best = None
     for stack in candidates(gpus, micro_batches) + layouts_3d(arch, gpus, micro_batches):
@@ -240,32 +262,44 @@ def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=Non
     return rows, best
 
 
-def table(rows, gpus, gpu_memory):
-    """Rows for ``cli.print_table``: bytes per bucket (GB = 10⁹ B), peak, fits, fewest GPUs, time."""
+def needs_gpus(row):
+    """Whether ``row``'s technique only differs from the stack above it on more than one GPU (a
+    ZeRO stage on the device, a pipeline, tensor parallelism)."""
+    return (row.stack.zero and not row.stack.offload) or row.name in PIPELINES or row.stack.tensor > 1
+
+
+def table(rows, gpus, gpu_memory, label=None):
+    """Rows for ``cli.print_table``: bytes per bucket (GB = 10⁹ B), peak, fits, fewest GPUs, time.
+    ``label``: the memory as the user wrote it (default: GB, rounded)."""
     def gb(x):
         return f"{x / 1e9:.1f}"
+    label = label or f"{gpu_memory / 1e9:.0f}GB"
     out = []
     for r in rows:
         b = r.breakdown.buckets
         out.append({"stack": r.name, "param": gb(b["parameter"]), "grad": gb(b["gradient"]),
                     "optim": gb(b["optimizer"]), "activ": gb(b["activation"]), "work": gb(b["workspace"]),
                     "host": gb(r.breakdown.host), "peak GB": gb(r.breakdown.peak),
-                    f"fits {gpus}x{gpu_memory / 1e9:.0f}GB": "yes" if r.fits else "no",
+                    f"fits {gpus}x{label}": "yes" if r.fits else "no",
                     "fewest GPUs": "-" if r.fewest_gpus is None else r.fewest_gpus,
                     "time x": f"{r.time:.2f}", "tinymem builds it": "no" if r.refused else "yes"})
     return out
 
 
-def summary(arch, rows, proposal, gpus, gpu_memory):
-    """A few lines: the model, then the proposal or the fewest GPUs that would do."""
+def summary(arch, rows, proposal, gpus, gpu_memory, label=None, full_training=False):
+    """A few lines: the model, then the proposal or the fewest GPUs that would do. ``label``:
+    the memory as the user wrote it; ``full_training``: say "training" stacks (fine-tuning is
+    summed up apart)."""
     arch = archs.get_arch(arch)
+    label = label or f"{gpu_memory / 1e9:.0f} GB"
+    what = "full-training stack" if full_training else "stack"
     lines = [archs.describe(arch)]
     if proposal is not None:
-        lines.append(f"smallest stack that fits {gpus} x {gpu_memory / 1e9:.0f} GB: {proposal.name} "
+        lines.append(f"smallest {what} that fits {gpus} x {label}: {proposal.name} "
                      f"(peak {proposal.breakdown.peak / 1e9:.1f} GB per GPU, time x{proposal.time:.2f})")
     else:
         able = [r for r in rows if r.fewest_gpus is not None and not r.refused]
-        lines.append(f"no stack fits {gpus} x {gpu_memory / 1e9:.0f} GB")
+        lines.append(f"no {what} fits {gpus} x {label}")
         if able:
             best = min(able, key=lambda r: (r.fewest_gpus, r.time))
             lines.append(f"fewest GPUs: {best.fewest_gpus} with {best.name} (time x{best.time:.2f})")

@@ -108,6 +108,10 @@ def describe(combo):
     return ", ".join(parts)
 
 
+HEADERS = {"parameter": "param", "gradient": "grad", "optimizer": "optim", "activation": "activ",
+           "workspace": "work"}  # the closed form's table's names (b[:5] gave "gradi", "works")
+
+
 def table_rows(result, top=None):
     """Rows for ``cli.print_table``: fitting combinations first, checked predictions first,
     fastest first (``top`` of them)."""
@@ -117,7 +121,7 @@ def table_rows(result, top=None):
         c = r.combo
         row = {"ckpt": c.checkpoint, "prec": c.precision, "optimizer": c.optimizer, "offload": c.offload,
                "k": c.micro_batches}
-        row.update({b[:5]: format_bytes(r.prediction.by_bucket[b]) for b in BUCKETS})
+        row.update({HEADERS[b]: format_bytes(r.prediction.by_bucket[b]) for b in BUCKETS})
         row.update({"peak": format_bytes(r.prediction.total), "states(formula)": format_bytes(sum(r.states.values())),
                     "fits": "yes" if r.fits else "no", "checked": "yes" if r.prediction.exact else "NO",
                     "pred ms": round(1e3 * r.seconds, 2),

@@ -58,13 +58,21 @@ def optimizer_label(name):
 
 
 def shape_counts(params):
-    """``params`` (a list of shapes, or ``{shape: how many}``) as ``{shape: how many}``."""
-    if isinstance(params, dict):
-        return params
+    """``params`` (a list of shapes, or ``{shape: how many}``) as ``{shape: how many}``; a
+    dimension or a count that is not a whole number >= 0 is refused (it gave negative bytes)."""
     counts = {}
-    for shape in params:
-        counts[tuple(shape)] = counts.get(tuple(shape), 0) + 1
+    for shape, count in (params.items() if isinstance(params, dict) else ((s, 1) for s in params)):
+        shape = tuple(shape)
+        if not all(_whole(d) for d in shape) or not _whole(count):
+            raise ValueError(f"a parameter shape needs whole dimensions >= 0 and a whole count >= 0, got "
+                             f"{shape!r} x {count!r}")
+        counts[shape] = counts.get(shape, 0) + count
     return counts
+
+
+def _whole(value):
+    return (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+            and value >= 0 and float(value).is_integer())
 
 
 def optimizer_bytes(optimizer, params, itemsize=4):
@@ -94,7 +102,7 @@ def divide(nbytes, parts):
 def parameter_total(params):
     """How many values: ``params`` a count, a list of shapes or ``{shape: how many}``."""
     if isinstance(params, (int, float, np.integer)):
-        if isinstance(params, bool) or params < 0 or not float(params).is_integer():
+        if not _whole(params):
             raise ValueError(f"a parameter count must be a whole number >= 0, got {params!r}")
         return int(params)
     return sum(math.prod(s) * c for s, c in shape_counts(params).items())
@@ -144,6 +152,8 @@ def model_states(params, stage=0, ranks=1, optimizer="adam", precision="mixed", 
     ranks = positive_int("ranks", ranks)
     kind = offload_kind(offload)
     n = parameter_total(params)
+    if units is not None and not all(_whole(u) for u in units):
+        raise ValueError(f"units are element counts of flat buffers, whole numbers >= 0, got {list(units)!r}")
     width = widths.width(precision)
     w = width.weight
     state = optimizer_bytes(optimizer, params, width.state) + width.master * n
