@@ -227,3 +227,18 @@ def test_cross_entropy_is_stable_for_huge_logits():
     assert np.isfinite(loss.item()) and abs(loss.item()) < 1e-6
     loss.backward()
     assert np.all(np.isfinite(logits.grad.numpy()))
+
+
+
+@pytest.mark.parametrize("dtype,ties", [(np.float16, 3001), (np.float16, 70_000), (np.float32, 70_000)])
+@pytest.mark.parametrize("axis", [None, 1])
+def test_max_shares_its_gradient_among_many_ties_in_every_dtype(dtype, ties, axis):
+    """Each of n tied maxima gets 1/n of the gradient, rounded once to the input's dtype. The
+    count must not be kept in a float16 gradient's dtype: 3001 is not a float16 and past 65504
+    it is inf, which made every share 0. (PyTorch 2.13's CPU amax backward along an axis has
+    that overflow too, so the reference is the float64 quotient.)"""
+    x = tm.tensor(np.zeros((2, ties), dtype), requires_grad=True)
+    F.max(x, axis=axis).sum().backward()
+    share = 1 / (ties if axis else 2 * ties)
+    assert x.grad.dtype == dtype
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((2, ties), share).astype(dtype))
