@@ -242,3 +242,17 @@ def test_max_shares_its_gradient_among_many_ties_in_every_dtype(dtype, ties, axi
     share = 1 / (ties if axis else 2 * ties)
     assert x.grad.dtype == dtype
     np.testing.assert_array_equal(x.grad.numpy(), np.full((2, ties), share).astype(dtype))
+
+
+@requires_torch
+@pytest.mark.parametrize("shape,axis", [((0,), -1), ((3, 0), -1), ((0, 4), 1), ((2, 0, 3), 1)])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_over_an_empty_axis_is_empty_as_in_pytorch(op, shape, axis, device):
+    """A max over nothing raised NumPy's raw 'zero-size array to reduction operation maximum'."""
+    import torch
+    x = tm.tensor(np.ones(shape, np.float32), requires_grad=True, device=device)
+    y = getattr(F, op)(x, axis=axis)
+    ref = getattr(torch, op)(torch.ones(shape), axis)
+    assert y.shape == tuple(ref.shape) and y.dtype == np.float32 and y.device == device
+    y.sum().backward()
+    assert x.grad.shape == shape
