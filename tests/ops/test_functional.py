@@ -256,3 +256,22 @@ def test_softmax_over_an_empty_axis_is_empty_as_in_pytorch(op, shape, axis, devi
     assert y.shape == tuple(ref.shape) and y.dtype == np.float32 and y.device == device
     y.sum().backward()
     assert x.grad.shape == shape
+
+
+@requires_torch
+@pytest.mark.parametrize("op", ["sigmoid", "avg_pool2d", "huber_loss"])
+def test_integer_inputs_give_the_float_values(op, device):
+    """sigmoid cast its floats back to the integers' dtype (0 and 1), and avg_pool2d and
+    huber_loss, which divide or halve in place, raised NumPy's raw 'Cannot cast ufunc ...
+    output from float64 to int64': each gives the values PyTorch gives for the same numbers
+    as floats."""
+    import torch
+    import torch.nn.functional as TF
+    values = np.arange(-16, 16).reshape(2, 1, 4, 4)
+    ours = {"sigmoid": F.sigmoid, "avg_pool2d": lambda x: F.avg_pool2d(x, 2),
+            "huber_loss": lambda x: F.huber_loss(x, x * 0, reduction="none", delta=1.5)}[op]
+    theirs = {"sigmoid": torch.sigmoid, "avg_pool2d": lambda x: TF.avg_pool2d(x, 2),
+              "huber_loss": lambda x: TF.huber_loss(x, x * 0, reduction="none", delta=1.5)}[op]
+    out = ours(tm.tensor(values, device=device))
+    assert out.dtype.kind == "f" and out.device == device
+    np.testing.assert_allclose(out.numpy(), theirs(torch.tensor(values, dtype=torch.float64)).numpy(), rtol=1e-12)

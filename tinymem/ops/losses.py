@@ -6,6 +6,8 @@ Memory of each (B rows, C classes, float32 = 4 bytes):
 - ``mse_loss``: saves the difference (4·N).
 - ``huber_loss``: saves the difference (4·N).
 """
+import numpy as np
+
 from .. import memory
 from ..autograd import Function
 from ..backend import array_module
@@ -158,6 +160,8 @@ class HuberLoss(Function):
         if not delta > 0:
             raise ValueError(f"huber_loss: delta must be positive, got {delta}")
         d = memory.register(a - b)  # saved for backward: counted from now, not from the return
+        if d.dtype.kind not in "fc":  # integers: the losses (halves, deltas) are floats
+            d = memory.register(d.astype(np.float64))
         # The same operations as where(|d| <= delta, 0.5 d d, delta (|d| - delta/2)), in three
         # counted buffers (the written-out form kept six uncounted ones): the linear branch is
         # made in |d|'s buffer and the quadratic one copied over it where it applies.
