@@ -275,3 +275,15 @@ def test_integer_inputs_give_the_float_values(op, device):
     out = ours(tm.tensor(values, device=device))
     assert out.dtype.kind == "f" and out.device == device
     np.testing.assert_allclose(out.numpy(), theirs(torch.tensor(values, dtype=torch.float64)).numpy(), rtol=1e-12)
+
+
+@requires_torch
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, np.float16])
+def test_max_pool2d_with_padding_takes_integer_images(dtype, device):
+    """The padding was -inf, which an integer array cannot hold (a raw OverflowError)."""
+    import torch
+    values = (np.arange(2 * 3 * 5 * 5) % 97).reshape(2, 3, 5, 5).astype(dtype)
+    out = F.max_pool2d(tm.tensor(values, device=device), 3, stride=2, padding=1)
+    ref = torch.nn.functional.max_pool2d(torch.tensor(values.astype(np.float64)), 3, stride=2, padding=1)
+    assert out.dtype == dtype
+    np.testing.assert_array_equal(out.numpy(), ref.numpy().astype(dtype))

@@ -46,7 +46,9 @@ class MaxPool2d(Function):
         kh, kw, sh, sw, ph, pw, out_h, out_w = geo = _geometry(x, kernel, stride, padding, "max_pool2d")
         if kh * kw > 255:
             raise ValueError(f"max_pool2d: kernel {kernel} has more than 255 positions")
-        xpad = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf) if ph or pw else x
+        # Padding never wins: -inf, or an integer type's least value (-inf raised OverflowError).
+        low = -np.inf if x.dtype.kind == "f" else (np.iinfo(x.dtype).min if x.dtype.kind in "iu" else False)
+        xpad = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=low) if ph or pw else x
         best = _window(xpad, 0, 0, sh, sw, out_h, out_w).copy()
         where = memory.register(xp.zeros(best.shape, np.uint8))
         better = memory.register(xp.empty(best.shape, bool))  # one mask, reused: counted
