@@ -59,7 +59,7 @@ def cmd_figures(args):
     device = backend.check_device(args.device)
     outdir = args.out or default_out("figures" if device == "cpu" else os.path.join("figures", "cuda"), args.quick)
     found = families()
-    names = args.only or list(found)
+    names = list(dict.fromkeys(args.only or found))  # --only a a runs a once
     unknown = [n for n in names if n not in found]
     if unknown:
         print(f"unknown figure family {unknown}; known: {', '.join(found)}", file=sys.stderr)

@@ -4,6 +4,7 @@ check's summary table read from a check's logs."""
 import json
 import pathlib
 
+import pytest
 from conftest import requires_torch
 
 from tinymem import cli
@@ -162,3 +163,64 @@ def test_one_failing_bench_row_costs_only_itself_and_every_row_is_written_as_it_
     assert "tiny_op      error: RuntimeError" in "\n".join(gpu_check.bench_lines(str(tmp_path)))
     assert any("error: RuntimeError" in line for line in readme.gpu_table(records))
     assert targets.plot(records, tmp_path, "bench_cuda.png")  # the error row is left out of the plot
+
+
+def test_odd_test_names_and_collection_errors_are_listed():
+    """A parameter with spaces ("t[a b]") and a module that fails to collect ("ERROR tests/e.py -
+    ...": no ::) were left out of the failed list; a captured log line ("ERROR    root:...") is
+    no test. Killed before -rfE, the -v lines name the whole test, spaces included."""
+    log = ("tests/a.py::t[a b] FAILED [ 50%]\n[gw1] [ 60%] FAILED tests/b.py::u[x y]\n"
+           "ERROR    root:file.py:12 a logged message\nFAILED tests/a.py::t[a b] - AssertionError: 1 != 2\n"
+           "ERROR tests/e.py - ModuleNotFoundError: No module named 'x'\nERROR tests/f.py::g - RuntimeError\n"
+           "==== 1 failed, 2 errors in 3.0s ====\n")
+    assert gpu_check.failed_tests(log) == [("tests/a.py::t[a b]", "AssertionError: 1 != 2"),
+                                           ("tests/e.py", "ModuleNotFoundError: No module named 'x'"),
+                                           ("tests/f.py::g", "RuntimeError")]
+    killed = log.split("ERROR    root")[0]
+    assert gpu_check.failed_tests(killed) == [("tests/a.py::t[a b]", ""), ("tests/b.py::u[x y]", "")]
+
+
+def test_a_bench_file_of_another_shape_or_a_malformed_row_is_said_not_raised(tmp_path):
+    """bench_cuda.json is read after a check that may have gone wrong: rows that are no list, a
+    meta that is null, a row without its fields each get a line instead of a traceback that
+    loses the whole summary."""
+    (tmp_path / "data").mkdir()
+    path = tmp_path / "data" / "bench_cuda.json"
+    good = _fake_records()["rows"][0]
+    for content, expected in (({"rows": None}, "unreadable (its rows are a NoneType"),
+                              ({"rows": {"a": 1}}, "unreadable (its rows are a dict"),
+                              ({"rows": [{"key": "a"}], "meta": None}, "row 0: unreadable (KeyError"),
+                              ({"rows": [5, good]}, "row 0: unreadable (TypeError"),
+                              ({"rows": [dict(good, target=None)]}, "row 0: unreadable (TypeError")):
+        path.write_text(json.dumps(content))
+        text = "\n".join(gpu_check.bench_lines(str(tmp_path)))
+        assert expected in text, text
+    assert text.splitlines()[0].endswith("(bench_cuda.json of ?)")
+
+
+@requires_torch
+def test_a_writer_that_fails_is_not_recorded_as_the_rows_error(monkeypatch):
+    """The row was measured; writing it failed. That was caught as the row's own error: the row
+    then stood twice in the records, once measured and once as an error it never had."""
+    import types
+    row = {"key": "a", "contenders": {"tinymem": {"median": 1.0}}, "target": 2.0, "met": True}
+    monkeypatch.setattr(targets_cuda, "_Device", lambda device, torch: None)
+    monkeypatch.setattr(targets_cuda, "_builders", lambda dev, quick: [
+        (("a",), lambda: [types.SimpleNamespace(key="a", label="a", what="a", target=2.0)])])
+    monkeypatch.setattr(targets_cuda, "_measure", lambda dev, r, rounds: dict(row))
+    seen = []
+
+    def on_row(records):
+        seen.append([dict(r) for r in records["rows"]])
+        raise OSError("planted: no space left on device")
+    with pytest.raises(OSError, match="planted"):  # the writer's failure, said as such
+        targets_cuda.run(quick=True, on_row=on_row)
+    assert seen == [[row]]
+
+
+def test_the_summary_without_its_folder_says_how_to_call_it():
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "tinymem.benchmarks.gpu_check"], capture_output=True, text=True,
+                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert done.returncode == 2 and "usage: python -m tinymem.benchmarks.gpu_check OUT" in done.stderr

@@ -78,6 +78,22 @@ def test_a_dry_run_brings_back_a_summary_with_a_killed_part_and_a_failed_row(tmp
     assert parts == ["info", "cuda_tests", "suite_cuda", "lessons", "bench", "figures"]
 
 
+@pytest.mark.skipif(shutil.which("timeout") is None or shutil.which("bash") is None, reason="needs bash and timeout")
+def test_a_limit_that_is_no_number_is_noted_and_the_part_runs_under_its_default(tmp_path):
+    """LIMIT_LESSONS=abc made timeout refuse to start the part (rc 125) and the summary said it
+    was not run; an output folder with a space in its name works as any other."""
+    out = tmp_path / "gpu out"
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(out), "PYTHON": str(_fake_python(tmp_path)),
+           "LIMIT_SUITE_CUDA": "1", "LIMIT_LESSONS": "abc"}
+    done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = (out / "summary.txt").read_text().splitlines()
+    assert "note: LIMIT_LESSONS=abc is no whole number of seconds: lessons runs under its default limit of 90 s" in lines
+    lessons = next(line for line in lines if line.startswith("lessons"))
+    assert lessons.split()[1] == "1" and lessons.split()[3:5] == ["13", "1"]
+    assert "lessons 1 " in (out / "rc.txt").read_text() and (out / "rc.txt").read_text().count("\n") == 6
+
+
 def test_the_script_parses_and_its_limits_fit_in_8_minutes():
     assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
     text = SCRIPT.read_text()

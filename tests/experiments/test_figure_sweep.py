@@ -56,3 +56,18 @@ def test_each_cpu_only_family_refuses_cuda_with_the_reason_listed(name, standin)
     with pytest.raises(ValueError) as refused:
         module.run(quick=True, device="cuda")
     assert experiments.CPU_ONLY_FAMILIES[name] in str(refused.value)
+
+
+def test_a_family_named_twice_runs_once_and_a_corrupt_earlier_record_stops_nothing(fake_families, standin,
+                                                                                   tmp_path, capsys):
+    """``--only first first`` ran (on a GPU: measured) the family twice; a records file of valid
+    JSON but another shape stopped the sweep before its first family."""
+    runs = []
+    fake_families["first"].run = lambda quick, device: runs.append(device) or {"device": device}
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "last.json").write_text("[]")
+    code = cli.main(["figures", "--quick", "--only", "first", "last", "first", "--device", "cuda",
+                     "--out", str(tmp_path)])
+    assert code == 0, capsys.readouterr().err
+    assert runs == ["cuda"]
+    assert json.loads((tmp_path / "data" / "last.json").read_text())["device"] == "cuda"

@@ -227,3 +227,63 @@ def test_cross_entropy_is_stable_for_huge_logits():
     assert np.isfinite(loss.item()) and abs(loss.item()) < 1e-6
     loss.backward()
     assert np.all(np.isfinite(logits.grad.numpy()))
+
+
+
+@pytest.mark.parametrize("dtype,ties", [(np.float16, 3001), (np.float16, 70_000), (np.float32, 70_000)])
+@pytest.mark.parametrize("axis", [None, 1])
+def test_max_shares_its_gradient_among_many_ties_in_every_dtype(dtype, ties, axis):
+    """Each of n tied maxima gets 1/n of the gradient, rounded once to the input's dtype. The
+    count must not be kept in a float16 gradient's dtype: 3001 is not a float16 and past 65504
+    it is inf, which made every share 0. (PyTorch 2.13's CPU amax backward along an axis has
+    that overflow too, so the reference is the float64 quotient.)"""
+    x = tm.tensor(np.zeros((2, ties), dtype), requires_grad=True)
+    F.max(x, axis=axis).sum().backward()
+    share = 1 / (ties if axis else 2 * ties)
+    assert x.grad.dtype == dtype
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((2, ties), share).astype(dtype))
+
+
+@requires_torch
+@pytest.mark.parametrize("shape,axis", [((0,), -1), ((3, 0), -1), ((0, 4), 1), ((2, 0, 3), 1)])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_over_an_empty_axis_is_empty_as_in_pytorch(op, shape, axis, device):
+    """A max over nothing raised NumPy's raw 'zero-size array to reduction operation maximum'."""
+    import torch
+    x = tm.tensor(np.ones(shape, np.float32), requires_grad=True, device=device)
+    y = getattr(F, op)(x, axis=axis)
+    ref = getattr(torch, op)(torch.ones(shape), axis)
+    assert y.shape == tuple(ref.shape) and y.dtype == np.float32 and y.device == device
+    y.sum().backward()
+    assert x.grad.shape == shape
+
+
+@requires_torch
+@pytest.mark.parametrize("op", ["sigmoid", "avg_pool2d", "huber_loss"])
+def test_integer_inputs_give_the_float_values(op, device):
+    """sigmoid cast its floats back to the integers' dtype (0 and 1), and avg_pool2d and
+    huber_loss, which divide or halve in place, raised NumPy's raw 'Cannot cast ufunc ...
+    output from float64 to int64': each gives the values PyTorch gives for the same numbers
+    as floats."""
+    import torch
+    import torch.nn.functional as TF
+    values = np.arange(-16, 16).reshape(2, 1, 4, 4)
+    ours = {"sigmoid": F.sigmoid, "avg_pool2d": lambda x: F.avg_pool2d(x, 2),
+            "huber_loss": lambda x: F.huber_loss(x, x * 0, reduction="none", delta=1.5)}[op]
+    theirs = {"sigmoid": torch.sigmoid, "avg_pool2d": lambda x: TF.avg_pool2d(x, 2),
+              "huber_loss": lambda x: TF.huber_loss(x, x * 0, reduction="none", delta=1.5)}[op]
+    out = ours(tm.tensor(values, device=device))
+    assert out.dtype.kind == "f" and out.device == device
+    np.testing.assert_allclose(out.numpy(), theirs(torch.tensor(values, dtype=torch.float64)).numpy(), rtol=1e-12)
+
+
+@requires_torch
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, np.float16])
+def test_max_pool2d_with_padding_takes_integer_images(dtype, device):
+    """The padding was -inf, which an integer array cannot hold (a raw OverflowError)."""
+    import torch
+    values = (np.arange(2 * 3 * 5 * 5) % 97).reshape(2, 3, 5, 5).astype(dtype)
+    out = F.max_pool2d(tm.tensor(values, device=device), 3, stride=2, padding=1)
+    ref = torch.nn.functional.max_pool2d(torch.tensor(values.astype(np.float64)), 3, stride=2, padding=1)
+    assert out.dtype == dtype
+    np.testing.assert_array_equal(out.numpy(), ref.numpy().astype(dtype))

@@ -27,8 +27,9 @@ _SKIP = re.compile(r"^SKIPPED \[(\d+)\] [^:]+(?::\d+)?: (.*)$")
 _VERBOSE = re.compile(r"(?:^|\s)(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?:\s|$)")
 _VERBOSE_KEY = {"PASSED": "passed", "FAILED": "failed", "ERROR": "errors", "SKIPPED": "skipped",
                 "XFAIL": "xfailed", "XPASS": "xpassed"}
-# pytest -rfE: "FAILED tests/a.py::t - AssertionError: ..." / "ERROR tests/a.py::t - ..."
-_FAILED = re.compile(r"^(FAILED|ERROR) (\S+::\S+)(?: - (.*))?$")
+# pytest -rfE: "FAILED tests/a.py::t - AssertionError: ..." / "ERROR tests/a.py::t - ..." and a
+# collection error "ERROR tests/a.py - ImportError: ..."; a parameter may hold spaces ("t[a b]")
+_FAILED = re.compile(r"^(FAILED|ERROR) (\S+?\.py(?:::.+?)?)(?: - (.*))?$")
 _KILLED = {124: "timed out", 137: "killed"}
 
 
@@ -61,8 +62,10 @@ def failed_tests(log_text):
     if not found:
         for line in log_text.splitlines():
             match = _VERBOSE.search(line)
-            if match and match.group(1) in ("FAILED", "ERROR"):
-                found.setdefault(next(word for word in line.split() if "::" in word), "")
+            if match and match.group(1) in ("FAILED", "ERROR") and "::" in line:
+                # "[gw1] [ 3%] FAILED tests/a.py::t[a b]" (xdist) or "tests/a.py::t[a b] FAILED [ 3%]"
+                after, before = line[match.end():].strip(), line[:match.start()].strip()
+                found.setdefault(after if "::" in after else before, "")
     return list(found.items())
 
 
@@ -158,19 +161,28 @@ def bench_lines(bench):
     try:
         records = json.loads(_read(path))
         rows = records["rows"]
+        if not isinstance(rows, list):
+            raise TypeError(f"its rows are a {type(rows).__name__}, not a list")
     except (ValueError, KeyError, TypeError) as exc:
         return [f"bench: {path} is unreadable ({exc})"]
-    when = records.get("meta", {}).get("date", "?")
+    meta = records.get("meta")
+    when = meta.get("date", "?") if isinstance(meta, dict) else "?"
     lines = [f"{'bench row':<12} {'tinymem':>9} {'torch':>9} {'target':>11} {'met':>4}   (bench_cuda.json of {when})"]
-    for row in rows:
-        if "error" in row:
-            lines.append(f"{row['key']:<12} error: {row['error']}")
-            continue
-        theirs = row["contenders"].get("torch")
-        target = f"{row['band'][0]}-{row['band'][1]}" if "band" in row else f"<= {row['target']:.2f}"
-        lines.append(f"{row['key']:<12} {row['contenders']['tinymem']['median']:>9.3f} "
-                     f"{theirs['median'] if theirs else float('nan'):>9.3f} {target:>11} {'yes' if row['met'] else 'no':>4}")
+    for index, row in enumerate(rows):
+        try:
+            lines.append(_bench_line(row))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:  # one malformed row, said as such
+            lines.append(f"row {index}: unreadable ({type(exc).__name__}: {exc}): {json.dumps(row)[:120]}")
     return lines
+
+
+def _bench_line(row):
+    if "error" in row:
+        return f"{row['key']:<12} error: {row['error']}"
+    theirs = row["contenders"].get("torch")
+    target = f"{row['band'][0]}-{row['band'][1]}" if "band" in row else f"<= {row['target']:.2f}"
+    return (f"{row['key']:<12} {row['contenders']['tinymem']['median']:>9.3f} "
+            f"{theirs['median'] if theirs else float('nan'):>9.3f} {target:>11} {'yes' if row['met'] else 'no':>4}")
 
 
 def main(out, bench=None):
@@ -179,4 +191,8 @@ def main(out, bench=None):
 
 
 if __name__ == "__main__":
+    if not 2 <= len(sys.argv) <= 3:
+        print("usage: python -m tinymem.benchmarks.gpu_check OUT [BENCH] (the folders gpu_check.sh wrote)",
+              file=sys.stderr)
+        sys.exit(2)
     sys.exit(main(*sys.argv[1:]))

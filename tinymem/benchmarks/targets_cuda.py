@@ -257,13 +257,17 @@ def run(quick=False, device="cuda", rounds=None, on_row=None):
             continue
         for row in rows:
             try:
-                add(_measure(dev, row, rounds))
+                entry = _measure(dev, row, rounds)
             except Exception as exc:  # noqa: BLE001
-                add(error_row(row.key, exc, row.label, row.what, row.target))
+                entry = error_row(row.key, exc, row.label, row.what, row.target)
+            # Outside the try: an on_row that raises (a write that failed) is no error of the
+            # row, which it recorded twice, once measured and once as that error.
+            add(entry)
     try:
-        add(ledger_row(device, quick))
+        entry = ledger_row(device, quick)
     except Exception as exc:  # noqa: BLE001
-        add(error_row("ledger", exc, "ledger / allocator peak", target=LEDGER_BAND[1]))
+        entry = error_row("ledger", exc, "ledger / allocator peak", target=LEDGER_BAND[1])
+    add(entry)
     return records
 
 

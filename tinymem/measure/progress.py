@@ -13,10 +13,17 @@ def last_seconds(outdir, name, quick):
     """Seconds the last run of family ``name`` in ``outdir`` took at the same sizes, or None."""
     try:
         with open(os.path.join(outdir, "data", f"{name}.json")) as f:
-            meta = json.load(f).get("meta", {})
+            records = json.load(f)
     except (OSError, ValueError):
         return None
-    return meta.get("seconds") if meta.get("quick") == quick else None
+    # Only an estimate: a file of another shape (a list, a meta that is no dict, seconds that
+    # are no positive number) means "unknown", not an error that stops the whole sweep.
+    meta = records.get("meta") if isinstance(records, dict) else None
+    if not isinstance(meta, dict) or meta.get("quick") != quick:
+        return None
+    seconds = meta.get("seconds")
+    ok = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 < seconds < float("inf")
+    return seconds if ok else None
 
 
 def seconds_left(remaining, done):

@@ -178,14 +178,14 @@ class Sigmoid(Function):
         # In three counted buffers (e, 1 + e and a 1-byte mask), with the same operations: the
         # written-out where(a >= 0, 1 / (1 + e), e / (1 + e)) kept five uncounted ones alive.
         xp = array_module(a)
-        dtype = xp.result_type(a, 1.0)  # out=: arrays even when a is 0-d
+        # a's own float dtype, float64 for integers; out=: arrays even when a is 0-d
+        dtype = a.dtype if a.dtype.kind in "fc" else np.dtype(np.float64)
         e = memory.register(xp.abs(a, out=xp.empty(a.shape, dtype)))
         xp.negative(e, out=e)
         xp.exp(e, out=e)
         y = memory.register(xp.add(e, 1, out=xp.empty(a.shape, dtype)))
         xp.copyto(e, 1, where=memory.register(a >= 0))  # the numerator: 1 for a >= 0, e below
-        xp.divide(e, y, out=y)
-        y = y.astype(a.dtype, copy=False)
+        xp.divide(e, y, out=y)  # integers were cast back from these floats: 0 and 1
         ctx.save_for_backward(y)
         return y
 

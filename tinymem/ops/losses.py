@@ -32,10 +32,19 @@ def _check_not_empty(name, count, reduction):
                          "empty batches (a DataLoader with drop_last) or use reduction='sum'")
 
 
+def _row_max(xp, x, axis):
+    """``x.max(axis, keepdims=True)``, the shift that keeps exp from overflowing; zeros when the
+    axis is empty (NumPy and CuPy refuse a max over nothing; the softmax of nothing is empty,
+    as in PyTorch)."""
+    if x.shape[axis] == 0:
+        return xp.zeros(x.shape[:axis] + (1,) + x.shape[axis + 1:], x.dtype)
+    return x.max(axis=axis, keepdims=True)
+
+
 class Softmax(Function):
     def forward(ctx, x, axis=-1):
         xp, axis = array_module(x), axis_index("softmax", axis, x.ndim)
-        e = xp.exp(x - x.max(axis=axis, keepdims=True))
+        e = xp.exp(x - _row_max(xp, x, axis))
         y = e / e.sum(axis=axis, keepdims=True)
         ctx.axis = axis
         ctx.save_for_backward(y)
@@ -55,8 +64,9 @@ class Softmax(Function):
 class LogSoftmax(Function):
     def forward(ctx, x, axis=-1):
         xp, axis = array_module(x), axis_index("log_softmax", axis, x.ndim)
-        shifted = x - x.max(axis=axis, keepdims=True)
-        lse = xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+        shifted = x - _row_max(xp, x, axis)
+        # An empty axis has nothing to normalise (the log of its empty sum would warn of log(0)).
+        lse = xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True)) if x.shape[axis] else 0
         y = shifted - lse
         ctx.axis = axis
         ctx.save_for_backward(xp.exp(y))
@@ -157,6 +167,8 @@ class HuberLoss(Function):
         if not delta > 0:
             raise ValueError(f"huber_loss: delta must be positive, got {delta}")
         d = memory.register(a - b)  # saved for backward: counted from now, not from the return
+        if d.dtype.kind not in "fc":  # integers: the losses (halves, deltas) are floats
+            d = memory.register(d.astype(np.float64))
         # The same operations as where(|d| <= delta, 0.5 d d, delta (|d| - delta/2)), in three
         # counted buffers (the written-out form kept six uncounted ones): the linear branch is
         # made in |d|'s buffer and the quadratic one copied over it where it applies.

@@ -46,7 +46,9 @@ class MaxPool2d(Function):
         kh, kw, sh, sw, ph, pw, out_h, out_w = geo = _geometry(x, kernel, stride, padding, "max_pool2d")
         if kh * kw > 255:
             raise ValueError(f"max_pool2d: kernel {kernel} has more than 255 positions")
-        xpad = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf) if ph or pw else x
+        # Padding never wins: -inf, or an integer type's least value (-inf raised OverflowError).
+        low = -np.inf if x.dtype.kind == "f" else (np.iinfo(x.dtype).min if x.dtype.kind in "iu" else False)
+        xpad = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=low) if ph or pw else x
         best = _window(xpad, 0, 0, sh, sw, out_h, out_w).copy()
         where = memory.register(xp.zeros(best.shape, np.uint8))
         better = memory.register(xp.empty(best.shape, bool))  # one mask, reused: counted
@@ -81,11 +83,13 @@ class AvgPool2d(Function):
         xp = array_module(x)
         kh, kw, sh, sw, ph, pw, out_h, out_w = geo = _geometry(x, kernel, stride, padding, "avg_pool2d")
         xpad = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else x
-        total = xp.zeros((x.shape[0], x.shape[1], out_h, out_w), x.dtype)
+        # Integers average to float64 (as a mean does): the sum divided in place needs a float.
+        dtype = x.dtype if x.dtype.kind in "fc" else np.dtype(np.float64)
+        total = xp.zeros((x.shape[0], x.shape[1], out_h, out_w), dtype)
         for k in range(kh * kw):
             total += _window(xpad, k // kw, k % kw, sh, sw, out_h, out_w)
         ctx.geo, ctx.x_shape = geo, x.shape
-        total /= x.dtype.type(kh * kw)  # in place: the sum is the output
+        total /= dtype.type(kh * kw)  # in place: the sum is the output
         return total
 
     def backward(ctx, g):

@@ -64,8 +64,10 @@ class Max(Function):
         g = _expand(g, mask.shape, ctx.axes, ctx.keepdims)
         xp = array_module(g)
         # In g's dtype and one buffer: g * mask / count made a float64 array (an int64 count
-        # promotes float32) beside the product, uncounted.
-        count = mask.sum(axis=ctx.axes, keepdims=True, dtype=g.dtype)
+        # promotes float32) beside the product, uncounted. The count itself (one number per
+        # output) is float64: counted in float16 it stops at 2048 exactly and overflows to inf
+        # past 65504 ties (the max of 70,000 zeros got a gradient of 0, not 1/70,000).
+        count = mask.sum(axis=ctx.axes, keepdims=True, dtype=np.float64)
         out = xp.multiply(g, mask, out=xp.empty(mask.shape, g.dtype))
         out /= count
         return out
