@@ -250,3 +250,22 @@ def test_every_optimizer_plugs_into_state_offload(label):
         results.append([p.numpy().copy() for p in ps])
     for a, b in zip(*results):
         assert np.array_equal(a, b), label
+
+
+def test_adam8bit_steps_a_zero_size_parameter_beside_others(device):
+    """An empty parameter (an unused embedding of 0 rows) in the 8-bit path: nothing to step,
+    its neighbour stepped as without it (the CPU path looped with a chunk of 0: range raised)."""
+    rng = np.random.default_rng(0)
+    full = rng.standard_normal(4096).astype(np.float32)
+    results = []
+    for shapes in (((0,), (4096,)), ((4096,),)):
+        ps = [Parameter(backend.to_device(np.zeros(s, np.float32) if s == (0,) else full.copy(), device))
+              for s in shapes]
+        opt = optim.Adam8bit(ps, min_8bit_size=0)
+        for _ in range(2):
+            for p in ps:
+                p.grad = backend.to_device(np.ones(p.shape, np.float32), device)
+            opt.step()
+        results.append(backend.to_numpy(ps[-1].data))
+        assert opt.state[ps[0]]["step"] == 2
+    assert np.array_equal(results[0], results[1]) and not np.array_equal(results[0], full)
