@@ -269,3 +269,15 @@ def test_adam8bit_steps_a_zero_size_parameter_beside_others(device):
         results.append(backend.to_numpy(ps[-1].data))
         assert opt.state[ps[0]]["step"] == 2
     assert np.array_equal(results[0], results[1]) and not np.array_equal(results[0], full)
+
+
+def test_adafactor_on_a_device_equals_the_cpu_bit_for_bit(standin):
+    """The device keeps its RMS as 0-d arrays (no host sync); the update's scale must still
+    multiply as a float32, as the CPU's Python float does (was float64: 1 ulp apart)."""
+    rng = np.random.default_rng(0)
+    params = [rng.standard_normal(s).astype(np.float32) for s in ((7, 5), (4096,), (5000,))]
+    grads = [[rng.standard_normal(p.shape).astype(np.float32) for p in params] for _ in range(3)]
+    cpu, dev = (_run_tinymem(lambda ps: optim.Adafactor(ps, weight_decay=0.1), params, grads, device)
+                for device in ("cpu", "cuda"))
+    for a, b in zip(cpu, dev):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
