@@ -40,6 +40,7 @@ Streams and events are no-ops: everything runs in order on the host.
 """
 import contextlib
 import sys
+import threading
 import types
 import weakref
 
@@ -126,7 +127,10 @@ def _flush_in_place(array):
 # ONE hook, :func:`_record`, reached from the dispatch points (``_launch`` around every device
 # operation, ``_host_read`` on every device-to-host read). A launch inside another (NumPy's
 # ``a.sum()`` calling ``np.add.reduce``, a fused kernel's ufuncs) is not counted again.
-_counting = {"blocks": [], "depth": 0}
+_counting = {"blocks": []}
+# How deep this thread is inside a launch: per thread, so that another thread's kernel in
+# flight does not hide this thread's launches (a shared depth counted them as nested: 0).
+_depth = threading.local()
 _HERE = __file__
 
 
@@ -179,13 +183,13 @@ class _Launch:
         self.site = site
 
     def __enter__(self):
-        if _counting["depth"] == 0:
+        if getattr(_depth, "value", 0) == 0:
             _record("launch", self.site)
-        _counting["depth"] += 1
+        _depth.value = getattr(_depth, "value", 0) + 1
         return self
 
     def __exit__(self, *exc):
-        _counting["depth"] -= 1
+        _depth.value -= 1
 
 
 def _launch(method):
@@ -400,14 +404,14 @@ _NO_KERNEL = {"empty", "empty_like", "shape", "ndim", "size", "result_type", "ca
 def _counted_call(func, args, kwargs, call):
     """``call()``, counted as one launch unless it only makes a view of an input, or an
     uninitialised buffer (``empty``), as on CuPy, where neither runs a kernel."""
-    if _counting["depth"] or not _counting["blocks"] or getattr(func, "__name__", "") in _NO_KERNEL:
+    if getattr(_depth, "value", 0) or not _counting["blocks"] or getattr(func, "__name__", "") in _NO_KERNEL:
         return call()
     site = _site()
-    _counting["depth"] += 1
+    _depth.value = 1
     try:
         result = call()
     finally:
-        _counting["depth"] -= 1
+        _depth.value = 0
     inputs = [a for a in (list(args) + list(kwargs.values())) if isinstance(a, ndarray)]
     if not (isinstance(result, ndarray) and any(np.shares_memory(result.view(_plain), a.view(_plain)) for a in inputs)
             and "out" not in kwargs):

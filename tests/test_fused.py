@@ -47,7 +47,10 @@ def test_every_kernel_compiles_for_sm90_with_nvcc(tmp_path):
     assert {"adam_step", "adam8bit_moments", "adam8bit_codes", "bf16_encode", "grad_unscale",
             "philox_uniform"} <= names
     assert len(names) == len(kernels), "two kernels share a name: CuPy would compile one for both"
-    (tmp_path / "kernels.cu").write_text(_source(kernels))
+    probes = [fused.Kernel(name, ins, outs, body) for name, ins, outs, body, _ in _PROBES]
+    for probe in probes:  # the probe bodies below, compiled beside the library's kernels
+        fused.KERNELS.remove(probe)
+    (tmp_path / "kernels.cu").write_text(_source(kernels + probes))
     run = subprocess.run([nvcc, "-arch=sm_90", "-c", "kernels.cu", "-o", "kernels.o", "-diag-suppress", "177"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
@@ -182,3 +185,86 @@ def test_the_tracer_refuses_what_c_would_compute_differently():
     fused.KERNELS.remove(bad)
     with pytest.raises(TypeError, match="unsigned integers with //"):
         bad.snippet()
+
+
+def _host_run(tmp_path, kernel, args):
+    """Run ``kernel``'s traced C, built for the host, on NumPy ``args``; return its outputs."""
+    compiler = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if compiler is None:
+        pytest.skip("no C++ compiler on PATH to build the kernels' C for the host")
+    (tmp_path / "probe.cpp").write_text(_HOST_PRELUDE + fused.cuda_source(kernel))
+    build = subprocess.run([compiler, "-O1", "-ffp-contract=off", "-shared", "-fPIC", "probe.cpp", "-o", "probe.so"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    library, c_args, outs = ctypes.CDLL(str(tmp_path / "probe.so")), [], []
+    for param, value in zip(kernel.inputs + kernel.outputs, args):
+        if param.name in kernel.scalars:
+            c_args.append(_CTYPES[param.dtype.name](value))
+            continue
+        array = np.ascontiguousarray(value, dtype=param.dtype).copy()
+        outs.append(array) if param.out else None
+        c_args.append(array.ctypes.data_as(ctypes.c_void_p))
+        c_args[-1]._keep = array
+    getattr(library, kernel.name)(*c_args, ctypes.c_ssize_t(outs[0].size))
+    return outs
+
+
+_PROBES = [  # bodies where C's types differ from NumPy's unless the tracer follows NumPy
+    ("probe_sqrt_int", "int32 x", "float64 y", lambda ops, x, y: (ops.sqrt(x),),
+     [np.array([2, 3, 10], np.int32)]),
+    ("probe_shift_mixed", "uint32 x, int32 s", "int64 y", lambda ops, x, s, y: (x << s,),
+     [np.array([3, 1, 7], np.uint32), np.array([31, 4, 30], np.int32)]),
+    ("probe_shift_reflected", "int32 s", "int32 y", lambda ops, s, y: (1 << s,), [np.array([0, 5, 30], np.int32)]),
+    ("probe_compare_mixed", "int32 a, float32 b", "bool y", lambda ops, a, b, y: (a < b,),
+     [np.array([16777217, 1, -3], np.int32), np.array([16777216, 1.5, -3], np.float32)]),
+    ("probe_scalar_weak", "float32 x", "float32 y", lambda ops, x, y: (ops.where(x > 0, x * 0.1, 1 / 3),),
+     [np.array([1, -1, 3], np.float32)]),
+    ("probe_uint_floor", "uint32 a, uint32 b", "uint32 y", lambda ops, a, b, y: (a // b - (a ^ b) + ~a,),
+     [np.array([7, 0, 2**32 - 1], np.uint32), np.array([2, 5, 3], np.uint32)]),
+]
+
+
+@pytest.mark.parametrize("name, ins, outs, body, args", _PROBES, ids=[p[0] for p in _PROBES])
+def test_probe_bodies_compute_the_same_in_c_and_in_numpy(tmp_path, name, ins, outs, body, args):
+    kernel = fused.Kernel(name, ins, outs, body)
+    fused.KERNELS.remove(kernel)
+    out_param = kernel.outputs[0]
+    want = np.empty(args[0].shape, out_param.dtype)
+    with np.errstate(all="ignore"):
+        kernel(*args, want)
+    got, = _host_run(tmp_path, kernel, args + [np.empty(args[0].shape, out_param.dtype)])
+    assert np.array_equal(got, want), f"{name}: C gives {got}, NumPy {want}\n{kernel.snippet()}"
+
+
+def test_a_body_that_branches_on_a_value_is_refused():
+    """``0 < x < 1`` is ``(0 < x) and (x < 1)``: traced, ``and`` kept only the second test."""
+    kernel = fused.Kernel("probe_branch", "float32 x", "float32 y", lambda ops, x, y: (ops.where(0 < x < 1, x, -x),))
+    fused.KERNELS.remove(kernel)
+    with pytest.raises(TypeError, match="cannot branch on a value"):
+        kernel.snippet()
+
+
+def test_arguments_take_the_parameters_types_as_cupy_would():
+    """CuPy refuses an array of another dtype and casts a NumPy scalar to its parameter's type;
+    NumPy would silently compute in float64 for both."""
+    kernel = fused.Kernel("probe_scale", "float32 x, float32 a", "float32 y", lambda ops, x, a, y: (x * a,), ("a",))
+    fused.KERNELS.remove(kernel)
+    x, y = np.array([1 / 3], np.float32), np.empty(1, np.float32)
+    assert kernel(x, np.float64(1 / 3), y)[0] == np.float32(1 / 3) * np.float32(1 / 3)
+    for args in ((np.array([1 / 3]), 3.0, y), (x, 3.0, np.empty(1))):
+        before = y.copy()
+        with pytest.raises(TypeError, match="must be a float32 array"):
+            kernel(*args)
+        assert np.array_equal(y, before)
+
+
+def test_take_and_flag_if_use_a_raw_arrays_flat_index():
+    """In C a raw parameter is indexed by its flat index, whatever its shape."""
+    def body(ops, table, j, found, y):
+        ops.flag_if(found, j > 2)
+        return found, ops.take(table, j)
+    kernel = fused.Kernel("probe_take", "raw float32 table, int64 j", "raw int32 found, float32 y", body)
+    fused.KERNELS.remove(kernel)
+    found, y = np.zeros((2, 2), np.int32), np.empty(2, np.float32)
+    kernel(np.arange(6, dtype=np.float32).reshape(2, 3), np.array([4, 1]), found, y)
+    assert y.tolist() == [4.0, 1.0] and found.tolist() == [[1, 0], [0, 0]]

@@ -167,3 +167,33 @@ def test_embedding_cross_entropy_and_adafactor_make_no_host_sync(cuda):
     with sc.counting() as counts:
         opt.step()
     _within(counts, syncs=0, what="Adafactor")
+
+
+def test_out_of_range_rows_give_nan_gradients_on_a_device_and_valid_rows_exact_ones(cuda):
+    """A target or index out of range gives a NaN loss on a device; its gradient is NaN as well
+    (it was the pull towards the clipped class, and an embedding's wrapped into a wrong row by
+    CuPy's scatter, the stand-in raising IndexError), so a GradScaler skips the step; valid
+    rows' gradients equal the CPU's. No host sync in backward either."""
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((4, 5)).astype(np.float32)
+    grads = []
+    for device, target in (("cpu", [1, 0, 4, 2]), ("cuda", [1, 0, 7, 2])):
+        logits = tm.tensor(z, device=device, requires_grad=True)
+        loss = tm.functional.cross_entropy(logits, tm.tensor(np.array(target), device=device), reduction="sum")
+        with sc.counting() as counts:
+            loss.backward()
+        grads.append(backend.to_numpy(logits.grad.data))
+    _within(counts, syncs=0, what="cross_entropy's backward")
+    assert np.array_equal(grads[0][[0, 1, 3]], grads[1][[0, 1, 3]]) and np.isnan(grads[1][2]).all()
+    table = tm.tensor(np.ones((4, 3), np.float32), device="cuda", requires_grad=True)
+    rows = tm.functional.embedding(tm.tensor(np.array([1, 6, 1]), device="cuda"), table)
+    with sc.counting() as counts:
+        rows.sum().backward()
+    _within(counts, syncs=0, what="embedding's backward")
+    grad = backend.to_numpy(table.grad.data)
+    assert grad[1].tolist() == [2, 2, 2] and grad[0].tolist() == [0, 0, 0] and np.isnan(grad[3]).all()
+    weight = nn.Parameter(tm.tensor(np.ones((4, 3), np.float32), device="cuda"))
+    weight.grad = table.grad.data
+    opt, scaler = optim.SGD([weight], lr=1.0), GradScaler()
+    scaler.step(opt)
+    assert scaler.found_inf(opt) and backend.to_numpy(weight.data).tolist() == np.ones((4, 3)).tolist()

@@ -6,6 +6,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -148,3 +149,33 @@ def test_counting_counts_launches_and_host_syncs_where_cupy_has_them(xp):
         a * 2
         float(a.sum())
     assert "test_standin_cupy.py" in counts.report()  # each launch and sync names its line
+
+
+def test_counting_sees_this_threads_launches_while_another_thread_is_inside_a_kernel():
+    """The depth that keeps a launch inside another from counting twice is per thread: shared,
+    a kernel in flight on another thread hid every launch of this one (counted 0 of 3)."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold_a_kernel():
+        with sc.fused_kernel("held"):
+            entered.set()
+            release.wait(10)
+
+    with sc.installed():
+        a = sc.asarray(np.ones(10, np.float32))
+        worker = threading.Thread(target=hold_a_kernel)
+        worker.start()
+        try:
+            assert entered.wait(10)
+            with sc.counting() as counts:
+                for _ in range(3):
+                    a + a
+        finally:
+            release.set()
+            worker.join()
+        with sc.counting() as after:
+            with pytest.raises(RuntimeError):
+                with sc.fused_kernel("raises"):
+                    raise RuntimeError("inside a kernel")
+            a * a  # the depth came back to 0 when the exception left the kernel
+    assert counts.launches == 3 and after.launches == 2

@@ -84,6 +84,11 @@ class Kernel:
         if len(args) != len(self.inputs) + len(self.outputs):
             raise TypeError(f"kernel {self.name} takes {len(self.inputs) + len(self.outputs)} arguments "
                             f"({', '.join(p.name for p in self.inputs + self.outputs)}), got {len(args)}")
+        for a, p in zip(args, self.inputs + self.outputs):
+            if hasattr(a, "dtype") and not isinstance(a, np.generic) and a.dtype != p.dtype:
+                # CuPy refuses it ("Type is mismatched"); NumPy would compute in the array's type
+                raise TypeError(f"kernel {self.name}: {p.name} must be a {p.dtype} array, got {a.dtype}; "
+                                f"cast it with .astype(np.{p.dtype.name}) first")
         xp = backend.array_module(next(a for a, p in zip(args[len(self.inputs):], self.outputs) if not p.raw))
         if hasattr(xp, "ElementwiseKernel"):
             if xp not in self._compiled:
@@ -100,7 +105,10 @@ class Kernel:
 
     def _run(self, xp, args):
         params = self.inputs + self.outputs
-        values = [a if (p.raw or hasattr(a, "shape")) else p.dtype.type(a) for a, p in zip(args, params)]
+        # a scalar takes its parameter's type, a NumPy one too (as CuPy casts it): an np.float64
+        # for a float32 parameter would make NumPy compute in float64
+        values = [a if (p.raw or not isinstance(a, (np.generic, int, float, bool))) else p.dtype.type(a)
+                  for a, p in zip(args, params)]
         shape = next(a.shape for a, p in zip(args, params) if p.out and not p.raw)
         results = self.body(_ArrayOps(xp, shape), *values)
         for param, array, value in zip(self.outputs, args[len(self.inputs):], results):
@@ -128,13 +136,14 @@ class _ArrayOps:
         return x.view(dtype)
 
     def take(self, raw, index):
-        return raw[index]
+        return raw.reshape(-1)[index]  # CuPy indexes a raw parameter by its flat index
 
     def index(self):
         return self.xp.arange(int(np.prod(self.shape)), dtype=np.int64).reshape(self.shape)
 
     def flag_if(self, raw, condition):
-        self.xp.bitwise_or(raw[:1], condition.any().astype(raw.dtype), out=raw[:1])
+        first = raw[(0,) * (raw.ndim - 1)][:1]  # raw[0] in C: the first element, whatever the shape
+        self.xp.bitwise_or(first, condition.any().astype(raw.dtype), out=first)
 
 
 # -- tracing: the body called with symbolic values writes C --------------------------------------
@@ -180,9 +189,13 @@ class _Value:
     def __init__(self, tracer, name, dtype):
         self.tracer, self.name, self.dtype = tracer, name, np.dtype(dtype)
 
-    def _binary(self, other, op, reflected=False, result=None, shift=False, floor=False):
+    def __bool__(self):
+        raise TypeError("a kernel body cannot branch on a value (if, and, or, not, 0 < x < 1, min, max): "
+                        "C would see one branch only; use ops.where, &, |, ~, ops.minimum, ops.maximum")
+
+    def _binary(self, other, op, reflected=False, result=None, floor=False):
         a, b = (other, self) if reflected else (self, other)
-        dtype = np.dtype(_dtype_of(a) if shift else np.result_type(_dtype_of(a), _dtype_of(b)))
+        dtype = np.result_type(_dtype_of(a), _dtype_of(b))  # NumPy's type, shifts included
         if op == "/" and (dtype.kind == "f") == floor or floor and dtype.kind != "u":
             raise TypeError("kernel bodies divide floats with / and unsigned integers with //, "
                             "where C's division is NumPy's")
@@ -204,8 +217,10 @@ class _Value:
     def __ror__(self, o): return self._binary(o, "|", True)
     def __xor__(self, o): return self._binary(o, "^")
     def __rxor__(self, o): return self._binary(o, "^", True)
-    def __rshift__(self, o): return self._binary(o, ">>", shift=True)
-    def __lshift__(self, o): return self._binary(o, "<<", shift=True)
+    def __rshift__(self, o): return self._binary(o, ">>")
+    def __rrshift__(self, o): return self._binary(o, ">>", True)
+    def __lshift__(self, o): return self._binary(o, "<<")
+    def __rlshift__(self, o): return self._binary(o, "<<", True)
     def __lt__(self, o): return self._binary(o, "<", result=np.bool_)
     def __le__(self, o): return self._binary(o, "<=", result=np.bool_)
     def __gt__(self, o): return self._binary(o, ">", result=np.bool_)
@@ -229,8 +244,11 @@ class _TraceOps:
         self.t = tracer
 
     def _math(self, name, x):
-        suffix = "f" if x.dtype == np.float32 else ""
-        return self.t.emit(x.dtype, f"{name}{suffix}({x.name})")
+        dtype = getattr(np, name.lstrip("f"))(np.ones(1, x.dtype)).dtype  # NumPy's: sqrt(int32) is a float64
+        if dtype.name not in ("float32", "float64"):
+            raise TypeError(f"ops.{name.lstrip('f')} of a {x.dtype} value gives {dtype} in NumPy, which kernels "
+                            "lack: ops.cast it to float32 first")
+        return self.t.emit(dtype, f"{name}{'f' if dtype == np.float32 else ''}({_operand(x, dtype)})")
 
     def sqrt(self, x): return self._math("sqrt", x)
     def exp(self, x): return self._math("exp", x)

@@ -19,6 +19,8 @@ The same seed gives reproducible, but not identical, numbers on the two devices.
 
 Memory cost: none beyond the arrays drawn.
 """
+import operator
+
 import numpy as np
 
 from . import backend
@@ -69,19 +71,30 @@ _state = {"seed": 0, "counter": 0}
 
 
 def manual_seed(seed):
-    """Seed every draw that follows (PyTorch's ``torch.manual_seed``)."""
-    _state["seed"], _state["counter"] = int(seed), 0
+    """Seed every draw that follows (PyTorch's ``torch.manual_seed``): an integer in
+    [-2^63, 2^64), a negative one taken modulo 2^64 as PyTorch does."""
+    try:
+        seed = operator.index(seed)  # 1.5 or "3" would be truncated or parsed: refused
+    except TypeError:
+        raise TypeError(f"manual_seed takes an integer, got {type(seed).__name__} {seed!r}") from None
+    if not -2 ** 63 <= seed < 2 ** 64:
+        raise ValueError(f"manual_seed: the seed must be in [-2**63, 2**64), got {seed}")
+    _state["seed"], _state["counter"] = seed % 2 ** 64, 0
 
 
 def get_rng_state():
-    """The generator state as a small int64 array ``[seed, counter]``."""
-    return np.array([_state["seed"], _state["counter"]], dtype=np.int64)
+    """The generator state as a small int64 array ``[seed, counter]`` (a seed of 2^63 and up
+    reads as its int64 bits)."""
+    return np.array([_state["seed"], _state["counter"]], dtype=np.uint64).view(np.int64)
 
 
 def set_rng_state(state):
     """Restore a state returned by :func:`get_rng_state`."""
-    seed, counter = (int(v) for v in np.asarray(state).reshape(-1))
-    _state["seed"], _state["counter"] = seed, counter
+    values = np.asarray(state).reshape(-1)
+    if values.size != 2 or values.dtype.kind not in "iu":
+        raise ValueError(f"set_rng_state takes the 2 integers [seed, counter] of get_rng_state, got {state!r}")
+    seed, counter = (int(v) for v in values)
+    _state["seed"], _state["counter"] = seed % 2 ** 64, counter
 
 
 def _next_seed():
@@ -110,8 +123,17 @@ def _device_draw(kernel, shape, device):
     return words.reshape(-1)[:size].reshape(shape)
 
 
+def _checked(shape):
+    """``shape`` as a tuple, refused before a draw takes a step of the state."""
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if any(operator.index(n) < 0 for n in shape):
+        raise ValueError(f"negative dimensions are not allowed: shape {shape}")
+    return shape
+
+
 def rand(shape, device=None, dtype=np.float32):
     """Uniform [0, 1) numbers, as a raw array."""
+    shape = _checked(shape)
     if backend.check_device(device) != "cpu":
         return _device_draw(UNIFORM, shape, device).astype(dtype, copy=False)
     return generator().random(shape, dtype=np.float32).astype(dtype, copy=False)
@@ -119,6 +141,7 @@ def rand(shape, device=None, dtype=np.float32):
 
 def randn(shape, device=None, dtype=np.float32):
     """Standard normal numbers, as a raw array."""
+    shape = _checked(shape)
     if backend.check_device(device) != "cpu":
         return _device_draw(NORMAL, shape, device).astype(dtype, copy=False)
     return generator().standard_normal(shape, dtype=np.float32).astype(dtype, copy=False)

@@ -250,3 +250,34 @@ def test_every_optimizer_plugs_into_state_offload(label):
         results.append([p.numpy().copy() for p in ps])
     for a, b in zip(*results):
         assert np.array_equal(a, b), label
+
+
+def test_adam8bit_steps_a_zero_size_parameter_beside_others(device):
+    """An empty parameter (an unused embedding of 0 rows) in the 8-bit path: nothing to step,
+    its neighbour stepped as without it (the CPU path looped with a chunk of 0: range raised)."""
+    rng = np.random.default_rng(0)
+    full = rng.standard_normal(4096).astype(np.float32)
+    results = []
+    for shapes in (((0,), (4096,)), ((4096,),)):
+        ps = [Parameter(backend.to_device(np.zeros(s, np.float32) if s == (0,) else full.copy(), device))
+              for s in shapes]
+        opt = optim.Adam8bit(ps, min_8bit_size=0)
+        for _ in range(2):
+            for p in ps:
+                p.grad = backend.to_device(np.ones(p.shape, np.float32), device)
+            opt.step()
+        results.append(backend.to_numpy(ps[-1].data))
+        assert opt.state[ps[0]]["step"] == 2
+    assert np.array_equal(results[0], results[1]) and not np.array_equal(results[0], full)
+
+
+def test_adafactor_on_a_device_equals_the_cpu_bit_for_bit(standin):
+    """The device keeps its RMS as 0-d arrays (no host sync); the update's scale must still
+    multiply as a float32, as the CPU's Python float does (was float64: 1 ulp apart)."""
+    rng = np.random.default_rng(0)
+    params = [rng.standard_normal(s).astype(np.float32) for s in ((7, 5), (4096,), (5000,))]
+    grads = [[rng.standard_normal(p.shape).astype(np.float32) for p in params] for _ in range(3)]
+    cpu, dev = (_run_tinymem(lambda ps: optim.Adafactor(ps, weight_decay=0.1), params, grads, device)
+                for device in ("cpu", "cuda"))
+    for a, b in zip(cpu, dev):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))

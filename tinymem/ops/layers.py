@@ -185,5 +185,12 @@ class Embedding(Function):
         (indices,) = ctx.saved_tensors
         xp = array_module(g)
         out = xp.zeros((ctx.num_rows, g.shape[-1]), g.dtype)
-        scatter_add(xp, out, indices.reshape(-1), g.reshape(-1, g.shape[-1]))
+        indices, rows = indices.reshape(-1), g.reshape(-1, g.shape[-1])
+        if xp is not np and g.dtype.kind == "f":
+            # An index out of range read NaN: its gradient goes to the clipped row as NaN, where
+            # CuPy's scatter would wrap it into another row silently (a temporary of g's size).
+            valid = (indices >= 0) & (indices < ctx.num_rows)
+            rows = rows + xp.where(valid, g.dtype.type(0), g.dtype.type(np.nan))[:, None]
+            indices = xp.clip(indices, 0, ctx.num_rows - 1)
+        scatter_add(xp, out, indices, rows)
         return None, out

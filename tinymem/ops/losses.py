@@ -107,10 +107,9 @@ class CrossEntropy(Function):
         # 4·N·C bytes alive beside p (the ledger read 0.874 of the pool's peak on an MLP with
         # 512 classes at batch 4096).
         valid = None if xp is np else (target >= 0) & (target < classes)
-        if valid is not None:  # gather in range, then NaN where the target was not
-            target = xp.clip(target, 0, classes - 1)
+        gathered = target if valid is None else xp.clip(target, 0, classes - 1)  # then NaN where invalid
         p = memory.register(logits - logits.max(axis=1, keepdims=True))
-        picked = p[xp.arange(len(target)), target]
+        picked = p[xp.arange(len(target)), gathered]
         xp.exp(p, out=p)
         total = p.sum(axis=1, keepdims=True)
         losses = xp.log(total[:, 0]) - picked
@@ -125,7 +124,13 @@ class CrossEntropy(Function):
         p, target = ctx.saved_tensors
         xp = array_module(p)
         grad = p.copy()
-        grad[xp.arange(len(target)), target] -= 1
+        if xp is np:
+            grad[xp.arange(len(target)), target] -= 1
+        else:  # a row whose target was out of range has a NaN loss: its gradient is NaN too,
+            # not the pull towards the clipped class (which a GradScaler would not have skipped)
+            classes = p.shape[1]
+            grad[xp.arange(len(target)), xp.clip(target, 0, classes - 1)] -= 1
+            grad += xp.where((target >= 0) & (target < classes), p.dtype.type(0), p.dtype.type(np.nan))[:, None]
         if ctx.reduction == "mean":
             grad *= g / len(target)
         elif ctx.reduction == "sum":

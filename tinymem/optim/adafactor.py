@@ -95,5 +95,8 @@ class Adafactor(Optimizer):
         xp.sqrt(var, out=var)
         update = self.scratch(grad / var)
         del var
-        update *= alpha / _larger(xp, 1.0, _rms(update, xp) / group["d"])
+        scale = alpha / _larger(xp, 1.0, _rms(update, xp) / group["d"])
+        # the CPU's Python float multiplies as a float32 (NumPy's weak scalar); a 0-d float64
+        # array would make the device multiply in float64 and round differently
+        update *= scale if xp is np else scale.astype(update.dtype)
         p.data -= update

@@ -145,6 +145,8 @@ class Adam8bit(Adam):
                 # an all-zero code block must dequantize to 0: the scale starts at 0
                 state[name + "_absmax"] = self.state_array(grad, dtype=np.float32, shape=(blocks,))
         state["step"] += 1
+        if n == 0:  # nothing to step (and no chunk of 0 elements to loop over)
+            return
         if backend.array_module(grad) is not np and grad.dtype == p.data.dtype == np.float32 \
                 and p.data.flags.c_contiguous and qm.signed and not qv.signed:
             return self._fused_8bit_update(p, grad, state, group, qm, qv)
