@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "tinymem"
 
 # Bottom to top. A module may import its own layer or lower ones, never a higher one.
 LAYERS = [
-    {"version", "backend", "checks"},
+    {"version", "backend", "checks", "fused"},
     {"random", "memory", "measure"},
     {"sparse", "plots"},
     {"autograd"},

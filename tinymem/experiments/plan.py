@@ -13,6 +13,7 @@ the sweep takes a second.
 from ..measure.claims import Claim
 from ..planner import architectures, conventions, fits, inference
 from ..planner.analytic import Stack
+from .plan_plots import draw, fp32_beside_bf16
 
 NAME = "plan"
 ORDER = 96
@@ -66,12 +67,6 @@ def _deepspeed_below(r):
     return worst, worst < 1
 
 
-def fp32_beside_bf16(r):
-    """The largest relative gap between plain fp32 training's peak and bf16 with full recompute's."""
-    return max(abs(a - b) / b for a, b in zip(r["peaks"]["fp32 + Adam, data parallel"],
-                                               r["peaks"]["bf16 + full recompute, data parallel"]))
-
-
 def _fewest(r, name):
     memory = r["config"]["gpu_memory_gb"] * 1e9
     return next((g for g, peak in zip(r["config"]["gpus"], r["peaks"][name]) if peak <= memory), None)
@@ -108,5 +103,4 @@ CLAIMS = [
 
 
 def plot(records, outdir):
-    from .plan_plots import draw
     return draw(records, outdir, FIGURES[0])
