@@ -87,3 +87,10 @@ def test_info_says_where_the_default_device_comes_from(capsys, monkeypatch):
     monkeypatch.setenv("TINYMEM_DEVICE", "cpu")
     assert cli.main(["info"]) == 0
     assert "from TINYMEM_DEVICE=cpu" in capsys.readouterr().out
+
+
+def test_info_names_a_bad_tinymem_device_once(capsys, monkeypatch):
+    monkeypatch.setenv("TINYMEM_DEVICE", "gpu")
+    assert cli.main(["info"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("device"))
+    assert line.count("TINYMEM_DEVICE='gpu'") == 1 and "unknown device 'gpu'" in line, line

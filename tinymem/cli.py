@@ -27,7 +27,7 @@ def cmd_info(args):
         source = f"from TINYMEM_DEVICE={variable}" if variable else "TINYMEM_DEVICE is unset"
         print(f"device      {backend.default_device()} (default; {source})")
     except backend.DeviceError as exc:  # finish the report: the lines below say what is missing
-        print(f"device      TINYMEM_DEVICE={os.environ.get('TINYMEM_DEVICE')!r} cannot be used: {exc}")
+        print(f"device      {exc}")  # the error names TINYMEM_DEVICE and its value
     try:
         cupy = backend.get_cupy()
         print(f"cupy        {cupy.__version__}, {cupy.cuda.runtime.getDeviceCount()} GPU(s)")
