@@ -206,3 +206,24 @@ def test_a_thread_given_a_copy_of_a_blocks_context_still_starts_with_the_process
     finally:
         tm.set_default_device(None)
     assert seen == ["cuda"]
+
+
+@pytest.mark.parametrize("dtype", ["float16", np.float16, np.dtype("float16")], ids=["name", "type", "dtype"])
+def test_to_reads_a_dtype_given_first_as_a_cast_on_tensors_and_modules(dtype):
+    # np.float16 and np.dtype('float16') went to the device parser ("unknown device"), and
+    # Module.to('float16') too, while Tensor.to('float16') cast (PyTorch's to() takes either)
+    assert tm.ones(2, device="cpu").to(dtype).dtype == np.float16
+    layer = nn.Linear(2, 2, device="cpu").to(dtype)
+    assert layer.weight.dtype == np.float16 and layer.weight.device == "cpu"
+
+
+@pytest.mark.parametrize("name", ["gpu", "cuda0"])
+def test_to_says_a_name_is_neither_a_device_nor_a_dtype(name):
+    weight = nn.Linear(2, 2, device="cpu")
+    before = weight.weight.data.copy()
+    for call in (lambda: tm.ones(2, device="cpu").to(name), lambda: weight.to(name)):
+        with pytest.raises(tm.DeviceError, match=f"to\\('{name}'\\): that is neither a device .* nor a dtype"):
+            call()
+    assert weight.weight.dtype == np.float32 and np.array_equal(weight.weight.data, before)
+    with pytest.raises(TypeError, match="names two dtypes"):
+        tm.ones(2).to("float16", "float32")

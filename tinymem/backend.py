@@ -135,6 +135,22 @@ def check_device(device):
     return name
 
 
+def device_or_dtype(device, dtype):
+    """``(device, dtype)`` of a ``to(device, dtype)`` call, whose first argument may be a dtype
+    instead, as in PyTorch (``t.to("float16")``, ``t.to(np.float16)``, ``model.to(np.float16)``).
+    A string that is neither a device's nor a dtype's name is refused here, saying both lists."""
+    if isinstance(device, str) and device.partition(":")[0].strip().lower() not in DEVICES:
+        if device not in DTYPES and device != "bfloat16":  # bfloat16: resolve_dtype says where it is
+            raise DeviceError(f"to({device!r}): that is neither a device ({', '.join(DEVICES)}, 'cuda:N') "
+                              f"nor a dtype ({', '.join(DTYPES)})")
+        if dtype is not None:
+            raise TypeError(f"to({device!r}, dtype={dtype!r}) names two dtypes; give one")
+        return None, device
+    if dtype is None and isinstance(device, (np.dtype, type)):  # np.float16, np.dtype("int8"), float
+        return None, device
+    return device, dtype
+
+
 def _check_gpu_index(cupy, device, index):
     """Refuse ``cuda:N`` unless N is a whole number naming the GPU this process uses."""
     if not (index.isascii() and index.isdigit()):  # '²' and '٠' are digits to str.isdigit
