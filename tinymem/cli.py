@@ -66,6 +66,11 @@ def cmd_figures(args):
         return 2
     if args.claims_table:
         return _claims_table(outdir, names, args.readme)
+    try:  # before any family runs: a file at --out failed every family after its run
+        os.makedirs(os.path.join(outdir, "data"), exist_ok=True)
+    except OSError as exc:
+        print(f"tinymem figures: cannot write into {outdir}: {exc}; name a folder with --out", file=sys.stderr)
+        return 2
     skipped = {n: CPU_ONLY_FAMILIES[n] for n in names if device != "cpu" and n in CPU_ONLY_FAMILIES
                and not args.replot}
     for name, why in skipped.items():
