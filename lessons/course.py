@@ -9,10 +9,12 @@ predict-then-reveal moments.
 """
 import os
 import pathlib
+import sys
 
 import numpy as np
 
 from tinymem import backend
+from tinymem.autograd.tensor import Tensor
 from tinymem.measure.records import meta
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -42,6 +44,8 @@ def predict(question):
     print(f"\nPREDICT: {question}")
     if PREDICT:
         try:
+            if sys.stdin is None:  # started with its standard input closed (<&-): input() would raise RuntimeError
+                raise EOFError
             input("  write your prediction down, then press Enter for the measurement ")
         except EOFError:
             print("\n  (PREDICT=1, but standard input is closed: going on without waiting; "
@@ -50,12 +54,17 @@ def predict(question):
 
 def _truth(claim, holds):
     """``holds`` as a Python bool. Only a bool, a NumPy bool or a 0-d boolean array (NumPy or
-    CuPy) is a claim's value: anything else, truthy or not, would let stale prose pass."""
+    CuPy, or a Tensor of one) is a claim's value: anything else, truthy or not, would let stale
+    prose pass."""
+    if isinstance(holds, Tensor):  # a comparison of Tensors gives a Tensor
+        holds = holds.data
     if isinstance(holds, (bool, np.bool_)):
         return bool(holds)
-    if getattr(holds, "shape", None) == () and getattr(holds, "dtype", None) == np.bool_:
+    if np.ma.is_masked(holds):
+        hint = "a masked value (neither true nor false): fill it, e.g. value.filled(False)"
+    elif getattr(holds, "shape", None) == () and getattr(holds, "dtype", None) == np.bool_:
         return bool(backend.to_numpy(holds))
-    if callable(holds):
+    elif callable(holds):
         hint = "a function, not its value: call it"
     elif isinstance(holds, (tuple, list)):
         hint = f"a {type(holds).__name__} of {len(holds)}: combine its items with all(...) or any(...)"
@@ -63,6 +72,8 @@ def _truth(claim, holds):
         hint = "a string: compare it with what the claim expects instead"
     elif isinstance(holds, (int, float, np.number)):
         hint = f"the number {holds!r}: compare it, e.g. value < limit"
+    elif getattr(holds, "shape", None) == ():
+        hint = f"a single {getattr(holds, 'dtype', '')} value: compare it, e.g. value < limit"
     elif hasattr(holds, "shape"):
         hint = f"an array of shape {tuple(holds.shape)}: reduce it with (...).all() or (...).any()"
     else:

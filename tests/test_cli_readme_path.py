@@ -87,3 +87,21 @@ def test_info_says_where_the_default_device_comes_from(capsys, monkeypatch):
     monkeypatch.setenv("TINYMEM_DEVICE", "cpu")
     assert cli.main(["info"]) == 0
     assert "from TINYMEM_DEVICE=cpu" in capsys.readouterr().out
+
+
+def test_info_names_a_bad_tinymem_device_once(capsys, monkeypatch):
+    monkeypatch.setenv("TINYMEM_DEVICE", "gpu")
+    assert cli.main(["info"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("device"))
+    assert line.count("TINYMEM_DEVICE='gpu'") == 1 and "unknown device 'gpu'" in line, line
+
+
+def test_figures_refuses_an_out_that_is_a_file_before_running_anything(tmp_path, capsys, monkeypatch):
+    from tinymem import experiments
+    ran = []
+    monkeypatch.setattr(experiments.families()["plan"], "run", lambda **kw: ran.append(kw) or {})
+    out = tmp_path / "a-file"
+    out.write_text("mine")
+    assert cli.main(["figures", "--quick", "--only", "plan", "--out", str(out)]) == 2
+    assert f"cannot write into {out}" in capsys.readouterr().err
+    assert ran == [] and out.read_text() == "mine"

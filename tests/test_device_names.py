@@ -147,3 +147,83 @@ def test_simulated_ranks_make_their_arrays_on_the_callers_default_device(standin
     from tinymem.distributed import ring
     results, _ = ring.simulate(2, lambda rank, exchange: tm.zeros(1).device)
     assert results == ["cuda", "cuda"]
+
+
+@pytest.mark.parametrize("name", ["cuda:\u00b2", "cuda:\u0660", "cuda:\uff10"])
+def test_an_index_of_non_ascii_digits_is_refused_by_the_device_parser(name, standin):
+    # str.isdigit() is true for '²' (int() then raised a bare ValueError) and for the
+    # Arabic-Indic and full-width zeros (read as cuda:0).
+    for door, call in _doors().items():
+        with pytest.raises(tm.DeviceError, match="whole number"):
+            call(name)
+        assert backend.default_device() == "cuda", door
+
+
+def test_two_asyncio_tasks_blocks_interleave_and_each_keeps_its_own_default(standin):
+    import asyncio
+
+    async def inside(device, pause):
+        with backend.default_device_as(device):
+            await asyncio.sleep(pause)  # the other task enters (or leaves) its block meanwhile
+            return tm.zeros(1).device
+
+    async def outside():
+        await asyncio.sleep(0.01)
+        return backend.default_device()
+
+    async def both():
+        return await asyncio.gather(inside("cpu", 0.02), inside("cuda", 0.03), outside())
+
+    tm.set_default_device("cpu")
+    try:
+        with backend.default_device_as("cpu"):
+            assert asyncio.run(both()) == ["cpu", "cuda", "cpu"]
+            assert backend.default_device() == "cpu"  # no task's block left behind
+    finally:
+        tm.set_default_device(None)
+
+
+def test_a_bad_tinymem_device_names_the_variable_when_no_device_was_given(monkeypatch):
+    monkeypatch.setenv("TINYMEM_DEVICE", "gpu")
+    tm.set_default_device(None)
+    with pytest.raises(tm.DeviceError, match=r"TINYMEM_DEVICE='gpu'.*unknown device 'gpu'.*unset it"):
+        tm.zeros(2)
+    assert tm.zeros(2, device="cpu").device == "cpu"  # a name given is used, the variable unread
+
+
+def test_a_thread_given_a_copy_of_a_blocks_context_still_starts_with_the_process_default(standin):
+    # Python 3.14's free-threaded builds start a thread with a copy of its starter's context
+    # (sys.flags.thread_inherit_context); the block stays its own thread's there too.
+    import contextvars
+    seen = []
+    tm.set_default_device("cuda")
+    try:
+        with backend.default_device_as("cpu"):
+            context = contextvars.copy_context()
+            thread = threading.Thread(target=context.run, args=(lambda: seen.append(tm.zeros(1).device),))
+            thread.start()
+            thread.join()
+    finally:
+        tm.set_default_device(None)
+    assert seen == ["cuda"]
+
+
+@pytest.mark.parametrize("dtype", ["float16", np.float16, np.dtype("float16")], ids=["name", "type", "dtype"])
+def test_to_reads_a_dtype_given_first_as_a_cast_on_tensors_and_modules(dtype):
+    # np.float16 and np.dtype('float16') went to the device parser ("unknown device"), and
+    # Module.to('float16') too, while Tensor.to('float16') cast (PyTorch's to() takes either)
+    assert tm.ones(2, device="cpu").to(dtype).dtype == np.float16
+    layer = nn.Linear(2, 2, device="cpu").to(dtype)
+    assert layer.weight.dtype == np.float16 and layer.weight.device == "cpu"
+
+
+@pytest.mark.parametrize("name", ["gpu", "cuda0"])
+def test_to_says_a_name_is_neither_a_device_nor_a_dtype(name):
+    weight = nn.Linear(2, 2, device="cpu")
+    before = weight.weight.data.copy()
+    for call in (lambda: tm.ones(2, device="cpu").to(name), lambda: weight.to(name)):
+        with pytest.raises(tm.DeviceError, match=f"to\\('{name}'\\): that is neither a device .* nor a dtype"):
+            call()
+    assert weight.weight.dtype == np.float32 and np.array_equal(weight.weight.data, before)
+    with pytest.raises(TypeError, match="names two dtypes"):
+        tm.ones(2).to("float16", "float32")

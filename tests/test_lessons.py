@@ -151,7 +151,11 @@ NOT_A_TRUTH = {"a tuple of falses": ((False, False), "all"), "an uncalled lambda
                "a NumPy NaN": (np.float64("nan"), "number"), "one": (1, "number"),
                "two booleans": (np.array([True, False]), r"shape \(2,\).*\.all\(\)"),
                "two trues": (np.array([True, True]), "shape"), "None": (None, "NoneType"),
-               "a 1-element array": (np.array([True]), "shape")}
+               "a 1-element array": (np.array([True]), "shape"),
+               "a 0-d integer array": (np.array(1), r"a single int64 value: compare it"),
+               "a 0-d float array": (np.array(0.5), r"a single float64 value"),
+               "a masked boolean": (np.ma.array(True, mask=True), "masked value"),
+               "the masked constant": (np.ma.masked, "masked value")}
 
 
 @pytest.mark.parametrize("holds, says", NOT_A_TRUTH.values(), ids=list(NOT_A_TRUTH))
@@ -172,3 +176,21 @@ def test_a_bool_a_numpy_bool_and_a_0d_boolean_array_check_a_claim(capsys):
     for holds in (False, np.False_, np.array(False)):
         with pytest.raises(AssertionError, match="this run contradicts it"):
             course.check("fails", holds)
+
+
+def test_a_0d_boolean_tensor_checks_a_claim(capsys, standin):
+    import tinymem as tm
+    course = _course_module()
+    course.check("holds", tm.tensor(np.array(True)))
+    course.check("holds", tm.tensor(np.array([1.0, 2.0])).data.max() > 1)  # a device 0-d boolean
+    assert capsys.readouterr().out.count("checked on this run: holds") == 2
+    with pytest.raises(AssertionError, match="this run contradicts it"):
+        course.check("fails", tm.tensor(np.array(False), device="cuda"))
+
+
+def test_predict_goes_on_when_standard_input_is_not_even_open():
+    code = "import course; course.predict('how many bytes?'); print('after')"
+    closed = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "lessons", env=lesson_env(PREDICT="1"),
+                            capture_output=True, text=True, timeout=120, preexec_fn=lambda: os.close(0))
+    assert closed.returncode == 0 and "after" in closed.stdout, closed.stderr
+    assert "standard input is closed" in closed.stdout

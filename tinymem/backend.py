@@ -18,6 +18,7 @@ NumPy-backed stand-in, ``tests/standin_cupy.py``, so CI without a GPU has a seco
 Memory cost: none; this module only routes.
 """
 import contextlib
+import contextvars
 import os
 import pathlib
 import threading
@@ -41,14 +42,19 @@ _cupyx_of = {}  # id(module) -> (module, its cupyx): what use_cuda_module gives 
 _process = {"device": None}
 
 
-class _PerThread(threading.local):
-    """This thread's :func:`default_device_as` choice (None: the process's default). Per
-    thread, as ``with torch.device(...)`` is: two threads' blocks never see each other's."""
+# This thread's (and this asyncio task's) default_device_as choice, as (thread id, device).
+# A context variable, not a thread-local: two asyncio tasks whose blocks interleave in one
+# thread each keep their own (a thread-local gave one task the other's device and left the
+# last one entered in force after both). The thread id keeps a block out of threads started
+# inside it, on any Python (3.14's free-threaded builds start a thread with a copy of its
+# starter's context).
+_block = contextvars.ContextVar("tinymem_default_device", default=(None, None))
 
-    device = None
 
-
-_thread = _PerThread()
+def _block_device():
+    """This thread's and task's :func:`default_device_as` device, or None outside any block."""
+    thread, device = _block.get()
+    return device if thread == threading.get_ident() else None
 
 
 class DeviceError(RuntimeError):
@@ -58,10 +64,15 @@ class DeviceError(RuntimeError):
 def default_device():
     """The device used when none is given: this thread's :func:`default_device_as` block, else
     the last :func:`set_default_device`, else ``$TINYMEM_DEVICE``, else ``"cpu"``."""
-    device = _thread.device or _process["device"]
-    if device is None:
-        return check_device(os.environ.get("TINYMEM_DEVICE", "cpu") or "cpu")
-    return device
+    device = _block_device() or _process["device"]
+    if device is not None:
+        return device
+    variable = os.environ.get("TINYMEM_DEVICE", "")
+    try:
+        return check_device(variable or "cpu")
+    except DeviceError as exc:  # the caller gave no name: say where this one came from
+        raise DeviceError(f"the default device comes from TINYMEM_DEVICE={variable!r}, which cannot "
+                          f"be used: {exc}. Set TINYMEM_DEVICE to cpu or cuda, or unset it") from exc
 
 
 get_default_device = default_device
@@ -79,7 +90,8 @@ def set_default_device(device):
     itself, make their arrays where the program said. Called inside a block, it takes effect
     in this thread at once and outlasts the block."""
     resolved = None if device is None else check_device(device)
-    _process["device"], _thread.device = resolved, None
+    _process["device"] = resolved
+    _block.set((None, None))
 
 
 @contextlib.contextmanager
@@ -87,13 +99,17 @@ def default_device_as(device):
     """Inside the block, ``device`` is this thread's default device; the previous one after
     it. Per thread, as ``with torch.device(...)``: another thread's default does not change,
     and two threads' blocks may interleave in any order. A thread started inside the block
-    starts with the process's default (:func:`set_default_device`), not this block's."""
+    starts with the process's default (:func:`set_default_device`), not this block's; an
+    asyncio task's block is its own, as a thread's is. A generator that yields inside a block
+    leaves the block's device in force for its caller until it is resumed past the block or
+    closed (as ``with torch.device(...)`` does): end the block before ``yield``."""
     resolved = check_device(device)
-    previous, _thread.device = _thread.device, resolved
+    previous = _block.get()
+    _block.set((threading.get_ident(), resolved))
     try:
         yield resolved
-    finally:
-        _thread.device = previous
+    finally:  # set, not Token.reset: a generator's block may end in another context than it began
+        _block.set(previous)
 
 
 def check_device(device):
@@ -119,9 +135,25 @@ def check_device(device):
     return name
 
 
+def device_or_dtype(device, dtype):
+    """``(device, dtype)`` of a ``to(device, dtype)`` call, whose first argument may be a dtype
+    instead, as in PyTorch (``t.to("float16")``, ``t.to(np.float16)``, ``model.to(np.float16)``).
+    A string that is neither a device's nor a dtype's name is refused here, saying both lists."""
+    if isinstance(device, str) and device.partition(":")[0].strip().lower() not in DEVICES:
+        if device not in DTYPES and device != "bfloat16":  # bfloat16: resolve_dtype says where it is
+            raise DeviceError(f"to({device!r}): that is neither a device ({', '.join(DEVICES)}, 'cuda:N') "
+                              f"nor a dtype ({', '.join(DTYPES)})")
+        if dtype is not None:
+            raise TypeError(f"to({device!r}, dtype={dtype!r}) names two dtypes; give one")
+        return None, device
+    if dtype is None and isinstance(device, (np.dtype, type)):  # np.float16, np.dtype("int8"), float
+        return None, device
+    return device, dtype
+
+
 def _check_gpu_index(cupy, device, index):
     """Refuse ``cuda:N`` unless N is a whole number naming the GPU this process uses."""
-    if not index.isdigit():
+    if not (index.isascii() and index.isdigit()):  # '²' and '٠' are digits to str.isdigit
         raise DeviceError(f"device {device!r}: the index after 'cuda:' must be a whole number >= 0, "
                           "e.g. 'cuda:0'; or use 'cuda' for the current GPU")
     count, current = cupy.cuda.runtime.getDeviceCount(), cupy.cuda.Device().id

@@ -27,7 +27,7 @@ def cmd_info(args):
         source = f"from TINYMEM_DEVICE={variable}" if variable else "TINYMEM_DEVICE is unset"
         print(f"device      {backend.default_device()} (default; {source})")
     except backend.DeviceError as exc:  # finish the report: the lines below say what is missing
-        print(f"device      TINYMEM_DEVICE={os.environ.get('TINYMEM_DEVICE')!r} cannot be used: {exc}")
+        print(f"device      {exc}")  # the error names TINYMEM_DEVICE and its value
     try:
         cupy = backend.get_cupy()
         print(f"cupy        {cupy.__version__}, {cupy.cuda.runtime.getDeviceCount()} GPU(s)")
@@ -66,6 +66,11 @@ def cmd_figures(args):
         return 2
     if args.claims_table:
         return _claims_table(outdir, names, args.readme)
+    try:  # before any family runs: a file at --out failed every family after its run
+        os.makedirs(os.path.join(outdir, "data"), exist_ok=True)
+    except OSError as exc:
+        print(f"tinymem figures: cannot write into {outdir}: {exc}; name a folder with --out", file=sys.stderr)
+        return 2
     skipped = {n: CPU_ONLY_FAMILIES[n] for n in names if device != "cpu" and n in CPU_ONLY_FAMILIES
                and not args.replot}
     for name, why in skipped.items():

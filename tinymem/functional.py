@@ -308,10 +308,9 @@ def _compare(op):
 
 
 def to(self, device=None, dtype=None):
-    """Move to ``device`` and/or cast to ``dtype`` (differentiable). ``to("float16")`` casts."""
-    if isinstance(device, str) and device.partition(":")[0].strip().lower() not in backend.DEVICES:
-        device, dtype = None, device  # a dtype's name; any device name goes to the one parser
-    return S.to_device_cast(self, device, dtype)
+    """Move to ``device`` and/or cast to ``dtype`` (differentiable). ``to("float16")`` and
+    ``to(np.float16)`` cast."""
+    return S.to_device_cast(self, *backend.device_or_dtype(device, dtype))
 
 
 TENSOR_METHODS = {

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -62,3 +64,24 @@ def test_python_source_is_a_second_text_in_the_documentations_characters():
     assert text.count("def ") >= 3 and "return" in text  # code, not the documentation's prose
     again, _ = data.load_python_source(vocab)
     np.testing.assert_array_equal(again, source)
+
+
+@pytest.mark.parametrize("values", [np.array(["a", "b"]), np.array([b"a", b"b"]),
+                                    np.array(["2020-01-01", "2020-01-02"], "datetime64[D]"),
+                                    np.zeros(2, [("a", "f4")])], ids=["str", "bytes", "datetime", "record"])
+def test_a_loader_refuses_arrays_of_strings_dates_and_records(values):
+    with pytest.raises(TypeError, match=f"array 1 holds {re.escape(str(values.dtype))} values, not numbers"):
+        data.DataLoader((np.ones(2), values))
+
+
+def test_a_loader_says_which_argument_is_ragged():
+    with pytest.raises(ValueError, match="DataLoader's array 0 cannot be made one array"):
+        data.DataLoader(([[1.0, 2.0], [3.0]],))
+
+
+@pytest.mark.parametrize("flag", ["shuffle", "drop_last"])
+def test_a_loader_takes_only_true_or_false_for_its_switches(flag):
+    with pytest.raises(TypeError, match=f"DataLoader's {flag} must be True or False, got 'no'"):
+        data.DataLoader((np.arange(5),), batch_size=2, **{flag: "no"})  # 'no' is truthy: it shuffled / dropped
+    loader = data.DataLoader((np.arange(5),), batch_size=2, **{"shuffle": False, flag: np.False_})
+    assert [b[0].numpy().tolist() for b in loader][-1] == [4]  # kept, in order

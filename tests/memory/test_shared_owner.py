@@ -152,3 +152,45 @@ def test_a_group_that_does_not_exist_or_is_not_ours_is_refused(name, monkeypatch
         with memory.device_queue(name, group=0):
             pass
     assert not os.path.exists(_lock(name)) and not os.path.exists(_lock(name, "queue"))
+
+
+@pytest.mark.parametrize("kind", ["lock", "queue"])
+def test_a_directory_at_a_lock_path_is_refused_with_what_to_do(name, kind):
+    os.mkdir(_lock(name, kind))
+    try:
+        with pytest.raises(PermissionError, match="is a directory, not a file: refusing"):
+            _open(kind, name)
+        assert not os.path.exists(f"/dev/shm/tinymem_{name}")
+    finally:
+        os.rmdir(_lock(name, kind))
+
+
+@pytest.mark.parametrize("kind", ["lock", "queue"])
+def test_a_lock_file_closed_to_this_user_names_its_owner(name, kind, monkeypatch):
+    # Another user's 0o600 file: os.open fails with EACCES (as root it would not, so it is played).
+    import errno
+    with open(_lock(name, kind), "w"):
+        pass
+    real_open = os.open
+
+    def closed(path, flags, *args):
+        if path == _lock(name, kind) and not flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", closed)
+    with pytest.raises(PermissionError, match=r"belongs to \S+ and is closed to you: use another device name"):
+        _open(kind, name)
+
+
+def test_a_bool_is_no_group(name):
+    for flag in (False, True):  # False was read as gid 0, the root group
+        with pytest.raises(TypeError, match=f"group= takes a group's name or gid, got {flag}"):
+            SharedDevice(name, BUDGET, group=flag)
+    assert not os.path.exists(_lock(name))
+
+
+def test_the_group_variable_may_hold_a_gid(name, monkeypatch):
+    monkeypatch.setenv("TINYMEM_SHARED_GROUP", str(os.getgid()))
+    with memory.device_queue(name):
+        assert _mode(_lock(name, "queue")) == 0o660 and os.stat(_lock(name, "queue")).st_gid == os.getgid()

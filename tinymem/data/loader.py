@@ -23,11 +23,17 @@ class DataLoader:
             raise ValueError("DataLoader needs at least one array, e.g. (x, y)")
         # A Tensor gives its array (np.asarray of a Tensor is a 0-d object array, whose batches
         # failed later, in the model).
-        self.arrays = tuple(backend.to_numpy(a.data if isinstance(a, Tensor) else a) for a in arrays)
+        self.arrays = tuple(_host_array(i, a) for i, a in enumerate(arrays))
         for i, a in enumerate(self.arrays):
             if a.dtype == object:
                 raise TypeError(f"DataLoader's array {i} is not numeric (it became an array of Python objects "
                                 f"from a {type(arrays[i]).__name__}): give NumPy or CuPy arrays or Tensors")
+            if a.dtype.kind not in "biufc":  # strings, bytes, dates, records: no model takes them
+                raise TypeError(f"DataLoader's array {i} holds {a.dtype} values, not numbers: encode them "
+                                "first (e.g. token or class ids as integers)")
+        for flag, value in (("shuffle", shuffle), ("drop_last", drop_last)):
+            if not isinstance(value, (bool, np.bool_)):  # shuffle="no" is truthy: it shuffled
+                raise TypeError(f"DataLoader's {flag} must be True or False, got {value!r}")
         if any(a.ndim == 0 for a in self.arrays):
             raise ValueError("DataLoader's arrays need a first (sample) dimension; got a scalar")
         if len({len(a) for a in self.arrays}) != 1:
@@ -54,3 +60,12 @@ class DataLoader:
             if self.drop_last and len(idx) < self.batch_size:
                 break
             yield tuple(Tensor(a[idx], device=self.device) for a in self.arrays)
+
+
+def _host_array(i, a):
+    """Argument ``i`` of a DataLoader as a NumPy array (a Tensor's array, without its graph)."""
+    try:
+        return backend.to_numpy(a.data if isinstance(a, Tensor) else a)
+    except ValueError as exc:  # a ragged nested list: NumPy's 'inhomogeneous shape'
+        raise ValueError(f"DataLoader's array {i} cannot be made one array ({exc}); give arrays "
+                         "whose rows all have one shape") from None

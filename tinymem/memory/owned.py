@@ -27,13 +27,17 @@ GROUP_VARIABLE = "TINYMEM_SHARED_GROUP"
 
 def resolve_group(group=None):
     """The group id that may share this user's devices: ``group`` (a name or a gid), else
-    ``$TINYMEM_SHARED_GROUP``, else None (this user only). This user must belong to it."""
+    ``$TINYMEM_SHARED_GROUP``, else None (this user only). A string of digits that names no
+    group is read as a gid (the variable cannot hold an int). This user must belong to it."""
     if group is None:
         group = os.environ.get(GROUP_VARIABLE) or None
         if group is None:
             return None
+    if isinstance(group, bool):  # an int to Python: False would have named group 0 (root's)
+        raise TypeError(f"group= takes a group's name or gid, got {group!r}; None (the default) keeps "
+                        "the device to this user")
     try:
-        gid = grp.getgrgid(group).gr_gid if isinstance(group, int) else grp.getgrnam(str(group)).gr_gid
+        gid = grp.getgrgid(group).gr_gid if isinstance(group, int) else _group_by_name(group)
     except (KeyError, TypeError, OverflowError):
         raise ValueError(f"the group {group!r} named to share a device (group= or ${GROUP_VARIABLE}) "
                          "does not exist on this machine; name one of your groups (see `id`)") from None
@@ -41,6 +45,15 @@ def resolve_group(group=None):
         raise ValueError(f"the group {group!r} named to share a device (group= or ${GROUP_VARIABLE}) "
                          "is not one of yours; name one of your groups (see `id`)")
     return gid
+
+
+def _group_by_name(name):
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        if isinstance(name, str) and name.isascii() and name.isdigit():
+            return grp.getgrgid(int(name)).gr_gid
+        raise
 
 
 def _name_of(uid):
@@ -98,10 +111,7 @@ def open_private(path, what, gid):
         except FileNotFoundError:
             continue
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise PermissionError(f"{what} is a symbolic link: refusing to follow it (someone "
-                                      "may have planted it); remove it if it is yours") from None
-            raise
+            raise _refusal(path, what, exc) from None
         try:
             check_owner(fd, what, gid)
         except BaseException:
@@ -109,3 +119,22 @@ def open_private(path, what, gid):
             raise
         return fd
     raise OSError(f"{what} kept disappearing while being opened; try again")
+
+
+def _refusal(path, what, exc):
+    """The error for ``path`` that could not be opened (``exc``): what is there, and what to do."""
+    if exc.errno == errno.ELOOP:
+        return PermissionError(f"{what} is a symbolic link: refusing to follow it (someone may have "
+                               "planted it); remove it if it is yours")
+    if exc.errno == errno.EISDIR:
+        return PermissionError(f"{what} is a directory, not a file: refusing to use it; remove it if it "
+                               "is yours, or use another device name")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        try:
+            owner = _name_of(os.lstat(path).st_uid)
+        except OSError:
+            owner = "another user"
+        return PermissionError(
+            f"{what} belongs to {owner} and is closed to you: use another device name, or, to share "
+            f"one device, both name a group you are in (group= or ${GROUP_VARIABLE})")
+    return exc

@@ -133,7 +133,9 @@ class Module:
         """Move (and/or cast) every parameter in place, keeping the Parameter objects; a
         gradient moves and casts with its parameter, as in PyTorch. Each sub-module's extra
         state (running statistics, NF4 codes) moves too, through :meth:`_move_extra_state`, as
-        PyTorch's buffers do (a sub-module's own ``to`` is not called when its parent moves)."""
+        PyTorch's buffers do (a sub-module's own ``to`` is not called when its parent moves).
+        ``to("float16")`` and ``to(np.float16)`` cast, as ``Tensor.to`` does."""
+        device, dtype = backend.device_or_dtype(device, dtype)
         device = backend.check_device(device) if device is not None else None
         dtype = backend.resolve_dtype(dtype)
         if dtype is not None and dtype.kind != "f":  # float weights cast to int8 would be truncated
