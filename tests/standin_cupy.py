@@ -66,7 +66,21 @@ def _load_counting():
 
 
 _count = _load_counting()
-Counts, counting, fused_kernel = _count.Counts, _count.counting, _count.fused_kernel
+Counts, counting = _count.Counts, _count.counting
+_in_kernel = [0]  # > 0 while a fused kernel's Python body runs
+
+
+@contextlib.contextmanager
+def fused_kernel(name):
+    """``with fused_kernel(name):`` around the ufuncs of one fused kernel's Python body
+    (``tinymem.fused``): one launch, and no pool memory for the body's temporaries, which live
+    in registers in the kernel CuPy compiles from it (its outputs are written in place)."""
+    with _count.fused_kernel(name):
+        _in_kernel[0] += 1
+        try:
+            yield
+        finally:
+            _in_kernel[0] -= 1
 
 __version__ = "standin"
 _plain = np.ndarray
@@ -117,7 +131,8 @@ def _own(buffer):
     """A device array owning ``buffer`` (a NumPy array with no base): counted by the pool."""
     array = object.__new__(ndarray)
     array._a, array.base = buffer, None
-    POOL.adopt(array)
+    if not _in_kernel[0]:
+        POOL.adopt(array)
     key = id(buffer)
     _OWNERS[key] = weakref.ref(array, lambda ref: _OWNERS.get(key) is ref and _OWNERS.pop(key))
     return array

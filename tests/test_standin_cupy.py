@@ -166,6 +166,24 @@ def test_counting_keeps_strict_rules_a_scatter_a_draw_and_a_generator(xp):
         xp.add.at(xp.zeros(4, np.int8), xp.asarray([0]), 1)
 
 
+def test_a_fused_kernels_temporaries_take_no_pool_memory(xp):
+    """On a GPU the body's intermediates live in registers: only its outputs are device memory."""
+    from tinymem import fused
+    poly = fused.Kernel("standin_poly", "float32 x", "float32 y", lambda ops, x, y: ((x * 2 + 1) * x - x,))
+    fused.KERNELS.remove(poly)
+    x, y = xp.ones(1 << 12, np.float32), xp.empty(1 << 12, np.float32)
+
+    class Mallocs(xp.MemoryHook):
+        name, count = "mallocs", 0
+
+        def malloc_postprocess(self, **kwargs):
+            self.count += 1
+
+    with Mallocs() as mallocs, xp.counting() as counts:
+        poly(x, y)
+    assert (mallocs.count, counts.launches) == (0, 1) and y[:2].tolist() == [2.0, 2.0]
+
+
 def test_device_arrays_refuse_implicit_conversion_to_numpy_as_cupy_does(xp):
     a = xp.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
     assert not isinstance(a, np.ndarray)  # so CuPy's branches of tinymem run in CI
