@@ -148,7 +148,7 @@ print(f"layer {weight.shape}: Adam keeps {v_adam.nbytes:,d} B, Adafactor "
 # quantized both ways.
 
 # %%
-block = v_adam.ravel()[:2048].astype(np.float32)
+block = tm.backend.to_numpy(v_adam.ravel()[:2048]).astype(np.float32)  # to host memory, for matplotlib
 fig, axes = plots.new_figure(ncols=2, width=5.5)
 for kind in ("dynamic", "linear"):
     qmap = blockwise.MAPS[kind](signed=False)

@@ -71,7 +71,8 @@ def first_gradients(zero_a, random_b):
     if zero_a:
         layer.lora_A.data[...] = 0
     if random_b:
-        layer.lora_B.data[...] = np.random.default_rng(4).standard_normal(layer.lora_B.shape)
+        b = np.random.default_rng(4).standard_normal(layer.lora_B.shape)
+        layer.lora_B.data[...] = tm.backend.to_device(b, layer.lora_B.device)  # onto B's device
     x = tm.randn(5, 16)
     with tm.no_grad():
         as_base = np.array_equal(layer(x).numpy(), base(x).numpy())
@@ -168,7 +169,8 @@ check(f"the activations at the peak fall too, by {1 - lora['activation'] / full[
 
 # %%
 layer = lora_modules(lm)[0][1]
-layer.lora_B.data[...] = np.random.default_rng(2).standard_normal(layer.lora_B.shape).astype(np.float32)
+b = np.random.default_rng(2).standard_normal(layer.lora_B.shape).astype(np.float32)
+layer.lora_B.data[...] = tm.backend.to_device(b, layer.lora_B.device)  # onto B's device
 x = tm.randn(3, layer.in_features)
 with tm.no_grad():
     unmerged = layer(x).numpy()

@@ -1,50 +1,86 @@
 """A NumPy-backed stand-in for CuPy: a second device, "cuda", in every CI run without a GPU.
 
 Why: tinymem's one code path serves NumPy and CuPy, and the commonest GPU bug is a NumPy array
-made where a device array was meant (a parameter, a label, an optimizer state), which only a
-second device reveals. ``backend.use_cuda_module(standin_cupy)`` (or ``TINYMEM_CUDA_STANDIN=1``)
-serves this module wherever tinymem asks for CuPy; the ``device`` fixture's ``standin`` param
-does that for one test.
+made where a device array was meant (a parameter, a label, an optimizer state), or a device
+array handed to something that reads host memory (matplotlib, ``json``, ``np.testing``), which
+only a second device reveals. ``backend.use_cuda_module(standin_cupy)`` (or
+``TINYMEM_CUDA_STANDIN=1``) serves this module wherever tinymem asks for CuPy; the ``device``
+fixture's ``standin`` param does that for one test.
 
 What it imitates, and how:
 
-- **Arrays** are :class:`ndarray`, a ``numpy.ndarray`` subclass carrying
-  ``__cuda_array_interface__``, so ``backend.device_of`` calls them "cuda". Their ufuncs and
-  array functions REFUSE plain NumPy arrays as operands (``TypeError: Unsupported type
-  <class 'numpy.ndarray'>``, as CuPy does); Python and NumPy scalars are fine. Results stay
-  stand-in arrays, and a reduction to a scalar gives a 0-d array, as on CuPy. The module's own
-  functions (``xp.zeros``, ``xp.concatenate``, ``xp.exp``, ...) refuse NumPy arrays the same way;
-  only ``asarray`` copies one over, as ``cupy.asarray`` does, and ``asnumpy`` copies back.
+- **Arrays** are :class:`ndarray`, a wrapper that holds a NumPy array and is NOT a
+  ``numpy.ndarray`` (``isinstance(x, np.ndarray)`` is False, as for a CuPy array, so CuPy's
+  branches of tinymem run in CI). It carries ``__cuda_array_interface__``, so
+  ``backend.device_of`` calls it "cuda". It is as strict as CuPy:
+  ``np.asarray``/``np.array``/``np.testing``/matplotlib on it raise CuPy's ``TypeError``
+  ("Implicit conversion to a NumPy array is not allowed..."); a NumPy array as an operand, an
+  index, an ``out=`` or a value to store raises ``TypeError: Unsupported type <class
+  'numpy.ndarray'>``; integer indexing and reductions give 0-d device arrays; it has no
+  ``__index__`` and no ``__round__``. Python and NumPy scalars are fine. ``asarray`` copies a
+  NumPy array over; ``asnumpy``, ``.get()``, ``.item()``, ``float()`` are the ways back.
+- **One dispatch**: every device operation (a method, an operator, a module function, a NumPy
+  function or ufunc called on device arrays, ``linalg``, ``random``, ``cupyx.scatter_add``)
+  passes through :func:`dispatch`, and every device-to-host read through :func:`to_host`:
+  the places to count kernel launches and host syncs.
+- **Views**: a view's ``base`` is the device array that owns the buffer, as in CuPy; a fresh
+  result owns its memory (so the ledger, the pool and ``gc`` see one owner).
 - **Flush to zero**, as CuPy's float32 kernels do on a GPU: float32 inputs and outputs of an
-  arithmetic ufunc that are subnormal (below 1.18e-38) become ±0, so ``1e-40 * 1`` is 0.
-  Copies, ``astype`` and ``view`` stay exact, as on a GPU. float16 arithmetic runs through
-  float32 there, where every float16 subnormal (6e-8 and up) is a normal number: it survives.
-- **The memory pool** counts every live stand-in buffer, rounded up to 512 B as CuPy's pool
+  arithmetic ufunc or reduction that are subnormal (below 1.18e-38) become ±0, so
+  ``1e-40 * 1`` is 0. Copies, ``astype`` and ``view`` stay exact, as on a GPU. float16
+  arithmetic runs through float32 there, where every float16 subnormal (6e-8 and up) is a
+  normal number: it survives.
+- **The memory pool** counts every owning device array, rounded up to 512 B as CuPy's pool
   rounds: ``used_bytes()``, ``total_bytes()`` (used plus cached free blocks of the same sizes),
   ``free_all_blocks()``, ``set_limit(size=, fraction=)`` / ``get_limit()`` (an allocation over
   the limit raises :class:`OutOfMemoryError`, CuPy's message), and ``cuda.MemoryHook`` context
   managers called with CuPy's keyword names: ``malloc_*`` and ``free_*`` for every pool
   allocation and release, ``alloc_*`` only when the pool grows.
-
 - **Kernel launches and host syncs are counted** inside ``with counting() as counts:``
   (``counts.launches``, ``counts.syncs``, ``counts.generators``, ``counts.report()`` naming the
-  line of each): one launch per ufunc call, reduction, gather (an index array or mask),
-  ``__setitem__``, copy, ``astype``, scatter, draw, module function that makes a new buffer
-  (not ``empty``, not a view), and per fused kernel (``fused_kernel(name)``: the ufuncs of its
-  Python body are one launch); one sync per ``float()``, ``int()``, ``bool()``, ``.item()``,
-  ``.tolist()``, ``.get()`` and ``asnumpy``. Budgets on both are ordinary tests.
+  line of each), hooked into :func:`dispatch` and :func:`to_host`; the rules are in
+  ``tests/standin_counting.py``. Budgets on both are ordinary tests.
+- **Scatters** (``cupyx.scatter_add``, ``add.at``) take CuPy 13's dtypes only.
 
-What it does not catch: ``np.asarray(x)`` on a stand-in array quietly gives a NumPy view (a
-subclass cannot refuse it; CuPy raises), and indexing with a NumPy index array is allowed.
 Streams and events are no-ops: everything runs in order on the host.
 """
 import contextlib
+import importlib.util
+import pathlib
 import sys
-import threading
 import types
 import weakref
 
 import numpy as np
+
+
+def _load_counting():
+    """``tests/standin_counting.py``, found beside this file (the stand-in may be loaded by path)."""
+    module = sys.modules.get("standin_counting")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("standin_counting",
+                                                      pathlib.Path(__file__).with_name("standin_counting.py"))
+        module = sys.modules["standin_counting"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module
+
+
+_count = _load_counting()
+Counts, counting = _count.Counts, _count.counting
+_in_kernel = [0]  # > 0 while a fused kernel's Python body runs
+
+
+@contextlib.contextmanager
+def fused_kernel(name):
+    """``with fused_kernel(name):`` around the ufuncs of one fused kernel's Python body
+    (``tinymem.fused``): one launch, and no pool memory for the body's temporaries, which live
+    in registers in the kernel CuPy compiles from it (its outputs are written in place)."""
+    with _count.fused_kernel(name):
+        _in_kernel[0] += 1
+        try:
+            yield
+        finally:
+            _in_kernel[0] -= 1
 
 __version__ = "standin"
 _plain = np.ndarray
@@ -54,6 +90,12 @@ DEVICE_BYTES = 16 << 30  # the stand-in GPU's memory, for set_limit(fraction=) a
 _EXACT = {np.isnan, np.isinf, np.isfinite, np.signbit, np.equal, np.not_equal, np.less,
           np.less_equal, np.greater, np.greater_equal, np.logical_and, np.logical_or,
           np.logical_not, np.logical_xor}
+# Functions and methods (not ufuncs) that compute in float32 kernels, so flush like ufuncs.
+_ARITHMETIC = {"sum", "mean", "prod", "cumsum", "cumprod", "dot", "vdot", "inner", "outer",
+               "tensordot", "einsum", "std", "var", "average", "norm"}
+_SCALARS = (bool, int, float, complex, np.generic)
+IMPLICIT = ("Implicit conversion to a NumPy array is not allowed. "
+            "Please use `.get()` to construct a NumPy array explicitly.")
 
 
 class OutOfMemoryError(MemoryError):
@@ -70,35 +112,60 @@ def _refuse(value):
 
 
 def _unwrap(value):
-    """Stand-in arrays become plain views; plain NumPy arrays are refused; containers recurse."""
-    if isinstance(value, ndarray):
-        return value.view(_plain)
+    """Device arrays become their NumPy arrays; NumPy arrays are refused; containers recurse."""
+    if type(value) is ndarray:
+        return value._a
     if isinstance(value, _plain):
         _refuse(value)
     if type(value) in (list, tuple):
         return type(value)(_unwrap(v) for v in value)
+    if type(value) is dict:
+        return {k: _unwrap(v) for k, v in value.items()}
     return value
 
 
-def _wrap(value):
-    """A result as a stand-in array; scalars become 0-d. A view of a device array stays a view;
-    a fresh NumPy buffer is copied into a device array that owns its memory, as a CuPy array
-    does (so the ledger, the pool and ``gc`` see one owner, the device array itself)."""
-    if isinstance(value, ndarray):
-        return value
+_OWNERS = {}  # id(NumPy buffer) -> weakref to the device array that owns it
+
+
+def _own(buffer):
+    """A device array owning ``buffer`` (a NumPy array with no base): counted by the pool."""
+    array = object.__new__(ndarray)
+    array._a, array.base = buffer, None
+    if not _in_kernel[0]:
+        POOL.adopt(array)
+    key = id(buffer)
+    _OWNERS[key] = weakref.ref(array, lambda ref: _OWNERS.get(key) is ref and _OWNERS.pop(key))
+    return array
+
+
+def _wrap(value, inputs=()):
+    """A result as device arrays; scalars become 0-d. An input handed back (``out=``) is that
+    input; a view of a device buffer is a view whose ``base`` is the owner, as in CuPy; a view
+    of a host temporary is copied so that the device array owns its memory."""
     if isinstance(value, _plain):
-        root = value
-        while isinstance(root.base, _plain):
-            root = root.base
-        if isinstance(root, ndarray):
-            return value.view(ndarray)
-        owned = np.ndarray.__new__(ndarray, value.shape, value.dtype)  # counted by __array_finalize__
-        np.copyto(owned.view(_plain), value)
-        return owned
+        for given in inputs:
+            if type(given) is ndarray and given._a is value:
+                return given
+        root, up = value, value.base
+        while up is not None:  # through as_strided's helper objects too
+            if isinstance(up, _plain):
+                root = up
+            up = getattr(up, "base", None)
+        ref = _OWNERS.get(id(root))
+        owner = ref() if ref is not None else None
+        if owner is not None and owner._a is root:
+            if value is root:
+                return owner
+            view = object.__new__(ndarray)
+            view._a, view.base = value, owner
+            return view
+        return _own(value if value.base is None else value.copy(order="K"))
     if isinstance(value, np.generic):
-        return _wrap(np.array(value))
+        return _own(np.array(value))
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # linalg's namedtuples
+        return type(value)(*(_wrap(v, inputs) for v in value))
     if type(value) in (list, tuple):
-        return type(value)(_wrap(v) for v in value)
+        return type(value)(_wrap(v, inputs) for v in value)
     return value
 
 
@@ -117,197 +184,231 @@ def _flushed(array):
     return array if sub is None else np.where(sub, np.copysign(np.float32(0), array), array)
 
 
-def _flush_in_place(array):
-    sub = _subnormal(array)
-    if sub is not None:
-        np.copyto(array, np.copysign(np.float32(0), array), where=sub)
+def _flushes(func):
+    """Whether ``func`` runs as float32 arithmetic on a GPU (so it flushes subnormals)."""
+    ufunc = func if isinstance(func, np.ufunc) else getattr(func, "__self__", None)
+    if isinstance(ufunc, np.ufunc):
+        return ufunc not in _EXACT and func.__name__ != "at"
+    return getattr(func, "__name__", "") in _ARITHMETIC
 
 
-# -- Counting: kernel launches and host syncs --------------------------------------------------
-# ONE hook, :func:`_record`, reached from the dispatch points (``_launch`` around every device
-# operation, ``_host_read`` on every device-to-host read). A launch inside another (NumPy's
-# ``a.sum()`` calling ``np.add.reduce``, a fused kernel's ufuncs) is not counted again.
-_counting = {"blocks": []}
-# How deep this thread is inside a launch: per thread, so that another thread's kernel in
-# flight does not hide this thread's launches (a shared depth counted them as nested: 0).
-_depth = threading.local()
-_HERE = __file__
+def dispatch(func, args, kwargs=None):
+    """Run one device operation: ``func`` (a NumPy function, ufunc or method) on the NumPy
+    arrays inside the device arrays ``args``/``kwargs``, results back on the device.
+
+    Every device operation of the stand-in passes through here, counted as one kernel launch
+    unless it only views an input (see ``standin_counting``). NumPy arrays among the operands
+    are refused before NumPy sees them."""
+    kwargs = kwargs or {}
+    inputs = list(args)
+    for value in kwargs.values():
+        inputs.extend(value if type(value) is tuple else (value,))
+    plain_args, plain_kwargs = _unwrap(tuple(args)), _unwrap(kwargs)
+    if getattr(func, "__self__", None) is np.add and func.__name__ == "at":
+        _check_scatter(plain_args[0])
+    if not _count.active():
+        return _run(func, plain_args, plain_kwargs, inputs)
+
+    def is_view(result):
+        return "out" not in kwargs and type(result) is ndarray and (
+            result.base is not None or any(result is given for given in inputs))
+    return _count.launched(func, lambda: _run(func, plain_args, plain_kwargs, inputs), is_view)
 
 
-class Counts:
-    """What ran inside one :func:`counting` block: ``launches`` (kernels: elementwise ops,
-    reductions, gathers, scatters, copies, fused kernels), ``syncs`` (device-to-host reads that
-    stall the host: ``float()``, ``int()``, ``bool()``, ``.item()``, ``.get()``, ``asnumpy``,
-    ``.tolist()``), ``generators`` (random generators built) and ``sites``, each ``(kind,
-    "file:line function")`` with its count, to print when a budget fails."""
-
-    def __init__(self):
-        self.launches = self.syncs = self.generators = 0
-        self.sites = {}
-
-    def report(self):
-        rows = sorted(self.sites.items(), key=lambda item: -item[1])
-        return (f"{self.launches} launches, {self.syncs} syncs, {self.generators} generators:\n"
-                + "\n".join(f"  {n:4d} {kind:9s} {site}" for (kind, site), n in rows))
+def _run(func, plain_args, plain_kwargs, inputs):
+    """``func`` on NumPy arrays, flushing float32 subnormals as a GPU's arithmetic does."""
+    flush = _flushes(func)
+    if flush:
+        plain_args = tuple(_flushed(a) for a in plain_args)
+    result = _wrap(func(*plain_args, **plain_kwargs), inputs)
+    if flush:
+        for r in result if isinstance(result, tuple) else (result,):
+            if type(r) is ndarray:
+                sub = _subnormal(r._a)
+                if sub is not None:
+                    np.copyto(r._a, np.copysign(np.float32(0), r._a), where=sub)
+    return result
 
 
-def _site():
-    """The first caller outside the stand-in, NumPy and tinymem's kernel runner."""
-    frame = sys._getframe(2)
-    while frame is not None and (frame.f_code.co_filename == _HERE or "/numpy/" in frame.f_code.co_filename
-                                 or frame.f_code.co_filename.endswith(("contextlib.py", "tinymem/fused.py"))):
-        frame = frame.f_back
-    if frame is None:
-        return "?"
-    return f"{'/'.join(frame.f_code.co_filename.split('/')[-2:])}:{frame.f_lineno} {frame.f_code.co_name}"
+def to_host(array):
+    """A NumPy copy of a device array: every device-to-host read of the stand-in (``get``,
+    ``asnumpy``, ``item``, ``tolist``, ``float``, ``int``, ``bool``, ``repr``) passes through
+    here, each one host sync."""
+    _count.record("sync")
+    return array._a.copy()
 
 
-_FIELDS = {"launch": "launches", "sync": "syncs", "generator": "generators"}
+def from_host(obj, dtype=None, order="K", ndmin=0):
+    """A device array holding a copy of host data (NumPy arrays, lists, scalars): every
+    host-to-device copy of the stand-in passes through here."""
+    if type(obj) in (list, tuple) and any(type(v) is ndarray for v in obj):
+        return dispatch(np.array, (list(obj),), {"dtype": dtype, "ndmin": ndmin})
+    return _own(np.array(obj, dtype=dtype, order=order, ndmin=ndmin, copy=True))
 
 
-def _record(kind, site=None):
-    """The one counting hook: one ``kind`` ("launch", "sync", "generator") at ``site``."""
-    if not _counting["blocks"]:
-        return
-    where = site or _site()
-    for counts in _counting["blocks"]:
-        field = _FIELDS[kind]
-        setattr(counts, field, getattr(counts, field) + 1)
-        counts.sites[kind, where] = counts.sites.get((kind, where), 0) + 1
+def _getitem(a, key):
+    """``a[key]``; an integer index gives a 0-d view, as in CuPy (NumPy gives a scalar)."""
+    result = a[key]
+    if isinstance(result, np.generic):
+        result = a[(key if type(key) is tuple else (key,)) + (Ellipsis,)]
+    return result
 
 
-class _Launch:
-    """``with _Launch():`` around a device operation: one launch, unless inside another."""
-
-    def __init__(self, site=None):
-        self.site = site
-
-    def __enter__(self):
-        if getattr(_depth, "value", 0) == 0:
-            _record("launch", self.site)
-        _depth.value = getattr(_depth, "value", 0) + 1
-        return self
-
-    def __exit__(self, *exc):
-        _depth.value -= 1
+def _setitem(a, key, value):
+    a[key] = value
 
 
-def _launch(method):
-    """Decorator: each call of ``method`` is one kernel launch."""
-    def counted(*args, **kwargs):
-        with _Launch():
-            return method(*args, **kwargs)
-    counted.__name__ = method.__name__
-    return counted
+def _take(a, indices, axis=None, out=None):
+    """CuPy's ``take``: no ``mode``; an index out of range wraps around."""
+    return np.take(a, indices, axis=axis, out=out, mode="wrap")
 
 
-def _host_read(method):
-    """Decorator: each call of ``method`` reads device memory on the host: one sync."""
-    def counted(*args, **kwargs):
-        _record("sync")
-        return method(*args, **kwargs)
-    counted.__name__ = method.__name__
-    return counted
+def _binary(ufunc, reflected=False, inplace=False):
+    def operator_(self, other):
+        if type(other) is not ndarray and not isinstance(other, _SCALARS + (_plain,)):
+            return NotImplemented
+        if inplace:
+            return dispatch(ufunc, (self, other), {"out": (self,)})
+        return dispatch(ufunc, (other, self) if reflected else (self, other))
+    return operator_
 
 
-def fused_kernel(name):
-    """``with fused_kernel(name):`` around the ufuncs of one fused kernel's Python body
-    (``tinymem.fused``): they count as one launch, as the kernel CuPy compiles from it."""
-    return _Launch(f"fused kernel {name}")
+class ndarray:
+    """A device array of the stand-in: a NumPy array inside, refused wherever CuPy refuses."""
 
+    __slots__ = ("_a", "base", "__weakref__")
+    __hash__ = None
 
-@contextlib.contextmanager
-def counting():
-    """Count launches, syncs and generators inside the block; yields a :class:`Counts`."""
-    counts = Counts()
-    _counting["blocks"].append(counts)
-    try:
-        yield counts
-    finally:
-        _counting["blocks"].remove(counts)
+    def __new__(cls, shape, dtype=float, memptr=None, strides=None, order="C"):
+        return _own(np.empty(shape, dtype, order=order))
 
-
-def _is_gather(key):
-    """Whether indexing with ``key`` copies (an index array, a list, a mask) rather than views."""
-    keys = key if isinstance(key, tuple) else (key,)
-    return any(isinstance(k, (_plain, list)) for k in keys)
-
-
-class ndarray(np.ndarray):
-    """A device array of the stand-in: a NumPy array that will not mix with plain NumPy arrays."""
-
-    def __array_finalize__(self, obj):
-        if self.flags.owndata:  # a fresh buffer made by a method (copy, astype, fancy indexing)
-            POOL.adopt(self)
+    shape = property(lambda self: self._a.shape)
+    dtype = property(lambda self: self._a.dtype)
+    ndim = property(lambda self: self._a.ndim)
+    size = property(lambda self: self._a.size)
+    nbytes = property(lambda self: self._a.nbytes)
+    itemsize = property(lambda self: self._a.itemsize)
+    strides = property(lambda self: self._a.strides)
+    flags = property(lambda self: self._a.flags)
+    T = property(lambda self: dispatch(_plain.transpose, (self,)))
 
     @property
     def __cuda_array_interface__(self):
-        face = self.__array_interface__
+        face = self._a.__array_interface__
         return {"shape": face["shape"], "typestr": face["typestr"], "data": face["data"],
                 "strides": face.get("strides"), "version": 3}
+
+    @property
+    def data(self):
+        return types.SimpleNamespace(ptr=self._a.__array_interface__["data"][0])
 
     @property
     def device(self):
         return cuda.Device(0)
 
-    @_host_read
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError(IMPLICIT)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return dispatch(getattr(ufunc, method), inputs, kwargs)
+
+    def __array_function__(self, func, types_, args, kwargs):
+        return dispatch(func, args, kwargs)
+
+    def __getattr__(self, name):
+        """Every other NumPy method, run on the device (``sum``, ``astype``, ``reshape``...)."""
+        if name.startswith("__") or name in ("_a", "base"):
+            raise AttributeError(name)
+        method = getattr(_plain, name, None)
+        if name in ("reshape", "transpose"):  # CuPy reads a shape or axes given as a NumPy array
+            return lambda *args, **kwargs: dispatch(method, (self,) + tuple(
+                tuple(a.tolist()) if isinstance(a, _plain) else a for a in args), kwargs)
+        if callable(method):
+            return lambda *args, **kwargs: dispatch(method, (self,) + args, kwargs)
+        return _wrap(getattr(self._a, name), (self,))  # real, imag: views
+
+    def take(self, indices, axis=None, out=None):
+        return dispatch(_take, (self, indices, axis, out))
+
     def get(self, stream=None, order="C", out=None, blocking=True):
         """A NumPy copy, or a copy into ``out`` (CuPy's ``ndarray.get``)."""
-        return _asnumpy(self, out=out)
-
-    # Counted host reads and device operations that are methods, not ufuncs.
-    __float__ = _host_read(_plain.__float__)
-    __int__ = _host_read(_plain.__int__)
-    __index__ = _host_read(_plain.__index__)
-    __bool__ = _host_read(_plain.__bool__)
-    item = _host_read(_plain.item)
-    tolist = _host_read(_plain.tolist)
-    copy = _launch(_plain.copy)
-    mean, var, std = _launch(_plain.mean), _launch(_plain.var), _launch(_plain.std)
-    take = _launch(_plain.take)
-    fill = _launch(_plain.fill)
-    flatten = _launch(_plain.flatten)
-    __setitem__ = _launch(_plain.__setitem__)
-
-    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
-        if not copy and self.dtype == np.dtype(dtype):
-            return self  # no kernel, as on CuPy
-        with _Launch():
-            return _plain.astype(self, dtype, order=order, casting=casting, subok=subok, copy=copy)
-
-    def __getitem__(self, key):
-        if _is_gather(key):
-            with _Launch():
-                return _plain.__getitem__(self, key)
-        return _plain.__getitem__(self, key)
+        return asnumpy(self, out=out)
 
     def set(self, arr, stream=None):
         """Copy a NumPy array in (CuPy's ``ndarray.set``)."""
-        self.view(_plain)[...] = arr
+        self._a[...] = arr
 
-    @_launch
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        outs = kwargs.get("out") or ()
-        args = _unwrap(inputs)
-        if outs:
-            kwargs["out"] = _unwrap(tuple(outs))
-        if method == "at" and ufunc is np.add:
-            _check_scatter(inputs[0])
-        flush = ufunc not in _EXACT and method != "at"
-        if flush:
-            args = tuple(_flushed(a) for a in args)
-        result = getattr(ufunc, method)(*args, **kwargs)
-        if method == "at":
-            return None
-        result = (outs[0] if len(outs) == 1 and not isinstance(result, tuple) else tuple(outs)) if outs \
-            else _wrap(result)
-        if flush:
-            for r in result if isinstance(result, tuple) else (result,):
-                _flush_in_place(r.view(_plain))
-        return result
+    def item(self, *args):
+        return to_host(self).item(*args)
 
-    def __array_function__(self, func, types_, args, kwargs):
-        return _counted_call(func, args, kwargs, lambda: _wrap(func(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()})))
+    def tolist(self):
+        return to_host(self).tolist()
+
+    def tobytes(self, order="C"):
+        return to_host(self).tobytes(order)
+
+    def __getitem__(self, key):
+        return dispatch(_getitem, (self, key))
+
+    def __setitem__(self, key, value):
+        dispatch(_setitem, (self, key, value))
+
+    def __len__(self):
+        if not self._a.ndim:
+            raise TypeError("len() of unsized object")
+        return self._a.shape[0]
+
+    def __iter__(self):
+        if not self._a.ndim:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self._a.shape[0]))
+
+    def __bool__(self):
+        return bool(to_host(self))
+
+    def __float__(self):
+        return float(to_host(self).item() if self._a.size == 1 else to_host(self))
+
+    def __int__(self):
+        return int(to_host(self).item() if self._a.size == 1 else to_host(self))
+
+    def __complex__(self):
+        return complex(to_host(self).item())
+
+    def __format__(self, spec):
+        return format(to_host(self), spec)
+
+    def __repr__(self):
+        return repr(to_host(self))
+
+    def __str__(self):
+        return str(to_host(self))
+
+    def __copy__(self):
+        return self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    def __reduce__(self):
+        return asarray, (self.get(),)
+
+    __neg__ = lambda self: dispatch(np.negative, (self,))  # noqa: E731
+    __pos__ = lambda self: dispatch(np.positive, (self,))  # noqa: E731
+    __abs__ = lambda self: dispatch(np.absolute, (self,))  # noqa: E731
+    __invert__ = lambda self: dispatch(np.invert, (self,))  # noqa: E731
+
+
+for _name, _ufunc in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("matmul", np.matmul),
+                      ("truediv", np.true_divide), ("floordiv", np.floor_divide), ("mod", np.remainder),
+                      ("pow", np.power), ("and", np.bitwise_and), ("or", np.bitwise_or),
+                      ("xor", np.bitwise_xor), ("lshift", np.left_shift), ("rshift", np.right_shift)):
+    setattr(ndarray, f"__{_name}__", _binary(_ufunc))
+    setattr(ndarray, f"__r{_name}__", _binary(_ufunc, reflected=True))
+    setattr(ndarray, f"__i{_name}__", _binary(_ufunc, inplace=True))
+for _name, _ufunc in (("lt", np.less), ("le", np.less_equal), ("eq", np.equal), ("ne", np.not_equal),
+                      ("gt", np.greater), ("ge", np.greater_equal)):
+    setattr(ndarray, f"__{_name}__", _binary(_ufunc))
 
 
 class _Pool:
@@ -321,7 +422,7 @@ class _Pool:
         if size == 0:
             return
         mem_size = -(-size // 512) * 512
-        ptr, pmem_id = buffer.__array_interface__["data"][0], id(buffer)
+        ptr, pmem_id = buffer._a.__array_interface__["data"][0], id(buffer)
         self._call("malloc_preprocess", device_id=0, size=size, mem_size=mem_size)
         if self.cached.get(mem_size):
             self.cached[mem_size] -= 1
@@ -376,90 +477,68 @@ def get_default_memory_pool():
 
 
 class _Ufunc:
-    """A NumPy ufunc as a stand-in module attribute: refuses NumPy arrays, keeps results on device."""
+    """A NumPy ufunc as a stand-in module attribute (``xp.add``, ``xp.add.at``): on the device."""
 
     def __init__(self, ufunc):
         self.ufunc = ufunc
 
     def __call__(self, *args, **kwargs):
-        return _device_call(self.ufunc, args, kwargs)
+        return dispatch(self.ufunc, args, kwargs)
 
     def __getattr__(self, name):
         method = getattr(self.ufunc, name)
         if not callable(method):
             return method
-        return lambda *args, **kwargs: _device_call(method, args, kwargs)
+        return lambda *args, **kwargs: dispatch(method, args, kwargs)
 
 
-def _device_call(func, args, kwargs):
-    """``func`` on device arrays only; a call with none (``zeros``) makes its result on the device.
-    The stand-in arrays themselves are passed on: their ``__array_ufunc__`` flushes float32."""
-    _unwrap(args), _unwrap(tuple(kwargs.values()))  # refuses NumPy operands before NumPy sees them
-    return _counted_call(func, args, kwargs, lambda: _wrap(func(*args, **kwargs)))
-
-
-_NO_KERNEL = {"empty", "empty_like", "shape", "ndim", "size", "result_type", "can_cast", "iscomplexobj"}
-
-
-def _counted_call(func, args, kwargs, call):
-    """``call()``, counted as one launch unless it only makes a view of an input, or an
-    uninitialised buffer (``empty``), as on CuPy, where neither runs a kernel."""
-    if getattr(_depth, "value", 0) or not _counting["blocks"] or getattr(func, "__name__", "") in _NO_KERNEL:
-        return call()
-    site = _site()
-    _depth.value = 1
-    try:
-        result = call()
-    finally:
-        _depth.value = 0
-    inputs = [a for a in (list(args) + list(kwargs.values())) if isinstance(a, ndarray)]
-    if not (isinstance(result, ndarray) and any(np.shares_memory(result.view(_plain), a.view(_plain)) for a in inputs)
-            and "out" not in kwargs):
-        _record("launch", site)
-    return result
+def _on_device(func):
+    """A NumPy function as a stand-in module function: device operands only, results on the device."""
+    return lambda *args, **kwargs: dispatch(func, args, kwargs)
 
 
 def asarray(a, dtype=None, order=None):
-    """On the device: stand-in arrays as they are (cast if asked), anything else copied over."""
-    if isinstance(a, ndarray):
+    """On the device: device arrays as they are (cast if asked), anything else copied over."""
+    if type(a) is ndarray:
         return a if dtype is None or a.dtype == np.dtype(dtype) else a.astype(dtype)
-    return _wrap(np.array(a, dtype=dtype, order=order or "K"))
+    return from_host(a, dtype=dtype, order=order or "K")
 
 
 def array(obj, dtype=None, copy=True, order="K", ndmin=0):
     """A device array of ``obj`` (CuPy's ``cupy.array``: a copy unless ``copy=False`` allows none)."""
-    if isinstance(obj, ndarray) and not copy and (dtype is None or obj.dtype == np.dtype(dtype)) and obj.ndim >= ndmin:
-        return obj
-    return _wrap(np.array(obj.view(np.ndarray) if isinstance(obj, ndarray) else obj, dtype=dtype, copy=True,
-                          order=order, ndmin=ndmin))
+    if type(obj) is ndarray:
+        if not copy and (dtype is None or obj.dtype == np.dtype(dtype)) and obj.ndim >= ndmin:
+            return obj
+        return dispatch(np.array, (obj,), {"dtype": dtype, "copy": True, "order": order, "ndmin": ndmin})
+    return from_host(obj, dtype=dtype, order=order, ndmin=ndmin)
 
 
-@_host_read
 def asnumpy(a, stream=None, out=None):
-    return _asnumpy(a, stream, out)
-
-
-def _asnumpy(a, stream=None, out=None):
-    """A NumPy copy of a stand-in array (NumPy arrays are returned as they are, as CuPy does)."""
-    result = np.array(a.view(_plain)) if isinstance(a, ndarray) else np.asarray(a)
+    """A NumPy copy of a device array (NumPy arrays are returned as they are, as CuPy does)."""
+    result = to_host(a) if type(a) is ndarray else np.asarray(a)
     if out is not None:
         out[...] = result
         return out
     return result
 
 
+take = _on_device(_take)
 _found = {}  # not globals(): xp.any, xp.sum, xp.abs would hide the builtins of this file
 
 
 def __getattr__(name):
-    """Every other name of NumPy: dtypes and constants as they are, functions on the device."""
+    """Every other name of NumPy: dtypes and constants as they are, functions on the device.
+    NumPy's submodules are not served (``np.testing`` would take device arrays): what CuPy
+    has of them is below (``linalg``, ``random``, ``lib.stride_tricks``)."""
     value = _found.get(name)
     if value is None:
         value = getattr(np, name)
+        if isinstance(value, types.ModuleType):
+            raise AttributeError(f"the stand-in for CuPy has no {name!r} (add what CuPy has of numpy.{name})")
         if isinstance(value, np.ufunc):
             value = _Ufunc(value)
         elif callable(value) and not isinstance(value, type):
-            value = (lambda func: lambda *args, **kwargs: _device_call(func, args, kwargs))(value)
+            value = _on_device(value)
         _found[name] = value
     return value
 
@@ -471,18 +550,20 @@ class _Generator:
         self.numpy = np.random.default_rng(seed)
 
     def __getattr__(self, name):
-        method = getattr(self.numpy, name)
-        return _launch(lambda *args, **kwargs: _wrap(method(*args, **kwargs)))
+        return _on_device(getattr(self.numpy, name))
 
 
 def _default_rng(seed=None):
-    _record("generator")
+    """``cupy.random.default_rng``: counted, as building a generator on a GPU seeds its state."""
+    _count.record("generator")
     return _Generator(seed)
 
 
 random = types.SimpleNamespace(default_rng=_default_rng)
-linalg = types.SimpleNamespace(**{name: (lambda f: lambda *a, **k: _device_call(f, a, k))(getattr(np.linalg, name))
+linalg = types.SimpleNamespace(**{name: _on_device(getattr(np.linalg, name))
                                   for name in ("norm", "svd", "qr", "inv", "solve", "eigh")})
+lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(
+    as_strided=_on_device(np.lib.stride_tricks.as_strided)))
 
 
 class _Stream:
@@ -578,11 +659,9 @@ def _check_scatter(a):
                         f"{', '.join(sorted(str(t) for t in _SCATTER_DTYPES))})")
 
 
-@_launch
 def _scatter_add(a, slices, value):
     """``cupyx.scatter_add``: ``a[slices] += value`` with repeated indices summed."""
-    _check_scatter(a)
-    np.add.at(_unwrap(a), _unwrap(slices), _unwrap(value))
+    dispatch(np.add.at, (a, slices, value))
 
 
 def _empty_pinned(shape, dtype=np.float64):

@@ -179,3 +179,84 @@ def test_counting_sees_this_threads_launches_while_another_thread_is_inside_a_ke
                     raise RuntimeError("inside a kernel")
             a * a  # the depth came back to 0 when the exception left the kernel
     assert counts.launches == 3 and after.launches == 2
+
+
+def test_counting_keeps_strict_rules_a_scatter_a_draw_and_a_generator(xp):
+    """Through dispatch: an in-place op (out=) and a store are launches, a 0-d index a view,
+    a scatter one launch (and CuPy 13's dtypes only), a generator and each draw counted."""
+    a = xp.zeros(8, np.float32)
+    with xp.counting() as counts:
+        a += 1
+        a[2:4] = 3.0
+        a[0]
+        xp.cupyx.scatter_add(a, xp.asarray([1, 1]), 1.0)
+        rng = xp.random.default_rng(0)
+        rng.standard_normal(4)
+    assert (counts.launches, counts.syncs, counts.generators) == (4, 0, 1), counts.report()
+    with pytest.raises(TypeError, match="Unsupported dtype int8 for scatter_add"):
+        xp.add.at(xp.zeros(4, np.int8), xp.asarray([0]), 1)
+
+
+def test_a_fused_kernels_temporaries_take_no_pool_memory(xp):
+    """On a GPU the body's intermediates live in registers: only its outputs are device memory."""
+    from tinymem import fused
+    poly = fused.Kernel("standin_poly", "float32 x", "float32 y", lambda ops, x, y: ((x * 2 + 1) * x - x,))
+    fused.KERNELS.remove(poly)
+    x, y = xp.ones(1 << 12, np.float32), xp.empty(1 << 12, np.float32)
+
+    class Mallocs(xp.MemoryHook):
+        name, count = "mallocs", 0
+
+        def malloc_postprocess(self, **kwargs):
+            self.count += 1
+
+    with Mallocs() as mallocs, xp.counting() as counts:
+        poly(x, y)
+    assert (mallocs.count, counts.launches) == (0, 1) and y[:2].tolist() == [2.0, 2.0]
+
+
+def test_device_arrays_refuse_implicit_conversion_to_numpy_as_cupy_does(xp):
+    a = xp.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert not isinstance(a, np.ndarray)  # so CuPy's branches of tinymem run in CI
+    for implicit in (lambda: np.asarray(a), lambda: np.array(a), lambda: np.testing.assert_array_equal(a, a),
+                     lambda: np.asarray(a[0])):
+        with pytest.raises(TypeError, match="Implicit conversion to a NumPy array is not allowed"):
+            implicit()
+    assert type(a.get()) is np.ndarray and type(xp.asnumpy(a)) is np.ndarray and a.get().tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_a_numpy_index_array_is_refused_in_every_device_op(xp):
+    a = xp.zeros(4, np.float32)
+    host = np.array([0, 1])
+    for op in (lambda: a[host], lambda: a.__setitem__(host, 1.0), lambda: a.take(host),
+               lambda: xp.take(a, host), lambda: xp.cupyx.scatter_add(a, host, 1.0), lambda: xp.add.at(a, host, 1.0),
+               lambda: a.__setitem__(slice(None), np.ones(4, np.float32))):
+        with pytest.raises(TypeError, match="Unsupported type <class 'numpy.ndarray'>"):
+            op()
+    a[xp.asarray([0, 0])] = 2.0  # device indices, lists and slices are fine
+    assert a[[0, 3]].tolist() == [2.0, 0.0]
+
+
+def test_integer_indexing_gives_a_0d_device_array_with_no_index_or_round(xp):
+    a = xp.asarray(np.array([1.6, 2.0, 3.0], np.float32))
+    x = a[0]
+    assert isinstance(x, xp.ndarray) and x.shape == () and x.base is a  # a view, as in CuPy
+    assert float(x) == np.float32(1.6) and int(a[1]) == 2 and bool(a[2]) and f"{x:.1f}" == "1.6"
+    with pytest.raises(TypeError):
+        round(x)
+    with pytest.raises(TypeError):
+        [0, 1][a[1]]  # no __index__: CuPy arrays are not Python integers
+    assert all(isinstance(v, xp.ndarray) and v.shape == () for v in a)
+
+
+def test_views_point_at_their_owner_and_linalg_stays_on_the_device(xp):
+    a = xp.asarray(np.arange(12, dtype=np.float64).reshape(3, 4))
+    assert a.base is None and a[1:].base is a and a.T.base is a and a.reshape(4, 3).base is a
+    assert a.copy().base is None and a.astype(np.float64, copy=False) is a
+    out = xp.empty((3, 4))
+    assert xp.multiply(a, 2.0, out=out) is out
+    u, s, vt = xp.linalg.svd(a, full_matrices=False)
+    assert all(isinstance(m, xp.ndarray) for m in (u, s, vt))
+    np.testing.assert_allclose(((u * s) @ vt).get(), a.get(), atol=1e-12)
+    indices = xp.asarray([5, -1])
+    assert a.ravel().take(indices).tolist() == [5.0, 11.0]  # CuPy's take: no mode, out of range wraps

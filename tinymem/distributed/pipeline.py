@@ -32,7 +32,7 @@ import numpy as np
 from .. import backend, memory
 from ..autograd import Tensor
 from ..checks import positive_int
-from .units import split_units, unit_input
+from .units import batch_on, model_device, split_units, unit_input
 
 _HEADER = 8  # int64 slots: dtype, ndim, then up to 6 dims
 _DTYPES = ("float16", "float32", "float64")
@@ -99,6 +99,7 @@ class Pipeline:
         positive_int("micro_batches", micro_batches)
         self.comm, self.micro_batches, self.schedule = comm, micro_batches, schedule
         units = split_units(model)
+        self.device = model_device(units)
         starts = partition([u.num_parameters() for u in units], comm.size) + [len(units)]
         self.stage, self.stages = comm.rank, comm.size
         self.first, self.last = starts[self.stage], starts[self.stage + 1]
@@ -154,6 +155,7 @@ class Pipeline:
         """One training step over the global batch ``(x, y)``."""
         if self.optimizer is not None:
             self.optimizer.zero_grad()
+        x, y = batch_on(x, self.device), batch_on(y, self.device)
         xs, ys = _split(x, self.micro_batches), _split(y, self.micro_batches)
         inflight, sends, self.losses = {}, [], []
         memory.mark("forward")

@@ -77,6 +77,19 @@ class Strategy:
         pass
 
 
+def model_device(units):
+    """The device of the units' parameters (``None`` when they have none)."""
+    return next((p.device for unit in units for p in unit.parameters()), None)
+
+
+def batch_on(batch, device):
+    """A batch (an array or a Tensor) as an array on the model's ``device``: every rank loads the
+    global batch where it likes (the host, most often), as ``model(tm.tensor(x))`` moves it in
+    one process. Memory: one copy of this rank's slice when it moves."""
+    data = batch.data if isinstance(batch, Tensor) else batch
+    return data if device is None or not hasattr(data, "shape") else backend.to_device(data, device)
+
+
 def forward_backward(units, x, y, loss_fn, strategy):
     """One forward and backward of ``units`` on ``(x, y)``, unit by unit; returns the loss (float).
 
@@ -85,7 +98,8 @@ def forward_backward(units, x, y, loss_fn, strategy):
     """
     memory.mark("forward")
     outputs, boxes = [], []
-    h = x.data if isinstance(x, Tensor) else x
+    device = model_device(units)
+    h, y = batch_on(x, device), batch_on(y, device)
     for i, unit in enumerate(units):
         strategy.before_forward(i)
         box = []

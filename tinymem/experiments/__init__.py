@@ -12,12 +12,19 @@ adding a file; nothing else needs editing.
 import importlib
 import pkgutil
 
-# The families that run on the CPU only, and why (each one's run() refuses another device with
-# this reason): ``tinymem figures --device cuda`` skips them, saying so.
+# The families that run on the CPU only, each with why: their run() refuses another device with
+# this reason, `tinymem figures --device cuda` skips them, and the tests run every other family on
+# "cuda". The one list of them; every family not named here runs on either device.
 CPU_ONLY_FAMILIES = {
     "rl": "the replay buffer is host memory by design, and the CartPole network is too small for a GPU to matter",
     "edge": "ONNX Runtime's CPU kernels and a microcontroller's memory are the subject",
 }
+
+
+def refuse_device(name, device):
+    """Raise ValueError when the CPU-only family ``name`` is asked to run on ``device``."""
+    if device != "cpu":
+        raise ValueError(f"the {name} figures run on the CPU: {CPU_ONLY_FAMILIES[name]}")
 
 
 def families():

@@ -21,6 +21,7 @@ from ..autograd import Tensor, no_grad
 from ..measure.claims import Claim
 from ..measure.timing import interleaved_samples, one_blas_thread, spread
 from ..techniques import quantization as Q
+from . import refuse_device
 
 NAME = "edge"
 ORDER = 85
@@ -142,9 +143,7 @@ def run_memory(quick):
 
 
 def run(quick=False, device="cpu"):
-    if device != "cpu":
-        raise ValueError("the edge figures run on the CPU: ONNX Runtime's CPU kernels and a microcontroller's "
-                         "memory are the subject")
+    refuse_device(NAME, device)
     records = {"config": {"sizes": SIZES, "sram_bytes": SRAM, "max_recompute": MAX_RECOMPUTE}}
     try:
         import onnx  # noqa: F401

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from .. import data, memory, models, optim, random
+from .. import backend, data, memory, models, optim, random
 from ..autograd import no_grad
 from ..measure.claims import Claim
 from ..measure.timing import one_blas_thread
@@ -156,7 +156,7 @@ def frozen_formats(shape=(1024, 1024)):
     observer(w)
     scale, zero = observer.calculate_qparams()
     stored = {"fp32": [w], "bf16": [get_format("bfloat16").encode(w)],
-              "int8": [quantize(w, scale, zero, "qint8", axis=0), np.asarray(scale, np.float32)],
+              "int8": [quantize(w, scale, zero, "qint8", axis=0), backend.to_numpy(scale).astype(np.float32)],
               "NF4": list(NF4Linear.from_linear(linear, double_quant=False).stored().values()),
               "NF4 + double quant.": list(NF4Linear.from_linear(linear).stored().values())}
     return {"shape": list(shape),

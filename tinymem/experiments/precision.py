@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from .. import data, models, optim, random
+from .. import backend, data, models, optim, random
 from .. import functional as F
 from ..autograd import Function, Tensor, no_grad
 from ..measure.claims import Claim
@@ -48,7 +48,7 @@ class _GradProbe(Function):
         return a
 
     def backward(ctx, g):
-        ctx.sink.append(np.abs(np.asarray(g, np.float64)).ravel()[::7])
+        ctx.sink.append(np.abs(backend.to_numpy(g).astype(np.float64)).ravel()[::7])  # host: a histogram
         return g
 
 

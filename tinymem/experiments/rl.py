@@ -26,6 +26,7 @@ from ..measure.claims import Claim
 from ..measure.timing import interleaved_samples, spread
 from ..rl import BatchPrefetcher, ReplayBuffer, bytes_per_slot
 from ..rl.replay import INDEX_BYTES_PER_SLOT
+from . import refuse_device
 
 NAME = "rl"
 ORDER = 80
@@ -141,9 +142,7 @@ def run_learning(quick, seeds, workers=None):
 
 
 def run(quick=False, device="cpu"):
-    if device != "cpu":
-        raise ValueError("the rl figures run on the CPU: the replay buffer is host memory by design, "
-                         "and the CartPole network is too small for a GPU to matter")
+    refuse_device(NAME, device)
     try:
         import gymnasium  # noqa: F401
     except ImportError:

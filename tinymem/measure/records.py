@@ -48,8 +48,8 @@ def _plain(value):
         return [_plain(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
+    if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
+        return backend.to_numpy(value).tolist()
     return value
 
 

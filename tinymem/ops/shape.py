@@ -61,7 +61,7 @@ class GetItem(Function):
         ctx.in_shape = a.shape
         xp = array_module(a)
         items = index if isinstance(index, tuple) else (index,)
-        items = tuple(xp.asarray(i) if isinstance(i, list) else i for i in items)
+        items = tuple(xp.asarray(i) if isinstance(i, (list, np.ndarray)) else i for i in items)  # to the device
         ctx.tuple_index = isinstance(index, tuple)
         arrays = [i for i in items if hasattr(i, "shape")]
         # Remember the index with its arrays left out; they go through save_for_backward.

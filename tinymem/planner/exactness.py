@@ -85,10 +85,12 @@ def measure(sizes, batch, stack, chunk_size=None, seed=0):
 
 def predict(sizes, batch, stack):
     """:func:`analytic.breakdown` of the same step in tinymem mode, on the device :func:`measure`
-    runs on (the default one): NumPy computes half precision in float32, CuPy in float16."""
+    runs on (the default one): NumPy computes half precision in float32; CuPy computes fp16 in
+    float16 but bf16 in float32, as NumPy does: neither has a bfloat16 dtype, so tinymem keeps
+    bf16 as uint16 bits and decodes them to float32 to compute."""
     arch = architectures.tinymem_lm(*sizes)
-    on = "numpy" if tm_backend.default_device() == "cpu" else "gpu"
-    return analytic.breakdown(arch, batch, stack, mode="tinymem", backend=on)
+    in_float32 = tm_backend.default_device() == "cpu" or stack.precision == "bf16"
+    return analytic.breakdown(arch, batch, stack, mode="tinymem", backend="numpy" if in_float32 else "gpu")
 
 
 def compare(sizes, batch, stack, chunk_size=None):
