@@ -60,3 +60,16 @@ def test_the_search_never_proposes_a_stack_tinymem_refuses(name, gpus, memory):
     assert all((r.stack.precision != "fp32" and r.stack.offload) or r.stack.recompute == "selective"
                or r.stack.tensor > 1 for r in refused)
     assert fits.refusal(Stack("bf16", offload="zero-offload")) is not None
+
+
+def test_a_fused_update_on_a_device_has_no_adam_temporaries_and_adam8bit_its_padded_moments():
+    """tinymem's CuPy step updates a float32 parameter with Adam in one fused kernel (no
+    temporary) and with Adam8bit beside 12 bytes per value padded to whole blocks; the plain
+    count (NumPy, and the LLM-scale "gpu" plans) keeps Adam's two temporaries."""
+    from tinymem.planner.sharding import scratch_bytes
+    assert scratch_bytes("Adam", (50, 16), "numpy") == 2 * 4 * 800
+    assert scratch_bytes("Adam", (50, 16), "numpy", fused_update=True) == 0
+    assert scratch_bytes("AdamW", (300, 300), "gpu", fused_update=True) == 0
+    assert scratch_bytes("Adam8bit", (100, 100), "gpu", fused_update=True) == 12 * 2048 * 5
+    assert scratch_bytes("Adam8bit", (10, 10), "gpu", fused_update=True) == 0  # under min_8bit_size: Adam
+    assert scratch_bytes("SGD momentum", (50, 16), "numpy", fused_update=True) == 4 * 800

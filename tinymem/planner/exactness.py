@@ -87,10 +87,13 @@ def predict(sizes, batch, stack):
     """:func:`analytic.breakdown` of the same step in tinymem mode, on the device :func:`measure`
     runs on (the default one): NumPy computes half precision in float32; CuPy computes fp16 in
     float16 but bf16 in float32, as NumPy does: neither has a bfloat16 dtype, so tinymem keeps
-    bf16 as uint16 bits and decodes them to float32 to compute."""
+    bf16 as uint16 bits and decodes them to float32 to compute. On CuPy the optimizer's update
+    is fused (``scratch_bytes(fused_update=True)``)."""
     arch = architectures.tinymem_lm(*sizes)
     in_float32 = tm_backend.default_device() == "cpu" or stack.precision == "bf16"
-    return analytic.breakdown(arch, batch, stack, mode="tinymem", backend="numpy" if in_float32 else "gpu")
+    on_device = tm_backend.default_device() != "cpu"
+    return analytic.breakdown(arch, batch, stack, mode="tinymem", backend="numpy" if in_float32 else "gpu",
+                              fused_update=on_device)
 
 
 def compare(sizes, batch, stack, chunk_size=None):

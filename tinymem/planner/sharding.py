@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import backend as tm_backend
 from ..checks import positive_int
+from ..optim import Adam
 from ..optim.table import CONFIGS, group_for
 from . import precision as widths
 from .states import optimizer_state_bytes
@@ -33,16 +34,26 @@ from .states import optimizer_state_bytes
 SCRATCH = {"SGD": 1, "SGD momentum": 1, "Adam8bit": 6, "Adam8bit linear": 6}
 
 
-def scratch_bytes(optimizer, shape, backend="gpu"):
+def scratch_bytes(optimizer, shape, backend="gpu", fused_update=False):
     """Temporaries of one update of a float32 parameter of ``shape`` (see :data:`SCRATCH`;
     Adam8bit keeps tensors under ``min_8bit_size`` in float32 Adam, with Adam's 2, and updates
-    larger ones chunk by chunk, in chunks sized for ``backend``: ``"numpy"`` or ``"gpu"``)."""
+    larger ones chunk by chunk, in chunks sized for ``backend``: ``"numpy"`` or ``"gpu"``).
+
+    ``fused_update``: tinymem's own step on a CuPy device, where Adam and its variants update a
+    float32 parameter in one fused kernel (no temporary) and Adam8bit in five, beside its float32
+    moments and their magnitudes padded to whole blocks (12 bytes per padded value). The
+    ``"gpu"`` backend of the LLM-scale plans keeps the unfused count (PyTorch's default
+    ``foreach`` Adam makes temporaries too)."""
     label = optimizer_label(optimizer)
     cls, options = CONFIGS[label]
     group = dict(group_for(cls, options))
     size = math.prod(shape)
+    fused = fused_update and issubclass(cls, Adam)
     if size < group.get("min_8bit_size", 0):
-        return 2 * 4 * size
+        return 0 if fused else 2 * 4 * size
+    if fused:
+        block = group.get("block_size")
+        return 12 * block * math.ceil(size / block) if hasattr(cls, "CHUNK") and size else 0
     if hasattr(cls, "CHUNK"):
         chunk = tm_backend.chunk_elements("cpu" if backend == "numpy" else "cuda", cls.CHUNK)
         size = min(size, group["block_size"] * max(1, chunk // group["block_size"]))
