@@ -162,3 +162,23 @@ def test_a_convention_changes_the_plan_and_explain_shows_every_term(capsys):
     assert cli.main(args + ["--convention", "deepspeed"]) == 0
     deepspeed = capsys.readouterr().out
     assert "fp32 gradients" in deepspeed and "convention deepspeed" in deepspeed
+
+
+def test_deepspeed_estimate_is_byte_exact_on_random_shapes_and_nodes():
+    # DeepSpeed's stage-3 CPU estimate multiplies n * 18 * (1 / nodes); n * (18 / nodes) rounds
+    # differently and int() then gained or dropped a byte (n=77509654458, 107 nodes: 1 B off)
+    import random
+    rng = random.Random(0)
+    for _ in range(3000):
+        n, per_node, nodes = rng.randint(1, 10 ** 12), rng.randint(1, 64), rng.randint(1, 512)
+        big, factor = rng.randint(0, n), rng.choice([1.0, 1.25, 1.5, 2.0])
+        for offload in (False, True):
+            assert conventions.deepspeed_estimate(2, n, big, per_node, nodes, offload,
+                                                  additional_buffer_factor=factor) == \
+                deepspeed_zero2(n, per_node, nodes, offload, factor)
+            for params in (False, True):
+                for zero_init in (False, True):
+                    assert conventions.deepspeed_estimate(3, n, big, per_node, nodes, offload, params, zero_init,
+                                                          factor) == \
+                        deepspeed_zero3(n, big, per_node, nodes, offload, params, zero_init, factor), \
+                        (n, big, per_node, nodes, offload, params, zero_init, factor)

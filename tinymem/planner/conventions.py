@@ -123,9 +123,11 @@ def deepspeed_estimate(stage, total_params, largest_layer_params=0, num_gpus_per
         raise ValueError(f"DeepSpeed estimates ZeRO stage 2 or 3, got {stage!r}")
     largest = 4 * largest_layer_params
     if cpu_offload:
-        states = 18 if cpu_offload_params else 16
+        # in DeepSpeed's order, n * states * (1 / nodes): n * (states / nodes) rounds otherwise,
+        # and int() then gains or drops a byte
+        states, per_node = (18 if cpu_offload_params else 16), 1 / num_nodes
         gpu = largest if cpu_offload_params else largest + int(2 * n / gpus)
-        cpu = n * (states / num_nodes if zero_init else max(4 * num_gpus_per_node, states / num_nodes)) * factor
+        cpu = (n * states * per_node if zero_init else n * max(4 * num_gpus_per_node, states * per_node)) * factor
         return int(cpu), int(gpu)
     cpu = (largest_layer_params if zero_init else n) * 4 * num_gpus_per_node * factor
     return int(cpu), int(largest + int(18 * n / gpus))
