@@ -74,6 +74,11 @@ def test_lora_rank_needs_finetune_and_a_rank_of_at_least_one(capsys):
     (["--tensor-parallel", "0"], ["--tensor-parallel must be a whole number >= 1"]),
     (["--pipeline", "-2"], ["--pipeline must be a whole number >= 1"]),
     (["--gpus", "0"], ["--gpus must be a whole number >= 1"]),
+    (["--batch", "0"], ["--batch must be a whole number >= 1, got 0"]),
+    (["--micro-batches", "-2"], ["--micro-batches must be a whole number >= 1, got -2"]),
+    (["--pipeline", "4", "--micro-batches", "0"], ["--micro-batches must be a whole number >= 1, got 0"]),
+    (["--sequence-parallel"], ["--sequence-parallel", "give --tensor-parallel"]),
+    (["--tensor-parallel", "1", "--sequence-parallel"], ["--sequence-parallel", "give --tensor-parallel"]),
 ])
 def test_bad_sizes_and_counts_name_the_flag_not_an_internal_field(capsys, args, words):
     _refused(capsys, ["--arch", "llama2-7b"] + args, *words)

@@ -149,7 +149,11 @@ def check(args):
         raise ValueError("--lora-rank sets the rank of --finetune's adapters: give --finetune with it")
     if mode != "probe" and args.arch and args.ffn is not None:
         raise ValueError("--ffn sets an explicit architecture's MLP width; with --arch the width is the architecture's")
-    for name in ("gpus", "lora_rank", "tensor_parallel", "pipeline", "data_parallel", "context", "top"):
+    if args.sequence_parallel and (args.tensor_parallel or 1) == 1:
+        raise ValueError("--sequence-parallel splits activations over the tensor-parallel ranks: give "
+                         "--tensor-parallel T (T > 1) with it")
+    for name in ("gpus", "lora_rank", "tensor_parallel", "pipeline", "data_parallel", "context", "top", "batch",
+                 "micro_batches"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise ValueError(f"{flag(name)} must be a whole number >= 1, got {value}")
