@@ -151,3 +151,35 @@ def test_probe_table_headers_are_whole_words_not_truncated_bucket_names():
     header = list(planner.table_rows(result)[0])
     assert {"param", "grad", "optim", "activ", "work"} <= set(header)
     assert "gradi" not in header and "works" not in header
+
+
+def test_explain_without_a_proposal_explains_the_summarys_fewest_gpus_there(capsys):
+    # LLaMA-2 70B on 1 x 80 GB: "fewest GPUs: 20 with + ZeRO-3"; --explain showed ZeRO-3 on d=1 (1383 GB)
+    assert cli.main(["plan", "--arch", "llama2-70b", "--gpus", "1", "--explain"]) == 1
+    out = capsys.readouterr().out
+    fewest = int(out.split("fewest GPUs: ")[-1].split()[0])
+    header = out.split("== --explain: ")[1].splitlines()[0]
+    assert f"d={fewest} GPUs" in header, header
+    peak = float(out.split("GPU's share of the model; peak ")[1].split()[0])
+    usable = float(out.split("a step may peak at ")[1].split()[0])
+    assert peak <= usable
+
+
+def test_explain_says_when_nothing_fits_on_any_number_of_gpus(capsys):
+    assert cli.main(["plan", "--arch", "mixtral-8x7b", "--gpus", "1", "--explain"]) == 1
+    assert "--explain: no stack fits any number of GPUs of 80GB" in capsys.readouterr().out
+
+
+def test_explain_gives_deepspeeds_estimate_only_for_the_mixed_precision_adam_it_counts(capsys):
+    # the 13B proposal on 1 x 80 GB is pure bf16 + 8-bit Adam, ZeRO-3: DeepSpeed's 18n/N (234.94 GB)
+    # is not "this stack", whose deepspeed-convention states are 52.77 GB
+    assert cli.main(["plan", "--arch", "llama2-13b", "--gpus", "1", "--explain", "--convention", "deepspeed"]) == 0
+    out = capsys.readouterr().out
+    header = out.split("== --explain: ")[1].splitlines()[0]
+    assert header.startswith("pure bf16 (no masters), 8-bit Adam") and "ZeRO-3" in header, header
+    assert "estimate_zero3_model_states_mem_needs" not in out
+    assert cli.main(["plan", "--arch", "llama2-70b", "--gpus", "64", "--explain"]) == 0
+    out = capsys.readouterr().out
+    header = out.split("== --explain: ")[1].splitlines()[0]
+    assert header.startswith("bf16,") and "ZeRO-" in header and "8-bit" not in header, header
+    assert "estimate_zero" in out
