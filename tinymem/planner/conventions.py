@@ -64,7 +64,9 @@ def rows(arch, stack, convention="tinymem", parameters=None):
     if convention == "zero-paper":
         out = [Row("weights", "parameter", w, N if zero >= 3 else 1, n, "device"),
                Row("gradients", "gradient", w, N if zero >= 2 else 1, n, "host" if kind else "device"),
-               Row(f"K: fp32 masters + {label} state", "optimizer", 4 + state, N if zero >= 1 else 1, n, host)]
+               # K = 12 is mixed precision's: 4 of fp32 masters + Adam's 8; fp32 and pure bf16 keep no masters
+               Row(f"K: fp32 masters + {label} state" if wd.master else f"K: {label} state (no fp32 masters)",
+                   "optimizer", wd.master + state, N if zero >= 1 else 1, n, host)]
         return out
     if convention == "deepspeed":
         shard = N if zero >= 1 else 1
