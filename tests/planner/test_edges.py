@@ -11,6 +11,19 @@ def test_model_states_refuses_negative_or_fractional_sizes(params):
         analytic.model_states(params)
 
 
+@pytest.mark.parametrize("params", ["100", None, b"12"])
+def test_model_states_refuses_a_string_or_none_for_the_parameters(params):
+    # "100" was read as three shapes ('1',), ('0',), ('0',); None raised a raw TypeError
+    with pytest.raises(ValueError, match="a parameter count, a list of shapes"):
+        analytic.model_states(params)
+
+
+@pytest.mark.parametrize("stage", [True, False, 1.5])
+def test_model_states_refuses_a_stage_that_is_not_a_whole_number(stage):
+    with pytest.raises(ValueError, match="ZeRO stage"):  # True was stage 1
+        analytic.model_states(100, stage=stage, ranks=2)
+
+
 def test_model_states_refuses_negative_flat_buffer_units():
     with pytest.raises(ValueError, match="units"):
         analytic.model_states(100, stage=1, ranks=2, units=[-3])
