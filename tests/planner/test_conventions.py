@@ -194,3 +194,28 @@ def test_zero_paper_counts_fp32_masters_only_where_the_precision_keeps_them(prec
     assert conventions.device_bytes(table) == pytest.approx(per_parameter * n, rel=1e-6)
     tinymem = conventions.device_bytes(conventions.rows(arch, Stack(precision, "Adam"), "tinymem"))
     assert conventions.device_bytes(table) <= tinymem
+
+
+@pytest.mark.parametrize("args,kwargs", [
+    ((2, 10 ** 9, 0, 0), {}), ((3, 10 ** 9, 10, 8, 0), {}), ((2, -5, 0, 8), {}), ((3, 10 ** 9, -1, 8), {}),
+    ((2, 2.5, 0, 8), {}), ((2, float("nan"), 0, 8), {}), ((2, 100, 0, True), {}),
+    ((2, 100, 0, 8), {"additional_buffer_factor": -1}), ((3, 100, 0, 8), {"additional_buffer_factor": float("nan")})])
+def test_deepspeed_estimate_refuses_counts_that_are_not_whole_and_in_range(args, kwargs):
+    # 0 GPUs raised ZeroDivisionError; -5 parameters gave (-240, -21) bytes; a factor of -1, -3200 B
+    with pytest.raises(ValueError, match="must be a whole number|allowance"):
+        conventions.deepspeed_estimate(*args, **kwargs)
+
+
+@pytest.mark.parametrize("memory", [float("nan"), -1, 0, float("inf"), None, True, "0GB", "lots"])
+def test_plan_arch_refuses_a_memory_that_is_not_a_positive_size(memory):
+    # NaN and -1 fitted nothing, silently (no proposal); "80GB" raised a raw TypeError
+    from tinymem.planner import fits
+    with pytest.raises(ValueError, match="gpu_memory is the bytes of one GPU"):
+        fits.plan_arch("gpt2", 8, memory)
+
+
+def test_plan_arch_reads_a_size_and_refuses_zero_micro_batches():
+    from tinymem.planner import fits
+    assert fits.plan_arch("gpt2", 8, "80GB")[1] == fits.plan_arch("gpt2", 8, 80e9)[1]
+    with pytest.raises(ValueError, match="micro_batches"):  # 0 was taken for "not given": 4 per stage
+        fits.plan_arch("gpt2", 8, 80e9, micro_batches=0)

@@ -22,7 +22,7 @@ def machines(draw):
     batch = draw(st.integers(1, 3))
     micro_batches = draw(st.sampled_from([None, 1, 2, 5]))
     # a memory between the smallest and the largest peak, so that some rows fit and some do not
-    rows, _ = fits.plan_arch(arch, gpus, float("inf"), batch, micro_batches=micro_batches)
+    rows, _ = fits.plan_arch(arch, gpus, 1e30, batch, micro_batches=micro_batches)
     peaks = sorted(r.breakdown.peak for r in rows)
     memory = draw(st.floats(0.5 * peaks[0], 1.2 * peaks[-1]))
     return arch, gpus, batch, micro_batches, memory

@@ -32,6 +32,7 @@ state), no fp32 gradients, no transients; 7.5B parameters on 64 GPUs: 120, 31.4,
 """
 from collections import namedtuple
 
+from ..checks import is_int, real_number
 from . import architectures as archs
 from .analytic import stage_parameters
 from .precision import width
@@ -115,6 +116,13 @@ def deepspeed_estimate(stage, total_params, largest_layer_params=0, num_gpus_per
     branch, as of :data:`DEEPSPEED`. Its CPU number is a node's: the offloaded states times
     ``additional_buffer_factor``, or the fp32 model each process loads (4 bytes a parameter a
     GPU) when that is larger; without offload, that loading alone."""
+    for name, value, least in (("total_params", total_params, 0), ("largest_layer_params", largest_layer_params, 0),
+                               ("num_gpus_per_node", num_gpus_per_node, 1), ("num_nodes", num_nodes, 1)):
+        if not is_int(value) or value < least:  # 0 GPUs divided by zero, -5 parameters gave -21 bytes
+            raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
+    if not real_number("additional_buffer_factor", additional_buffer_factor) > 0:
+        raise ValueError("additional_buffer_factor is DeepSpeed's allowance, a number > 0, got "
+                         f"{additional_buffer_factor!r}")
     gpus = num_nodes * num_gpus_per_node
     n, factor = total_params, additional_buffer_factor
     if stage == 2:
