@@ -84,6 +84,7 @@ def test_lora_rank_needs_finetune_and_a_rank_of_at_least_one(capsys):
     (["--gpu-memory", "-5GB"], ["--gpu-memory", "'-5GB'", "80GB"]),
     (["--gpu-memory", "0GB"], ["--gpu-memory", "more than 0"]),
     (["--cuda-context", "0.5"], ["did you mean 0.5GB?"]),
+    (["--gpu-memory", "8e4"], ["8e4 is 80000 bytes", "did you mean 8e4GB?"]),
     (["--tensor-parallel", "0"], ["--tensor-parallel must be a whole number >= 1"]),
     (["--pipeline", "-2"], ["--pipeline must be a whole number >= 1"]),
     (["--gpus", "0"], ["--gpus must be a whole number >= 1"]),

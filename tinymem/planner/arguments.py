@@ -174,7 +174,7 @@ def size(name, text, least=0):
     except ValueError:
         raise ValueError(f"{name}: cannot read {text!r} as a size; write a number with its unit, e.g. 80GB or "
                          "24GiB") from None
-    if re.fullmatch(r"\s*[\d.]+\s*", str(text)) and 0 < float(text) < 1e6:
+    if re.fullmatch(r"\s*[\d.]+([eE][+-]?\d+)?\s*", str(text)) and 0 < float(text) < 1e6:  # 1e5 too
         raise ValueError(f"{name} {text} is {value} bytes: did you mean {text}GB?")
     if value < least:
         raise ValueError(f"{name} must be more than 0 bytes, got {text!r}")
