@@ -69,6 +69,10 @@ def _refused(capsys, args, *words):
     (PROBE + ["--explain"], "--explain"),
     (PROBE + ["--gpu-memory", "80GB"], "--gpu-memory"),
     (PROBE + ["--convention", "deepspeed"], "--convention"),
+    # the stray layout flag is blamed, not --model (the flags were read as a layout)
+    (PROBE + ["--sequence-parallel"], "plan: --sequence-parallel applies"),
+    (PROBE + ["--tensor-parallel", "2"], "plan: --tensor-parallel applies"),
+    (["--model", "mlp", "--pipeline", "2"], "plan: --pipeline applies"),
 ])
 def test_a_flag_the_mode_ignores_is_refused_in_one_line(capsys, args, flag):
     _refused(capsys, args, flag, "leave it out")
@@ -197,3 +201,10 @@ def test_explain_gives_deepspeeds_estimate_only_for_the_mixed_precision_adam_it_
     header = out.split("== --explain: ")[1].splitlines()[0]
     assert header.startswith("bf16,") and "ZeRO-" in header and "8-bit" not in header, header
     assert "estimate_zero" in out
+
+
+@pytest.mark.parametrize("budget", ["-5MB", "nanMB", "lots"])
+def test_a_probe_budget_that_cannot_be_read_names_the_flag(capsys, budget):
+    # it said "cannot read '-5MB' as a size; ... (None for no limit)", naming no flag
+    _refused(capsys, PROBE + ["--budget", budget], "--budget", repr(budget), "64MB")
+    assert "None for no limit" not in capsys.readouterr().err

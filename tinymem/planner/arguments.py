@@ -122,11 +122,12 @@ def mode_of(args):
     """Which of :data:`MODES` the flags ask for."""
     if args.inference:
         return "inference"
+    closed_form = any(getattr(args, n) is not None for n in ARCH_FLAGS)
+    if not closed_form and (args.model, args.sizes) != (None, None):
+        return "probe"  # a stray layout flag is the one refused, not --model
     if any(getattr(args, n) not in (None, False) for n in LAYOUT_FLAGS):
         return "layout"
-    if any(getattr(args, n) is not None for n in ARCH_FLAGS):
-        return "training"
-    return "probe"
+    return "training" if closed_form else "probe"
 
 
 def flag(name):
@@ -145,6 +146,8 @@ def check(args):
                     if mode == "inference" and name in LAYOUT_FLAGS else "")
             raise ValueError(f"{flag(name)} applies to {' or '.join(USAGE[m] for m in where)}, not to "
                              f"{USAGE[mode]}: leave it out{hint}")
+    if mode == "probe" and args.budget is not None:
+        size_or_none("--budget", args.budget)
     if args.lora_rank is not None and not args.finetune:
         raise ValueError("--lora-rank sets the rank of --finetune's adapters: give --finetune with it")
     if mode != "probe" and args.arch and args.ffn is not None:
@@ -164,6 +167,16 @@ def check(args):
         size("--gpu-memory", args.gpu_memory, least=1)
         size("--cuda-context", args.cuda_context)
     return mode
+
+
+def size_or_none(name, text):
+    """Bytes of ``text``, refused in one line that names the flag (a probe's budget may be a bare
+    number of bytes: a tinymem model's step can take a few hundred)."""
+    try:
+        return parse_bytes(text)
+    except ValueError:
+        raise ValueError(f"{name}: cannot read {text!r} as a size; write bytes >= 0, e.g. 4096, 64MB or 1.5GiB") \
+            from None
 
 
 def size(name, text, least=0):
