@@ -253,8 +253,8 @@ def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=Non
             continue
         result = run(arch, batch, stack, mode, convention)
         rows.append(Row(name, stack, result, result.peak <= gpu_memory,
-                        fewest_gpus(arch, batch, stack, gpu_memory, mode, stages=name in PIPELINES,
-                                    convention=convention, micro_batches=micro_batches),
+                        fewest_gpus(arch, batch, stack, gpu_memory, mode, max(1 << 20, gpus), name in PIPELINES,
+                                    convention, micro_batches),  # the search reaches the GPUs given
                         relative_time(arch, batch, stack), refusal(stack)))
     best = None
     for stack in candidates(gpus, micro_batches) + layouts_3d(arch, gpus, micro_batches):
