@@ -184,7 +184,8 @@ def test_deepspeed_estimate_is_byte_exact_on_random_shapes_and_nodes():
                         (n, big, per_node, nodes, offload, params, zero_init, factor)
 
 
-@pytest.mark.parametrize("precision,per_parameter", [("bf16", 2 + 2 + 12), ("fp32", 4 + 4 + 8), ("bf16-pure", 2 + 2 + 4)])
+@pytest.mark.parametrize("precision,per_parameter",
+                         [("bf16", 2 + 2 + 12), ("fp32", 4 + 4 + 8), ("bf16-pure", 2 + 2 + 4)])
 def test_zero_paper_counts_fp32_masters_only_where_the_precision_keeps_them(precision, per_parameter):
     # K = 12 is mixed precision's (masters 4 + Adam 8): fp32 and pure bf16 have no master copy
     # (pure bf16 + Adam counted 2 + 2 + 4 + 4, above the 8 B/param tinymem holds for it)
