@@ -26,9 +26,6 @@ def plan_probe(args, print_table):
     from .. import planner
     from ..memory import format_bytes
 
-    if args.batch is not None and args.batch < 1:
-        print(f"tinymem plan: --batch must be >= 1, got {args.batch}", file=sys.stderr)
-        return 2
     if not (args.model and args.sizes and args.batch):
         print("tinymem plan: give --arch NAME (or --layers/--hidden/--heads/--seq/--vocab) for the "
               "closed form, or --model, --sizes and --batch to probe a tinymem model", file=sys.stderr)
@@ -105,9 +102,7 @@ def plan_arch(args, print_table):
     try:
         arch = arch_from(args)
         memory = arguments.size("--gpu-memory", args.gpu_memory)
-        batch = 1 if args.batch is None else args.batch
-        if batch < 1 or (args.micro_batches is not None and args.micro_batches < 1):
-            raise ValueError(f"--batch and --micro-batches must be >= 1, got {batch} and {args.micro_batches}")
+        batch = 1 if args.batch is None else args.batch  # >= 1: arguments.check
         usable = allowance(args)[2]
         rows, proposal = fits.plan_arch(arch, args.gpus, usable, batch, args.mode, args.micro_batches,
                                         args.convention)
