@@ -162,3 +162,61 @@ def test_a_convention_changes_the_plan_and_explain_shows_every_term(capsys):
     assert cli.main(args + ["--convention", "deepspeed"]) == 0
     deepspeed = capsys.readouterr().out
     assert "fp32 gradients" in deepspeed and "convention deepspeed" in deepspeed
+
+
+def test_deepspeed_estimate_is_byte_exact_on_random_shapes_and_nodes():
+    # DeepSpeed's stage-3 CPU estimate multiplies n * 18 * (1 / nodes); n * (18 / nodes) rounds
+    # differently and int() then gained or dropped a byte (n=77509654458, 107 nodes: 1 B off)
+    import random
+    rng = random.Random(0)
+    for _ in range(3000):
+        n, per_node, nodes = rng.randint(1, 10 ** 12), rng.randint(1, 64), rng.randint(1, 512)
+        big, factor = rng.randint(0, n), rng.choice([1.0, 1.25, 1.5, 2.0])
+        for offload in (False, True):
+            assert conventions.deepspeed_estimate(2, n, big, per_node, nodes, offload,
+                                                  additional_buffer_factor=factor) == \
+                deepspeed_zero2(n, per_node, nodes, offload, factor)
+            for params in (False, True):
+                for zero_init in (False, True):
+                    assert conventions.deepspeed_estimate(3, n, big, per_node, nodes, offload, params, zero_init,
+                                                          factor) == \
+                        deepspeed_zero3(n, big, per_node, nodes, offload, params, zero_init, factor), \
+                        (n, big, per_node, nodes, offload, params, zero_init, factor)
+
+
+@pytest.mark.parametrize("precision,per_parameter",
+                         [("bf16", 2 + 2 + 12), ("fp32", 4 + 4 + 8), ("bf16-pure", 2 + 2 + 4)])
+def test_zero_paper_counts_fp32_masters_only_where_the_precision_keeps_them(precision, per_parameter):
+    # K = 12 is mixed precision's (masters 4 + Adam 8): fp32 and pure bf16 have no master copy
+    # (pure bf16 + Adam counted 2 + 2 + 4 + 4, above the 8 B/param tinymem holds for it)
+    arch = architectures.get_arch("llama2-7b")
+    n = architectures.parameter_count(arch)
+    table = conventions.rows(arch, Stack(precision, "Adam"), "zero-paper")
+    assert conventions.device_bytes(table) == pytest.approx(per_parameter * n, rel=1e-6)
+    tinymem = conventions.device_bytes(conventions.rows(arch, Stack(precision, "Adam"), "tinymem"))
+    assert conventions.device_bytes(table) <= tinymem
+
+
+@pytest.mark.parametrize("args,kwargs", [
+    ((2, 10 ** 9, 0, 0), {}), ((3, 10 ** 9, 10, 8, 0), {}), ((2, -5, 0, 8), {}), ((3, 10 ** 9, -1, 8), {}),
+    ((2, 2.5, 0, 8), {}), ((2, float("nan"), 0, 8), {}), ((2, 100, 0, True), {}),
+    ((2, 100, 0, 8), {"additional_buffer_factor": -1}), ((3, 100, 0, 8), {"additional_buffer_factor": float("nan")})])
+def test_deepspeed_estimate_refuses_counts_that_are_not_whole_and_in_range(args, kwargs):
+    # 0 GPUs raised ZeroDivisionError; -5 parameters gave (-240, -21) bytes; a factor of -1, -3200 B
+    with pytest.raises(ValueError, match="must be a whole number|allowance"):
+        conventions.deepspeed_estimate(*args, **kwargs)
+
+
+@pytest.mark.parametrize("memory", [float("nan"), -1, 0, float("inf"), None, True, "0GB", "lots"])
+def test_plan_arch_refuses_a_memory_that_is_not_a_positive_size(memory):
+    # NaN and -1 fitted nothing, silently (no proposal); "80GB" raised a raw TypeError
+    from tinymem.planner import fits
+    with pytest.raises(ValueError, match="gpu_memory is the bytes of one GPU"):
+        fits.plan_arch("gpt2", 8, memory)
+
+
+def test_plan_arch_reads_a_size_and_refuses_zero_micro_batches():
+    from tinymem.planner import fits
+    assert fits.plan_arch("gpt2", 8, "80GB")[1] == fits.plan_arch("gpt2", 8, 80e9)[1]
+    with pytest.raises(ValueError, match="micro_batches"):  # 0 was taken for "not given": 4 per stage
+        fits.plan_arch("gpt2", 8, 80e9, micro_batches=0)

@@ -11,6 +11,19 @@ def test_model_states_refuses_negative_or_fractional_sizes(params):
         analytic.model_states(params)
 
 
+@pytest.mark.parametrize("params", ["100", None, b"12"])
+def test_model_states_refuses_a_string_or_none_for_the_parameters(params):
+    # "100" was read as three shapes ('1',), ('0',), ('0',); None raised a raw TypeError
+    with pytest.raises(ValueError, match="a parameter count, a list of shapes"):
+        analytic.model_states(params)
+
+
+@pytest.mark.parametrize("stage", [True, False, 1.5])
+def test_model_states_refuses_a_stage_that_is_not_a_whole_number(stage):
+    with pytest.raises(ValueError, match="ZeRO stage"):  # True was stage 1
+        analytic.model_states(100, stage=stage, ranks=2)
+
+
 def test_model_states_refuses_negative_flat_buffer_units():
     with pytest.raises(ValueError, match="units"):
         analytic.model_states(100, stage=1, ranks=2, units=[-3])
@@ -56,6 +69,10 @@ def _refused(capsys, args, *words):
     (PROBE + ["--explain"], "--explain"),
     (PROBE + ["--gpu-memory", "80GB"], "--gpu-memory"),
     (PROBE + ["--convention", "deepspeed"], "--convention"),
+    # the stray layout flag is blamed, not --model (the flags were read as a layout)
+    (PROBE + ["--sequence-parallel"], "plan: --sequence-parallel applies"),
+    (PROBE + ["--tensor-parallel", "2"], "plan: --tensor-parallel applies"),
+    (["--model", "mlp", "--pipeline", "2"], "plan: --pipeline applies"),
 ])
 def test_a_flag_the_mode_ignores_is_refused_in_one_line(capsys, args, flag):
     _refused(capsys, args, flag, "leave it out")
@@ -71,9 +88,15 @@ def test_lora_rank_needs_finetune_and_a_rank_of_at_least_one(capsys):
     (["--gpu-memory", "-5GB"], ["--gpu-memory", "'-5GB'", "80GB"]),
     (["--gpu-memory", "0GB"], ["--gpu-memory", "more than 0"]),
     (["--cuda-context", "0.5"], ["did you mean 0.5GB?"]),
+    (["--gpu-memory", "8e4"], ["8e4 is 80000 bytes", "did you mean 8e4GB?"]),
     (["--tensor-parallel", "0"], ["--tensor-parallel must be a whole number >= 1"]),
     (["--pipeline", "-2"], ["--pipeline must be a whole number >= 1"]),
     (["--gpus", "0"], ["--gpus must be a whole number >= 1"]),
+    (["--batch", "0"], ["--batch must be a whole number >= 1, got 0"]),
+    (["--micro-batches", "-2"], ["--micro-batches must be a whole number >= 1, got -2"]),
+    (["--pipeline", "4", "--micro-batches", "0"], ["--micro-batches must be a whole number >= 1, got 0"]),
+    (["--sequence-parallel"], ["--sequence-parallel", "give --tensor-parallel"]),
+    (["--tensor-parallel", "1", "--sequence-parallel"], ["--sequence-parallel", "give --tensor-parallel"]),
 ])
 def test_bad_sizes_and_counts_name_the_flag_not_an_internal_field(capsys, args, words):
     _refused(capsys, ["--arch", "llama2-7b"] + args, *words)
@@ -146,3 +169,42 @@ def test_probe_table_headers_are_whole_words_not_truncated_bucket_names():
     header = list(planner.table_rows(result)[0])
     assert {"param", "grad", "optim", "activ", "work"} <= set(header)
     assert "gradi" not in header and "works" not in header
+
+
+def test_explain_without_a_proposal_explains_the_summarys_fewest_gpus_there(capsys):
+    # LLaMA-2 70B on 1 x 80 GB: "fewest GPUs: 20 with + ZeRO-3"; --explain showed ZeRO-3 on d=1 (1383 GB)
+    assert cli.main(["plan", "--arch", "llama2-70b", "--gpus", "1", "--explain"]) == 1
+    out = capsys.readouterr().out
+    fewest = int(out.split("fewest GPUs: ")[-1].split()[0])
+    header = out.split("== --explain: ")[1].splitlines()[0]
+    assert f"d={fewest} GPUs" in header, header
+    peak = float(out.split("GPU's share of the model; peak ")[1].split()[0])
+    usable = float(out.split("a step may peak at ")[1].split()[0])
+    assert peak <= usable
+
+
+def test_explain_says_when_nothing_fits_on_any_number_of_gpus(capsys):
+    assert cli.main(["plan", "--arch", "mixtral-8x7b", "--gpus", "1", "--explain"]) == 1
+    assert "--explain: no stack fits any number of GPUs of 80GB" in capsys.readouterr().out
+
+
+def test_explain_gives_deepspeeds_estimate_only_for_the_mixed_precision_adam_it_counts(capsys):
+    # the 13B proposal on 1 x 80 GB is pure bf16 + 8-bit Adam, ZeRO-3: DeepSpeed's 18n/N (234.94 GB)
+    # is not "this stack", whose deepspeed-convention states are 52.77 GB
+    assert cli.main(["plan", "--arch", "llama2-13b", "--gpus", "1", "--explain", "--convention", "deepspeed"]) == 0
+    out = capsys.readouterr().out
+    header = out.split("== --explain: ")[1].splitlines()[0]
+    assert header.startswith("pure bf16 (no masters), 8-bit Adam") and "ZeRO-3" in header, header
+    assert "estimate_zero3_model_states_mem_needs" not in out
+    assert cli.main(["plan", "--arch", "llama2-70b", "--gpus", "64", "--explain"]) == 0
+    out = capsys.readouterr().out
+    header = out.split("== --explain: ")[1].splitlines()[0]
+    assert header.startswith("bf16,") and "ZeRO-" in header and "8-bit" not in header, header
+    assert "estimate_zero" in out
+
+
+@pytest.mark.parametrize("budget", ["-5MB", "nanMB", "lots"])
+def test_a_probe_budget_that_cannot_be_read_names_the_flag(capsys, budget):
+    # it said "cannot read '-5MB' as a size; ... (None for no limit)", naming no flag
+    _refused(capsys, PROBE + ["--budget", budget], "--budget", repr(budget), "64MB")
+    assert "None for no limit" not in capsys.readouterr().err

@@ -59,3 +59,9 @@ def test_cli_finetune_prints_lora_and_qlora(capsys):
     qlora = next(line for line in out.splitlines() if line.startswith("qlora"))
     lora = next(line for line in out.splitlines() if line.startswith("lora"))
     assert qlora.rstrip().endswith("yes") and lora.rstrip().endswith("no")  # 70B: 36 GB in NF4, 138 GB in bf16
+
+
+@pytest.mark.parametrize("rank", [True, 0, -4, 2.0, "16"])
+def test_rows_refuse_a_rank_that_is_not_a_whole_number_of_at_least_one(rank):
+    with pytest.raises(ValueError, match="rank must be a positive integer"):  # True was rank 1
+        finetune.rows("llama2-7b", rank)

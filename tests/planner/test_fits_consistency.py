@@ -53,3 +53,14 @@ def test_a_row_fits_exactly_when_its_fewest_gpus_are_at_most_the_gpus_given(arch
             assert _fits_on(arch, row, row.fewest_gpus // scale, memory)
             if row.fewest_gpus > scale:
                 assert not _fits_on(arch, row, row.fewest_gpus // scale - 1, memory), name
+
+
+def test_a_row_that_fits_on_more_gpus_than_the_search_limit_still_has_its_fewest():
+    # ZeRO-3 of GPT-2 on 2**21 GPUs, memory between its peaks at 2**20 and 2**21 ranks: the
+    # search stopped at 2**20 and the row said "fits yes, fewest GPUs -"
+    arch, gpus = get_arch("gpt2"), 2 ** 21
+    stack = _rows(arch, gpus, 1e30)["+ ZeRO-3"].stack
+    memory = (fits.run(arch, 1, stack._replace(ranks=2 ** 20)).peak + fits.run(arch, 1, stack).peak) / 2
+    row = _rows(arch, gpus, memory)["+ ZeRO-3"]
+    assert row.fits and row.fewest_gpus is not None and 2 ** 20 < row.fewest_gpus <= gpus
+    assert _fits_on(arch, row, row.fewest_gpus, memory) and not _fits_on(arch, row, row.fewest_gpus - 1, memory)

@@ -122,11 +122,12 @@ def mode_of(args):
     """Which of :data:`MODES` the flags ask for."""
     if args.inference:
         return "inference"
+    closed_form = any(getattr(args, n) is not None for n in ARCH_FLAGS)
+    if not closed_form and (args.model, args.sizes) != (None, None):
+        return "probe"  # a stray layout flag is the one refused, not --model
     if any(getattr(args, n) not in (None, False) for n in LAYOUT_FLAGS):
         return "layout"
-    if any(getattr(args, n) is not None for n in ARCH_FLAGS):
-        return "training"
-    return "probe"
+    return "training" if closed_form else "probe"
 
 
 def flag(name):
@@ -145,11 +146,17 @@ def check(args):
                     if mode == "inference" and name in LAYOUT_FLAGS else "")
             raise ValueError(f"{flag(name)} applies to {' or '.join(USAGE[m] for m in where)}, not to "
                              f"{USAGE[mode]}: leave it out{hint}")
+    if mode == "probe" and args.budget is not None:
+        size_or_none("--budget", args.budget)
     if args.lora_rank is not None and not args.finetune:
         raise ValueError("--lora-rank sets the rank of --finetune's adapters: give --finetune with it")
     if mode != "probe" and args.arch and args.ffn is not None:
         raise ValueError("--ffn sets an explicit architecture's MLP width; with --arch the width is the architecture's")
-    for name in ("gpus", "lora_rank", "tensor_parallel", "pipeline", "data_parallel", "context", "top"):
+    if args.sequence_parallel and (args.tensor_parallel or 1) == 1:
+        raise ValueError("--sequence-parallel splits activations over the tensor-parallel ranks: give "
+                         "--tensor-parallel T (T > 1) with it")
+    for name in ("gpus", "lora_rank", "tensor_parallel", "pipeline", "data_parallel", "context", "top", "batch",
+                 "micro_batches"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise ValueError(f"{flag(name)} must be a whole number >= 1, got {value}")
@@ -162,6 +169,16 @@ def check(args):
     return mode
 
 
+def size_or_none(name, text):
+    """Bytes of ``text``, refused in one line that names the flag (a probe's budget may be a bare
+    number of bytes: a tinymem model's step can take a few hundred)."""
+    try:
+        return parse_bytes(text)
+    except ValueError:
+        raise ValueError(f"{name}: cannot read {text!r} as a size; write bytes >= 0, e.g. 4096, 64MB or 1.5GiB") \
+            from None
+
+
 def size(name, text, least=0):
     """Bytes of ``text`` (``80GB``, ``24GiB``); a bare number below a megabyte is refused as a
     likely missing unit (``--gpu-memory 80`` read as 80 bytes said nothing fits)."""
@@ -170,7 +187,7 @@ def size(name, text, least=0):
     except ValueError:
         raise ValueError(f"{name}: cannot read {text!r} as a size; write a number with its unit, e.g. 80GB or "
                          "24GiB") from None
-    if re.fullmatch(r"\s*[\d.]+\s*", str(text)) and 0 < float(text) < 1e6:
+    if re.fullmatch(r"\s*[\d.]+([eE][+-]?\d+)?\s*", str(text)) and 0 < float(text) < 1e6:  # 1e5 too
         raise ValueError(f"{name} {text} is {value} bytes: did you mean {text}GB?")
     if value < least:
         raise ValueError(f"{name} must be more than 0 bytes, got {text!r}")

@@ -3,6 +3,7 @@ stacks, ``--explain``'s term-by-term account), registered by :mod:`tinymem.cli`.
 import sys
 
 from . import architectures, arguments, conventions, finetune, fits, inference
+from .precision import width
 
 
 
@@ -25,9 +26,6 @@ def plan_probe(args, print_table):
     from .. import planner
     from ..memory import format_bytes
 
-    if args.batch is not None and args.batch < 1:
-        print(f"tinymem plan: --batch must be >= 1, got {args.batch}", file=sys.stderr)
-        return 2
     if not (args.model and args.sizes and args.batch):
         print("tinymem plan: give --arch NAME (or --layers/--hidden/--heads/--seq/--vocab) for the "
               "closed form, or --model, --sizes and --batch to probe a tinymem model", file=sys.stderr)
@@ -104,9 +102,7 @@ def plan_arch(args, print_table):
     try:
         arch = arch_from(args)
         memory = arguments.size("--gpu-memory", args.gpu_memory)
-        batch = 1 if args.batch is None else args.batch
-        if batch < 1 or (args.micro_batches is not None and args.micro_batches < 1):
-            raise ValueError(f"--batch and --micro-batches must be >= 1, got {batch} and {args.micro_batches}")
+        batch = 1 if args.batch is None else args.batch  # >= 1: arguments.check
         usable = allowance(args)[2]
         rows, proposal = fits.plan_arch(arch, args.gpus, usable, batch, args.mode, args.micro_batches,
                                         args.convention)
@@ -130,7 +126,14 @@ def plan_arch(args, print_table):
     if args.explain:
         chosen = proposal or min((r for r in rows if r.fewest_gpus is not None and not r.refused),
                                  key=lambda r: (r.fewest_gpus, r.time), default=None)
-        if chosen is not None:
+        if chosen is not None and proposal is None:  # the summary's "fewest GPUs": explain it there
+            stack = fits.grow(chosen.stack, chosen.fewest_gpus // (chosen.stack.tensor * (
+                1 if chosen.name in fits.PIPELINES else chosen.stack.pipeline)), chosen.name in fits.PIPELINES,
+                args.micro_batches)
+            chosen = chosen._replace(stack=stack, breakdown=fits.run(arch, batch, stack, args.mode, args.convention))
+        if chosen is None:
+            print(f"\n--explain: no stack fits any number of GPUs of {args.gpu_memory}: nothing to explain")
+        else:
             print()
             for line in explain(arch, chosen, args.convention, print_table):
                 print(line)
@@ -164,7 +167,9 @@ def explain(arch, row, convention, print_table):
         others.append(f"{other} {states / 1e9:.2f} GB")
     lines.append("model states of this stack per GPU, the sum of the device rows, by convention: " + ", ".join(others))
     lines.append(f"deepspeed: the estimators of {conventions.DEEPSPEED} (ZeRO-2: 2n + 18n/N since its PR #5099)")
-    if stack.zero in (2, 3) and stack.tensor == stack.pipeline == 1:
+    # DeepSpeed's estimators count mixed-precision Adam (2 + 2 + 16 bytes): no other stack's
+    if stack.zero in (2, 3) and stack.tensor == stack.pipeline == 1 and stack.optimizer == "Adam" \
+            and width(stack.precision).master:
         kind = fits.offload_kind(stack.offload)
         cpu, gpu = conventions.deepspeed_estimate(stack.zero, parameters[0], architectures.largest_module(arch),
                                                   stack.ranks, 1, bool(kind), kind == "zero-offload-params")

@@ -32,6 +32,7 @@ state), no fp32 gradients, no transients; 7.5B parameters on 64 GPUs: 120, 31.4,
 """
 from collections import namedtuple
 
+from ..checks import is_int, real_number
 from . import architectures as archs
 from .analytic import stage_parameters
 from .precision import width
@@ -64,7 +65,9 @@ def rows(arch, stack, convention="tinymem", parameters=None):
     if convention == "zero-paper":
         out = [Row("weights", "parameter", w, N if zero >= 3 else 1, n, "device"),
                Row("gradients", "gradient", w, N if zero >= 2 else 1, n, "host" if kind else "device"),
-               Row(f"K: fp32 masters + {label} state", "optimizer", 4 + state, N if zero >= 1 else 1, n, host)]
+               # K = 12 is mixed precision's: 4 of fp32 masters + Adam's 8; fp32 and pure bf16 keep no masters
+               Row(f"K: fp32 masters + {label} state" if wd.master else f"K: {label} state (no fp32 masters)",
+                   "optimizer", wd.master + state, N if zero >= 1 else 1, n, host)]
         return out
     if convention == "deepspeed":
         shard = N if zero >= 1 else 1
@@ -113,6 +116,13 @@ def deepspeed_estimate(stage, total_params, largest_layer_params=0, num_gpus_per
     branch, as of :data:`DEEPSPEED`. Its CPU number is a node's: the offloaded states times
     ``additional_buffer_factor``, or the fp32 model each process loads (4 bytes a parameter a
     GPU) when that is larger; without offload, that loading alone."""
+    for name, value, least in (("total_params", total_params, 0), ("largest_layer_params", largest_layer_params, 0),
+                               ("num_gpus_per_node", num_gpus_per_node, 1), ("num_nodes", num_nodes, 1)):
+        if not is_int(value) or value < least:  # 0 GPUs divided by zero, -5 parameters gave -21 bytes
+            raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
+    if not real_number("additional_buffer_factor", additional_buffer_factor) > 0:
+        raise ValueError("additional_buffer_factor is DeepSpeed's allowance, a number > 0, got "
+                         f"{additional_buffer_factor!r}")
     gpus = num_nodes * num_gpus_per_node
     n, factor = total_params, additional_buffer_factor
     if stage == 2:
@@ -123,9 +133,11 @@ def deepspeed_estimate(stage, total_params, largest_layer_params=0, num_gpus_per
         raise ValueError(f"DeepSpeed estimates ZeRO stage 2 or 3, got {stage!r}")
     largest = 4 * largest_layer_params
     if cpu_offload:
-        states = 18 if cpu_offload_params else 16
+        # in DeepSpeed's order, n * states * (1 / nodes): n * (states / nodes) rounds otherwise,
+        # and int() then gains or drops a byte
+        states, per_node = (18 if cpu_offload_params else 16), 1 / num_nodes
         gpu = largest if cpu_offload_params else largest + int(2 * n / gpus)
-        cpu = n * (states / num_nodes if zero_init else max(4 * num_gpus_per_node, states / num_nodes)) * factor
+        cpu = (n * states * per_node if zero_init else n * max(4 * num_gpus_per_node, states * per_node)) * factor
         return int(cpu), int(gpu)
     cpu = (largest_layer_params if zero_init else n) * 4 * num_gpus_per_node * factor
     return int(cpu), int(largest + int(18 * n / gpus))

@@ -21,6 +21,7 @@ bytes against the ledger of a real LoRA step in ``tests/planner/test_finetune.py
 import math
 from collections import namedtuple
 
+from ..checks import is_int
 from . import analytic
 from . import architectures as archs
 
@@ -59,7 +60,7 @@ def adapter_values(shapes, rank):
 def rows(arch, rank=16, batch=1, recompute="full"):
     """LoRA and QLoRA on one GPU: a :class:`Row` each (bytes)."""
     arch = archs.get_arch(arch)
-    if not isinstance(rank, int) or rank < 1:
+    if not is_int(rank) or rank < 1:  # True was rank 1
         raise ValueError(f"the adapters' rank must be a positive integer, got {rank!r}")
     shapes = adapted_shapes(arch)
     n, adapted = archs.parameter_count(arch), sum(math.prod(s) * c for s, c in shapes.items())

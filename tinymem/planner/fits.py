@@ -32,10 +32,13 @@ The proposal is never a stack tinymem refuses to build: :func:`refusal` asks the
 rules (:func:`tinymem.planner.recipe.supported`), so half precision with the optimizer on the
 host is shown (its numbers are what ZeRO-Offload needs) but not proposed.
 """
+import math
 from collections import namedtuple
 
 from . import analytic, conventions, parallel
 from . import architectures as archs
+from ..checks import positive_int, real_number
+from ..memory import parse_bytes
 from .analytic import Stack
 from .precision import width
 from .recipe import Combination, supported
@@ -241,14 +244,17 @@ def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=Non
     arch = archs.get_arch(arch)
     if gpus < 1:
         raise ValueError(f"--gpus must be at least 1, got {gpus}")
+    gpu_memory = memory_of(gpu_memory)
+    if micro_batches is not None:  # 0 was read as "not given" (4 per stage)
+        positive_int("micro_batches", micro_batches)
     rows = []
     for name, stack in stacks(gpus, micro_batches):
         if stack.pipeline > arch.layers or not parallel.splits(arch, stack.tensor):
             continue
         result = run(arch, batch, stack, mode, convention)
         rows.append(Row(name, stack, result, result.peak <= gpu_memory,
-                        fewest_gpus(arch, batch, stack, gpu_memory, mode, stages=name in PIPELINES,
-                                    convention=convention, micro_batches=micro_batches),
+                        fewest_gpus(arch, batch, stack, gpu_memory, mode, max(1 << 20, gpus), name in PIPELINES,
+                                    convention, micro_batches),  # the search reaches the GPUs given
                         relative_time(arch, batch, stack), refusal(stack)))
     best = None
     for stack in candidates(gpus, micro_batches) + layouts_3d(arch, gpus, micro_batches):
@@ -260,6 +266,19 @@ def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=Non
             if best is None or row.time < best.time:
                 best = row
     return rows, best
+
+
+def memory_of(gpu_memory):
+    """``gpu_memory`` in bytes, > 0 (a number, or a size such as ``"80GB"``): NaN fitted nothing
+    and -1 said nothing fits, silently."""
+    try:
+        value = parse_bytes(gpu_memory) if isinstance(gpu_memory, str) else real_number("gpu_memory", gpu_memory)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not 0 < value < math.inf:
+        raise ValueError(f"gpu_memory is the bytes of one GPU, a number > 0 or a size such as '80GB', "
+                         f"got {gpu_memory!r}")
+    return value
 
 
 def needs_gpus(row):

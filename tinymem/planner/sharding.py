@@ -116,6 +116,8 @@ def parameter_total(params):
         if not _whole(params):
             raise ValueError(f"a parameter count must be a whole number >= 0, got {params!r}")
         return int(params)
+    if params is None or isinstance(params, (str, bytes)):  # a string was read one character a shape
+        raise ValueError(f"params is a parameter count, a list of shapes or {{shape: how many}}, got {params!r}")
     return sum(math.prod(s) * c for s, c in shape_counts(params).items())
 
 
@@ -158,7 +160,7 @@ def model_states(params, stage=0, ranks=1, optimizer="adam", precision="mixed", 
 
     7.5B parameters on 64 GPUs, mixed Adam: 120, 31.4, 16.6, 1.9 GB for stages 0-3.
     """
-    if stage not in (0, 1, 2, 3):
+    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):  # True was stage 1
         raise ValueError(f"ZeRO stage must be 0, 1, 2 or 3, got {stage!r}")
     ranks = positive_int("ranks", ranks)
     kind = offload_kind(offload)
