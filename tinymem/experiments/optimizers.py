@@ -22,7 +22,7 @@ from ..measure.timing import best_time
 from ..optim import table
 from ..optim.adam8bit import Adam8bit
 from ..optim.table import CONFIGS
-from . import optimizers_figures as figures
+from . import optimizers_plots as figures
 
 NAME = "optimizers"
 ORDER = 50

@@ -20,7 +20,7 @@ from .. import backend, data, models, optim, random
 from .. import functional as F
 from ..autograd import Function, Tensor, no_grad
 from ..measure.claims import Claim
-from . import precision_figures as figures
+from . import precision_plots as figures
 from . import precision_steps as bench
 from ..techniques import precision
 

@@ -19,7 +19,7 @@ from ..autograd import Tensor, no_grad
 from ..measure.claims import Claim
 from ..measure.timing import effect_over_spread, interleaved_samples, one_blas_thread, spread
 from ..techniques import quantization as Q
-from . import quantization_figures as figures
+from . import quantization_plots as figures
 
 NAME = "quantization"
 ORDER = 30
