@@ -46,7 +46,7 @@ def cmd_figures(args):
     from tqdm import tqdm
 
     from . import backend
-    from .experiments import families
+    from .experiments import CPU_ONLY_FAMILIES, families
     from .measure import claims, progress
     from .measure.records import meta, read_records, write_records
 
@@ -60,6 +60,12 @@ def cmd_figures(args):
         return 2
     if args.claims_table:
         return _claims_table(outdir, names, args.readme)
+    cpu_only = [n for n in names if n in CPU_ONLY_FAMILIES] if device != "cpu" else []
+    if cpu_only and args.only:  # asked for by name: refused with why; a whole sweep skips them
+        for name in cpu_only:
+            print(f"the {name} figures run on the CPU: {CPU_ONLY_FAMILIES[name]}; use --device cpu", file=sys.stderr)
+        return 2
+    names = [n for n in names if n not in cpu_only]
     written, failures, done = [], [], []
     last = {n: progress.last_seconds(outdir, n, args.quick) for n in names}
     for index, name in enumerate(tqdm(names, desc="figure families", unit="family"), 1):
