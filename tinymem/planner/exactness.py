@@ -89,8 +89,10 @@ def predict(sizes, batch, stack):
     float16 but bf16 in float32, as NumPy does: neither has a bfloat16 dtype, so tinymem keeps
     bf16 as uint16 bits and decodes them to float32 to compute."""
     arch = architectures.tinymem_lm(*sizes)
-    in_float32 = tm_backend.default_device() == "cpu" or stack.precision == "bf16"
-    return analytic.breakdown(arch, batch, stack, mode="tinymem", backend="numpy" if in_float32 else "gpu")
+    on_cpu = tm_backend.default_device() == "cpu"
+    in_float32 = on_cpu or stack.precision == "bf16"
+    return analytic.breakdown(arch, batch, stack, mode="tinymem", backend="numpy" if in_float32 else "gpu",
+                              chunks="numpy" if on_cpu else "gpu")  # 8-bit Adam's chunks: the device's
 
 
 def compare(sizes, batch, stack, chunk_size=None):
