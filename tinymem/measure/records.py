@@ -7,7 +7,6 @@ import platform
 import numpy as np
 
 from .. import backend
-from ..autograd import Tensor
 from ..version import __version__
 
 
@@ -49,7 +48,8 @@ def _plain(value):
         return [_plain(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
-    if isinstance(value, (np.ndarray, Tensor)) or hasattr(value, "__cuda_array_interface__"):
+    # An array on either device, or a Tensor (not imported: measure sits below autograd)
+    if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__") or hasattr(value, "requires_grad"):
         return backend.to_numpy(value).tolist()
     return value
 
