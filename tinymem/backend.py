@@ -275,7 +275,12 @@ def to_device(array, device):
 
 
 def to_numpy(array):
-    """A NumPy array with the same values, from either backend."""
+    """A NumPy array with the same values, from either backend: a NumPy or CuPy array, a Tensor
+    (its values), a list or a number. Memory: one host copy of a device array, none otherwise."""
+    if hasattr(array, "requires_grad"):  # a Tensor (not imported: autograd builds on this module)
+        array = array.data
+    if array is None:  # np.asarray(None) would be an object array holding None, read as values later
+        raise TypeError("to_numpy: got None, not an array; pass the array (or Tensor) whose values you want")
     return to_device(array, "cpu")
 
 

@@ -18,8 +18,7 @@ the full batch's mean; the replicas must start equal (the parameters are broadca
 at construction); layers with per-batch statistics (BatchNorm) see only B/N samples.
 """
 from .. import memory
-from ..autograd import Tensor
-from .units import Strategy, forward_backward, split_units
+from .units import Strategy, batch_array, forward_backward, split_units
 
 
 def broadcast_parameters(params, comm, root=0):
@@ -30,7 +29,7 @@ def broadcast_parameters(params, comm, root=0):
 
 def local_batch(array, comm):
     """This rank's contiguous 1/N slice of a batch (the first axis must split evenly)."""
-    data = array.data if isinstance(array, Tensor) else array
+    data = batch_array(array)
     n = data.shape[0]
     if n % comm.size:
         raise ValueError(f"a batch of {n} samples does not split evenly over {comm.size} ranks; "

@@ -32,7 +32,7 @@ import numpy as np
 from .. import backend, memory
 from ..autograd import Tensor
 from ..checks import positive_int
-from .units import batch_on, model_device, split_units, unit_input
+from .units import batch_array, batch_on, model_device, split_units, unit_input
 
 _HEADER = 8  # int64 slots: dtype, ndim, then up to 6 dims
 _DTYPES = ("float16", "float32", "float64")
@@ -172,7 +172,7 @@ class Pipeline:
 
 
 def _split(array, parts):
-    data = array.data if isinstance(array, Tensor) else array
+    data = batch_array(array)
     if data.shape[0] % parts:
         raise ValueError(f"a batch of {data.shape[0]} does not split into {parts} equal micro-batches")
     size = data.shape[0] // parts

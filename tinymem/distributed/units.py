@@ -82,11 +82,21 @@ def model_device(units):
     return next((p.device for unit in units for p in unit.parameters()), None)
 
 
+def batch_array(batch):
+    """A batch (an array, a Tensor or a list) as an array: a list becomes one on the host, as
+    ``tm.tensor(batch, device="cpu")`` makes it (Python floats float32, ints int64)."""
+    if isinstance(batch, Tensor):
+        return batch.data
+    if isinstance(batch, (list, tuple)):
+        return Tensor(batch, device="cpu").data
+    return batch
+
+
 def batch_on(batch, device):
-    """A batch (an array or a Tensor) as an array on the model's ``device``: every rank loads the
-    global batch where it likes (the host, most often), as ``model(tm.tensor(x))`` moves it in
-    one process. Memory: one copy of this rank's slice when it moves."""
-    data = batch.data if isinstance(batch, Tensor) else batch
+    """A batch (an array, a Tensor or a list) as an array on the model's ``device``: every rank
+    loads the global batch where it likes (the host, most often), as ``model(tm.tensor(x))``
+    moves it in one process. Memory: one copy of this rank's slice when it moves."""
+    data = batch_array(batch)
     return data if device is None or not hasattr(data, "shape") else backend.to_device(data, device)
 
 

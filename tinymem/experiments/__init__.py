@@ -12,6 +12,8 @@ adding a file; nothing else needs editing.
 import importlib
 import pkgutil
 
+from .. import backend
+
 # The families that run on the CPU only, each with why: their run() refuses another device with
 # this reason, `tinymem figures --device cuda` skips them, and the tests run every other family on
 # "cuda". The one list of them; every family not named here runs on either device.
@@ -22,8 +24,9 @@ CPU_ONLY_FAMILIES = {
 
 
 def refuse_device(name, device):
-    """Raise ValueError when the CPU-only family ``name`` is asked to run on ``device``."""
-    if device != "cpu":
+    """Raise ValueError when the CPU-only family ``name`` is asked to run on ``device`` (any
+    spelling of a device that is not the CPU: "cuda", "cuda:0", "CUDA"; ``None`` is the default)."""
+    if (backend.default_device() if device is None else str(device).lower()) != "cpu":
         raise ValueError(f"the {name} figures run on the CPU: {CPU_ONLY_FAMILIES[name]}")
 
 

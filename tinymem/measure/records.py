@@ -48,7 +48,8 @@ def _plain(value):
         return [_plain(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
-    if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
+    # An array on either device, or a Tensor (not imported: measure sits below autograd)
+    if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__") or hasattr(value, "requires_grad"):
         return backend.to_numpy(value).tolist()
     return value
 
@@ -59,9 +60,14 @@ def write_records(records, outdir, name):
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{name}.json")
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(_plain(records), f, indent=1)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(_plain(records), f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:  # a value JSON cannot hold, a full disk, Ctrl-C: no half-written file left
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     return path
 
 

@@ -53,15 +53,51 @@ def _is_basic(index):
 _SLOT = object()  # marks where an index array sat (None already means "new axis")
 
 
+def _axes(item, rest):
+    """How many axes of the indexed array one index item consumes (``rest`` for the Ellipsis)."""
+    if item is None:
+        return 0
+    if item is Ellipsis:
+        return rest
+    return item.ndim if getattr(item, "dtype", None) == bool else 1
+
+
+def _check_bounds(items, shape):
+    """Raise NumPy's IndexError for a host integer index array out of range of its axis."""
+    rest = len(shape) - sum(_axes(i, 0) for i in items)
+    axis = 0
+    for item in items:
+        if isinstance(item, np.ndarray) and item.dtype.kind in "iu" and item.size and axis < len(shape):
+            size = shape[axis]
+            for value in (int(item.min()), int(item.max())):
+                if not -size <= value < size:
+                    raise IndexError(f"index {value} is out of bounds for axis {axis} with size {size}")
+        axis += _axes(item, rest)
+
+
+def _on_device(items, a):
+    """The index ``items`` with every index array (a list, a NumPy or CuPy array) on ``a``'s device.
+    A host integer array is checked against ``a``'s shape on the host first, for free: CuPy wraps
+    an index out of range around without a word where NumPy raises IndexError, so ``x[[5]]`` of 3
+    rows would read row 2 on a GPU. (An index array made on the GPU is not checked: that would
+    wait for the GPU.) An empty list selects nothing, as in NumPy. Memory: one copy of each
+    host index array."""
+    items = tuple(np.asarray(i, np.intp if len(i) == 0 else None) if isinstance(i, list) else i for i in items)
+    device = backend.device_of(a)
+    if device == "cpu":  # NumPy checks the bounds itself
+        return tuple(backend.to_numpy(i) if hasattr(i, "__cuda_array_interface__") else i
+                     for i in items)
+    _check_bounds(items, a.shape)
+    return tuple(backend.to_device(i, device) if isinstance(i, np.ndarray) else i for i in items)
+
+
 class GetItem(Function):
     """``a[index]``: basic slicing gives a view and saves nothing; advanced (array) indexing
     copies the selected elements and saves the index arrays."""
 
     def forward(ctx, a, index):
         ctx.in_shape = a.shape
-        xp = array_module(a)
-        items = index if isinstance(index, tuple) else (index,)
-        items = tuple(xp.asarray(i) if isinstance(i, (list, np.ndarray)) else i for i in items)  # to the device
+        items = _on_device(index if isinstance(index, tuple) else (index,), a)
         ctx.tuple_index = isinstance(index, tuple)
         arrays = [i for i in items if hasattr(i, "shape")]
         # Remember the index with its arrays left out; they go through save_for_backward.

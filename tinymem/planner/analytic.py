@@ -96,7 +96,7 @@ def _check_stack(stack):
                          "give Stack.tensor > 1 with it")
 
 
-def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu", fused_update=False):
+def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu", chunks=None, fused_update=False):
     """The step's memory per device for ``arch`` trained with ``stack`` on ``batch`` sequences
     per data-parallel rank (split into ``stack.micro_batches``); a :class:`Breakdown`.
 
@@ -104,7 +104,9 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu", fused
     activations as Korthikanti et al. (model states are tinymem's in both: the ZeRO paper's and
     DeepSpeed's counts are :mod:`.conventions`). ``backend``: "gpu" computes in the precision's
     dtype; "numpy" (tinymem on the CPU) computes in fp32, so checkpointed inputs are 4 bytes a
-    value and a half layer upcasts its weights while it runs.
+    value and a half layer upcasts its weights while it runs. ``chunks``: the backend whose chunk
+    size the optimizer's chunked loops (8-bit Adam's) take, ``backend``'s by default (CuPy
+    computes bf16 in float32 as NumPy does, "numpy", but its chunks are the GPU's, "gpu").
     """
     arch = archs.get_arch(arch)
     _check_stack(stack)
@@ -137,7 +139,8 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu", fused
                if wd.master_gradient and kind is None else 0)
     if masters:
         terms.append(("gradient", Term("fp32 master gradients (step)", f"{wd.master_gradient}·n", masters)))
-    moments = _moments(arch, batch, stack, wd, mode, backend, P, G, O, masters, stage_layers, shapes, fused_update)
+    moments = _moments(arch, batch, stack, wd, mode, backend, chunks or backend, P, G, O, masters, stage_layers,
+                       shapes, fused_update)
     buckets = {b: max(mo[b] for mo in moments.values()) for b in BUCKETS}
     worst = micro_batch_extremes(batch, stack.micro_batches)[1]
     attention = attention_backward(arch, worst, batch, stack, backend)
@@ -187,7 +190,7 @@ def stage_parameters(arch, stages=1, tensor=1):
     return n_stage, {(n_stage,): 1}
 
 
-def _moments(arch, batch, stack, wd, mode, backend, P, G, O, masters, stage_layers, shapes, fused_update=False):
+def _moments(arch, batch, stack, wd, mode, backend, chunks, P, G, O, masters, stage_layers, shapes, fused_update=False):
     """``{moment: {bucket: bytes}}``: the end of the last layer, the loss, the recomputation of
     the last checkpointed segment (for the first micro-batch, with no gradients yet, and for a
     later one), and the optimizer step."""
@@ -232,7 +235,7 @@ def _moments(arch, batch, stack, wd, mode, backend, P, G, O, masters, stage_laye
                     parameter=P, gradient=g if (later or p > 1 or streamed) else divide(w * done, shards), optimizer=O,
                     activation=waiting + total(act["recompute"]) - (kept - 1 - j) * per_input,
                     workspace=flowing)
-    scratch = 0 if stack.offload else max(scratch_bytes(stack.optimizer, s, backend, fused_update) for s in shapes)
+    scratch = 0 if stack.offload else max(scratch_bytes(stack.optimizer, s, chunks, fused_update) for s in shapes)
     moments["optimizer step"] = dict(parameter=P, gradient=G + masters, optimizer=O, activation=0,
                                      workspace=16 * batch * arch.seq + scratch)
     return moments

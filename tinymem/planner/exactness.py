@@ -90,10 +90,11 @@ def predict(sizes, batch, stack):
     bf16 as uint16 bits and decodes them to float32 to compute. On CuPy the optimizer's update
     is fused (``scratch_bytes(fused_update=True)``)."""
     arch = architectures.tinymem_lm(*sizes)
-    in_float32 = tm_backend.default_device() == "cpu" or stack.precision == "bf16"
-    on_device = tm_backend.default_device() != "cpu"
+    on_cpu = tm_backend.default_device() == "cpu"
+    in_float32 = on_cpu or stack.precision == "bf16"
     return analytic.breakdown(arch, batch, stack, mode="tinymem", backend="numpy" if in_float32 else "gpu",
-                              fused_update=on_device)
+                              chunks="numpy" if on_cpu else "gpu",  # 8-bit Adam's chunks: the device's
+                              fused_update=not on_cpu)
 
 
 def compare(sizes, batch, stack, chunk_size=None):
