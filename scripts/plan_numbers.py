@@ -2,13 +2,14 @@
 
     PYTHONPATH=$PWD python scripts/plan_numbers.py /tmp/before     # on the old tree
     PYTHONPATH=$PWD python scripts/plan_numbers.py /tmp/after      # on the new one
-    diff -r /tmp/before /tmp/after
+    python scripts/plan_numbers.py --compare /tmp/before /tmp/after
 
 What it writes: the output and exit code of ``tinymem plan`` for each mode and option (two of
 them refused), ``tinymem figures --quick --only plan`` and ``--only what_fits`` records
 without their ``meta``, and :func:`tinymem.planner.exactness.predict` of lesson 12's stacks (on
 both of its sizes), model_states of lesson 08's combinations and a few breakdowns and
-conventions. A probe run measures time, so its timing columns may differ; nothing else may.
+conventions. A probe run measures time, so its rows are compared without their time column and in sorted
+order (the table ranks them by that time); the figures' logs name a temporary folder.
 """
 import json
 import os
@@ -31,7 +32,7 @@ PLAN_RUNS = {
                        "--recompute full --zero 3 --convention deepspeed",
     "inference": "--arch llama3-8b --inference --context 32768",
     "inference_int8": "--arch llama2-70b --inference --weights int8 --kv-cache int8 --batch 4",
-    "probe": "--model mlp --sizes 64,256,256,10 --batch 32 --budget 4MB --top 40",
+    "probe": "--model mlp --sizes 64,256,256,10 --batch 32 --budget 4MB --all",
     "refused_layout_inference": "--arch llama2-70b --inference --tensor-parallel 8",
     "refused_gpu_memory": "--arch llama2-7b --gpu-memory 80",
 }
@@ -62,9 +63,8 @@ def figures(out, env):
 
 
 def library(out):
-    from tinymem.planner import analytic, conventions, exactness, fits
-    from tinymem.planner.recipe import Combination
-    from tinymem.planner.states import model_states
+    from tinymem.planner import analytic, conventions, exactness, fits, model_states
+    from tinymem.planner import Combination  # both the flat planner's names and the folders'
 
     Stack = analytic.Stack
     stacks = [Stack(), Stack("bf16", recompute="sqrt"), Stack(storage="int8", recompute="full"),
@@ -96,6 +96,30 @@ def library(out):
     (out / "library.txt").write_text("\n".join(lines) + "\n")
 
 
+def timeless(text):
+    """A probe table's lines without the "pred ms" column, sorted."""
+    lines = text.split("\n")
+    header = next((i for i, line in enumerate(lines) if "pred ms" in line), None)
+    if header is None:
+        return lines
+    column = [c for c in lines[header].split("  ") if c].index("pred ms")
+    rows = [[c.strip() for c in line.split("  ") if c] for line in lines[header:]]
+    return lines[:header] + sorted(" | ".join(r[:column] + r[column + 1:]) for r in rows if len(r) > column)
+
+
+def compare(before, after):
+    """Names of the files that differ (the probe's time and the figures' temporary folder aside)."""
+    differ = []
+    for path in sorted(pathlib.Path(before).iterdir()):
+        if path.name.startswith("figures_"):
+            continue
+        other = pathlib.Path(after, path.name)
+        old, new = path.read_text(), other.read_text() if other.exists() else None
+        if new is None or (timeless(old) != timeless(new) if path.name == "plan_probe.txt" else old != new):
+            differ.append(path.name)
+    return differ
+
+
 def main(folder):
     out = pathlib.Path(folder)
     out.mkdir(parents=True, exist_ok=True)
@@ -107,4 +131,8 @@ def main(folder):
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--compare":
+        changed = compare(sys.argv[2], sys.argv[3])
+        print("identical" if not changed else "differ: " + ", ".join(changed))
+        sys.exit(1 if changed else 0)
     main(sys.argv[1])
