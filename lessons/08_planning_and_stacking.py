@@ -5,18 +5,18 @@
 # my batch and my GPU — which combination of techniques fits, and which of those is fastest?*
 # `tinymem plan` answers it before anything trains (`tinymem/planner/`):
 #
-# - **model states by formula** (`planner/states.py`), as DeepSpeed's
+# - **model states by formula** (`planner/terms/states.py`), as DeepSpeed's
 #   `estimate_zero*_model_states_mem_needs` and `accelerate estimate-memory` do: parameters,
 #   gradients and optimizer state from the parameter shapes and each optimizer's own
 #   bytes-per-parameter formula (`optim/table.py`);
-# - **activations and workspace by a two-point probe** (`planner/probe.py`): the real training
+# - **activations and workspace by a two-point probe** (`planner/measured/probe.py`): the real training
 #   step, with the techniques applied, at micro-batches of 2 and 3 samples under the ledger, then
 #   extrapolated linearly to the real size — event by event, so the prediction is the ledger's
 #   own peak, not an estimate of it;
-# - **a coarse time model** (`planner/timing.py`) calibrated on this machine, to rank what fits.
+# - **a coarse time model** (`planner/report/timing.py`) calibrated on this machine, to rank what fits.
 #
 # Then we stack the techniques on one model until a run that does not fit at fp32 + Adam trains
-# in a quarter of the memory (`planner/stack.py`, figure `stack_waterfall.png`).
+# in a quarter of the memory (`planner/measured/stack.py`, figure `stack_waterfall.png`).
 
 # %%
 import math
@@ -24,9 +24,9 @@ import math
 import tinymem as tm
 from tinymem import memory, optim, planner
 from tinymem.experiments import stack as experiment
-from tinymem.planner.recipe import Combination
+from tinymem.planner.measured.recipe import Combination
 from tinymem.measure.records import read_records
-from tinymem.planner.states import buffer_bytes, model_states, parameter_shapes
+from tinymem.planner.terms.states import buffer_bytes, model_states, parameter_shapes
 from course import FIGURES, OUT, QUICK, RECORDS, check, predict, reveal
 
 tm.manual_seed(0)

@@ -4,7 +4,7 @@
 # The question every large run starts with: *what does it take to train GPT-3 175B, or a 7B
 # model, on my GPUs?* No two-core laptop trains either. But the memory of a training step
 # follows from formulas, and those formulas can be checked to the byte on models that do train
-# here. This lesson builds the closed form (`tinymem/planner/analytic.py` and the files it
+# here. This lesson builds the closed form (`tinymem/planner/terms/analytic.py` and the files it
 # names), holds it against the ledger of tinymem's own `TransformerLM`, compares it with what
 # Korthikanti et al. (2022) and the ZeRO paper (Rajbhandari et al., 2020) count, and then
 # asks it about GPT-3.
@@ -14,13 +14,13 @@
 #
 # | file | what it holds |
 # | --- | --- |
-# | `planner/architectures.py` | GPT-2/3 and LLaMA shapes, parameter counts |
-# | `planner/activations.py` | every saved tensor of one layer, in tinymem's count and the paper's |
-# | `planner/sharding.py` | model states per rank: ZeRO 1-3, data parallel, offload, pipelines |
-# | `planner/moments.py` | the moments where a step can peak |
-# | `planner/analytic.py` | `breakdown()`: every bucket of one step, per GPU |
-# | `planner/fits.py` | technique stacks on N GPUs: which fit, the fewest GPUs, the time |
-# | `planner/exactness.py` | the closed form against the ledger, on a real step |
+# | `planner/model/architectures.py` | GPT-2/3 and LLaMA shapes, parameter counts |
+# | `planner/terms/activations.py` | every saved tensor of one layer, in tinymem's count and the paper's |
+# | `planner/terms/sharding.py` | model states per rank: ZeRO 1-3, data parallel, offload, pipelines |
+# | `planner/terms/moments.py` | the moments where a step can peak |
+# | `planner/terms/analytic.py` | `breakdown()`: every bucket of one step, per GPU |
+# | `planner/search/fits.py` | technique stacks on N GPUs: which fit, the fewest GPUs, the time |
+# | `planner/measured/exactness.py` | the closed form against the ledger, on a real step |
 
 # %%
 import json
@@ -31,7 +31,7 @@ from tinymem.cli import print_table
 from tinymem.experiments import what_fits as experiment
 from tinymem.measure.records import meta
 from tinymem.planner import activations, analytic, architectures, exactness, fits
-from tinymem.planner.analytic import Stack
+from tinymem.planner.terms.analytic import Stack
 
 QUICK = os.environ.get("TINYMEM_QUICK") == "1"
 from course import OUT, check, predict, reveal  # OUT: where figures go (lessons/out/, git-ignored)

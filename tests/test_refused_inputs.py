@@ -8,8 +8,8 @@ import tinymem as tm
 import tinymem.functional as F
 from tinymem import data, edge, memory, nn, optim
 from tinymem.planner import analytic, workload
-from tinymem.planner.analytic import Stack
-from tinymem.planner.recipe import Combination, TrainingStep
+from tinymem.planner.terms.analytic import Stack
+from tinymem.planner.measured.recipe import Combination, TrainingStep
 from tinymem.techniques import quantization as Q
 from tinymem.techniques.precision import GradScaler
 

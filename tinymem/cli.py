@@ -217,7 +217,7 @@ def cmd_bench_cuda(args):
 
 
 def cmd_plan(args):
-    from .planner import command
+    from .planner.report import command
 
     return command.main(args, print_table)
 
@@ -352,13 +352,13 @@ def build_parser():
 
 
 def _plan_arguments(parser):
-    from .planner import arguments
+    from .planner.report import arguments
 
     arguments.add_arguments(parser)
 
 
 def _plan_help():
-    from .planner import arguments
+    from .planner.report import arguments
 
     return {"epilog": arguments.EPILOG, "formatter_class": arguments.SizeFormatter}
 

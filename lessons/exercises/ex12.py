@@ -19,7 +19,7 @@ def fewest_gpus(params, bytes_per_param, fixed_bytes, gpu_memory):
 
 def first_stack_that_fits(arch, gpus, gpu_memory, stacks):
     """The name of the first ``(name, Stack)`` in ``stacks`` whose step, as
-    ``tinymem.planner.fits.run(arch, 1, stack)`` predicts it (micro-batches of one sequence),
+    ``tinymem.planner.search.fits.run(arch, 1, stack)`` predicts it (micro-batches of one sequence),
     peaks at or under ``gpu_memory`` bytes per GPU; ``None`` when none does. The stacks already
     carry ``gpus`` in their ranks or pipeline stages."""
     raise NotImplementedError("exercise 12.3")

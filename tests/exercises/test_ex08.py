@@ -6,8 +6,8 @@ from tinymem import optim, planner
 from tinymem.optim import table
 from tinymem.planner import probe as probe_module
 from tinymem.planner import states
-from tinymem.planner.probe import SIZES
-from tinymem.planner.recipe import Combination
+from tinymem.planner.measured.probe import SIZES
+from tinymem.planner.measured.recipe import Combination
 
 pytestmark = pytest.mark.exercise_08
 

@@ -6,7 +6,7 @@ import pytest
 from exercise_checks import assert_fails_only_its_check, forbidding, wrong_answers
 
 from tinymem.planner import activations, exactness, fits
-from tinymem.planner.analytic import Stack
+from tinymem.planner.terms.analytic import Stack
 
 pytestmark = pytest.mark.exercise_12
 

@@ -120,7 +120,7 @@ def test_a_module_used_twice_is_listed_once_and_half_precision_wraps_it():
     wrapped = half(model)  # patched each module once: it used to raise KeyError on unpatching
     assert wrapped(tm.randn(3, 2)).shape == (3, 2)
     bn = nn.BatchNorm2d(4)
-    from tinymem.planner.states import buffer_bytes
+    from tinymem.planner.terms.states import buffer_bytes
     assert buffer_bytes(nn.Sequential(bn, bn)) == buffer_bytes(nn.Sequential(bn))
 
 

@@ -7,8 +7,8 @@ import pytest
 from tinymem import cli, models
 from tinymem.optim.table import CONFIGS
 from tinymem.planner import activations, analytic, architectures, fits
-from tinymem.planner.analytic import Stack
-from tinymem.planner.states import optimizer_state_bytes
+from tinymem.planner.terms.analytic import Stack
+from tinymem.planner.terms.states import optimizer_state_bytes
 
 
 # -- model states -----------------------------------------------------------------------------
@@ -200,7 +200,7 @@ def test_cli_plan_arch_prints_the_stacks_and_the_fewest_gpus(capsys):
 def test_adam8bit_scratch_follows_the_chunk_of_the_backend():
     """Adam8bit updates in chunks of 128K elements on NumPy and of up to 16M on a GPU (whole
     tensors, one kernel launch per pass): 24 bytes per element of one chunk either way."""
-    from tinymem.planner.sharding import scratch_bytes
+    from tinymem.planner.terms.sharding import scratch_bytes
     big = (4096, 11008)  # a LLaMA-7B MLP matrix: 45M elements, several GPU chunks
     assert scratch_bytes("Adam8bit", big, "numpy") == 24 * 2 ** 17
     assert scratch_bytes("Adam8bit", big, "gpu") == 24 * 2 ** 24

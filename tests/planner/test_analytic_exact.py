@@ -18,8 +18,8 @@ import pytest
 
 from tinymem import backend, memory
 from tinymem.planner import analytic, architectures, exactness
-from tinymem.planner.analytic import Stack
-from tinymem.planner.moments import packing_bytes
+from tinymem.planner.terms.analytic import Stack
+from tinymem.planner.terms.moments import packing_bytes
 from tinymem.techniques.quantization.compressed import compress
 
 EXACT = ("parameter", "gradient", "optimizer", "activation")

@@ -3,7 +3,7 @@ LLaMA-2/3 and Mixtral presets at their published parameter counts."""
 import pytest
 
 from tinymem.planner import activations, analytic, architectures
-from tinymem.planner.analytic import Stack
+from tinymem.planner.terms.analytic import Stack
 
 PUBLISHED = {"llama2-7b": 6.74e9, "llama2-13b": 13.0e9, "llama2-70b": 69.0e9, "llama3-8b": 8.03e9,
              "llama3-70b": 70.6e9, "mixtral-8x7b": 46.7e9}

@@ -15,8 +15,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tinymem.planner import activations, analytic, architectures, fits
-from tinymem.planner.analytic import Stack
-from tinymem.planner.moments import micro_batch_extremes, micro_batch_sizes
+from tinymem.planner.terms.analytic import Stack
+from tinymem.planner.terms.moments import micro_batch_extremes, micro_batch_sizes
 
 BUCKETS = ("parameter", "gradient", "optimizer", "activation", "workspace")
 

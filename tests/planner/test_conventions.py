@@ -9,7 +9,7 @@ import pytest
 
 from tinymem import cli
 from tinymem.planner import analytic, architectures, conventions
-from tinymem.planner.analytic import Stack
+from tinymem.planner.terms.analytic import Stack
 
 MODELS = ["gpt3-1.3b", "gpt3-2.7b", "llama2-7b", "gpt3-13b", "llama2-70b", "gpt3-175b"]
 GPUS = [1, 2, 8, 16, 64]

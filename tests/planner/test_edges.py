@@ -34,7 +34,7 @@ def test_model_states_refuses_negative_flat_buffer_units():
 
 from tinymem import cli  # noqa: E402
 from tinymem.planner import fits  # noqa: E402
-from tinymem.planner.analytic import Stack  # noqa: E402
+from tinymem.planner.terms.analytic import Stack  # noqa: E402
 
 PROBE = ["--model", "mlp", "--sizes", "4,8,2", "--batch", "4"]
 

@@ -7,8 +7,8 @@ count but one per stage to the search for the fewest."""
 import pytest
 
 from tinymem.planner import fits
-from tinymem.planner.architectures import get_arch
-from tinymem.planner.fits import PIPELINES
+from tinymem.planner.model.architectures import get_arch
+from tinymem.planner.search.fits import PIPELINES
 
 
 def _rows(arch, gpus, memory, micro_batches=None):

@@ -8,7 +8,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from tinymem.planner import architectures, fits  # noqa: E402
-from tinymem.planner.fits import PIPELINES  # noqa: E402
+from tinymem.planner.search.fits import PIPELINES  # noqa: E402
 
 SEARCH = 48  # data-parallel copies tried one by one
 

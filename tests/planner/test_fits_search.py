@@ -4,7 +4,7 @@ knew neither 8-bit Adam, Adafactor nor pure bf16 and proposed what tinymem refus
 import pytest
 
 from tinymem.planner import analytic, architectures, fits
-from tinymem.planner.analytic import Stack
+from tinymem.planner.terms.analytic import Stack
 
 LLAMA = architectures.get_arch("llama-7b")
 N = architectures.parameter_count(LLAMA)
@@ -66,7 +66,7 @@ def test_a_fused_update_on_a_device_has_no_adam_temporaries_and_adam8bit_its_pad
     """tinymem's CuPy step updates a float32 parameter with Adam in one fused kernel (no
     temporary) and with Adam8bit beside 12 bytes per value padded to whole blocks; the plain
     count (NumPy, and the LLM-scale "gpu" plans) keeps Adam's two temporaries."""
-    from tinymem.planner.sharding import scratch_bytes
+    from tinymem.planner.terms.sharding import scratch_bytes
     assert scratch_bytes("Adam", (50, 16), "numpy") == 2 * 4 * 800
     assert scratch_bytes("Adam", (50, 16), "numpy", fused_update=True) == 0
     assert scratch_bytes("AdamW", (300, 300), "gpu", fused_update=True) == 0

@@ -4,7 +4,7 @@ import pytest
 
 from tinymem import cli
 from tinymem.planner import analytic, architectures, fits, parallel
-from tinymem.planner.analytic import Stack
+from tinymem.planner.terms.analytic import Stack
 
 GPT3 = architectures.get_arch("gpt3-175b")
 FIRST_STAGE = [({}, 55.6), ({"sequence_parallel": True}, 34.4),

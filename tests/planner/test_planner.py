@@ -3,9 +3,9 @@ import pytest
 
 import tinymem as tm
 from tinymem import cli, memory, planner
-from tinymem.planner.plan import micro_batch_counts, peak_error
-from tinymem.planner.recipe import Combination, TrainingStep, supported
-from tinymem.planner.states import buffer_bytes, model_states, parameter_shapes
+from tinymem.planner.search.plan import micro_batch_counts, peak_error
+from tinymem.planner.measured.recipe import Combination, TrainingStep, supported
+from tinymem.planner.terms.states import buffer_bytes, model_states, parameter_shapes
 
 # Small sizes of every model in models.py: big enough to have blocks, small enough for CI.
 SIZES = {"mlp": "16,48,48,48,4", "unet": "1,3,4,3,16", "transformer": "32,16,16,2,2"}
@@ -36,7 +36,7 @@ def test_prediction_matches_the_ledger_peak_of_the_real_step(model, combo, batch
               + "\n" + memory.format_table(measured["by_bucket"], "ledger"))
     assert abs(error) <= TARGET, detail
     # Far closer, in fact: event by event the extrapolation is exact for these models, up to a
-    # small array freed one event apart at the two probe sizes (see planner/probe.py).
+    # small array freed one event apart at the two probe sizes (see planner/measured/probe.py).
     assert prediction.exact, detail
     assert abs(error) <= 0.005, detail
 

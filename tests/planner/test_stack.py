@@ -5,8 +5,8 @@ import pytest
 
 import tinymem as tm
 from tinymem import memory, planner
-from tinymem.planner.recipe import Combination, TrainingStep
-from tinymem.planner.stack import stages, train_under, waterfall
+from tinymem.planner.measured.recipe import Combination, TrainingStep
+from tinymem.planner.measured.stack import stages, train_under, waterfall
 
 SIZES = ",".join(["32"] + ["64"] * 8 + ["10"])  # 9 Linear layers, 30k parameters
 BATCH, K = 1024, 16

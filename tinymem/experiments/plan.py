@@ -12,7 +12,7 @@ the sweep takes a second.
 """
 from ..measure.claims import Claim
 from ..planner import architectures, conventions, fits, inference
-from ..planner.analytic import Stack
+from ..planner.terms.analytic import Stack
 from .plan_plots import draw, fp32_beside_bf16
 
 NAME = "plan"

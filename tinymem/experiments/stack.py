@@ -19,7 +19,7 @@ from ..measure.claims import Claim
 from ..measure.timing import effect_over_spread, one_blas_thread
 from ..memory import BUCKETS
 from ..planner import workload
-from ..planner.stack import stages, train_under, waterfall
+from ..planner.measured.stack import stages, train_under, waterfall
 
 NAME = "stack"
 ORDER = 90

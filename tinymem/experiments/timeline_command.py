@@ -17,7 +17,7 @@ import runpy
 import sys
 
 from .. import backend, memory, optim
-from ..planner.workloads import WORKLOADS, workload
+from ..planner.measured.workloads import WORKLOADS, workload
 
 DEFAULT_SIZES = {"mlp": "64,1024,1024,10", "unet": "1,4,8,3,32", "transformer": "64,32,32,2,2"}
 

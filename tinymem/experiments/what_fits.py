@@ -12,7 +12,7 @@ from .. import plots
 from ..measure.claims import Claim
 from ..memory import BUCKETS
 from ..planner import activations, analytic, architectures, exactness, fits
-from ..planner.analytic import Stack
+from ..planner.terms.analytic import Stack
 
 NAME = "what_fits"
 ORDER = 95

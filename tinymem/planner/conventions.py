@@ -33,10 +33,10 @@ state), no fp32 gradients, no transients; 7.5B parameters on 64 GPUs: 120, 31.4,
 from collections import namedtuple
 
 from ..checks import is_int, real_number
-from . import architectures as archs
-from .analytic import stage_parameters
-from .precision import width
-from .sharding import divide, offload_kind, optimizer_bytes, optimizer_label
+from .model import architectures as archs
+from .terms.analytic import stage_parameters
+from .terms.precision import width
+from .terms.sharding import divide, offload_kind, optimizer_bytes, optimizer_label
 
 CONVENTIONS = ("tinymem", "deepspeed", "zero-paper")
 DEEPSPEED = "DeepSpeed v0.19.6 (commit edaa722)"  # the estimators the deepspeed convention reproduces

@@ -1,6 +1,6 @@
 """08.1, the planner's model_states called."""
-from tinymem.planner.recipe import Combination
-from tinymem.planner.states import model_states
+from tinymem.planner.measured.recipe import Combination
+from tinymem.planner.terms.states import model_states
 
 
 def model_state_bytes(shapes, precision, optimizer, offload="none"):

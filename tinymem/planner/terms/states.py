@@ -18,7 +18,7 @@ from the probe (:mod:`.probe`). The tests hold these formulas against the ledger
 """
 import math
 
-from ..optim.table import CONFIGS, group_for
+from ...optim.table import CONFIGS, group_for
 
 
 def parameter_shapes(module):

@@ -20,10 +20,10 @@ import math
 
 import numpy as np
 
-from .. import backend as tm_backend
-from ..checks import positive_int
-from ..optim import Adam
-from ..optim.table import CONFIGS, group_for
+from ... import backend as tm_backend
+from ...checks import positive_int
+from ...optim import Adam
+from ...optim.table import CONFIGS, group_for
 from . import precision as widths
 from .states import optimizer_state_bytes
 

@@ -39,9 +39,9 @@ out here as well (``tests/planner/test_analytic_exact.py`` states the bound on w
 import math
 from collections import namedtuple
 
-from ..checks import positive_int
+from ...checks import positive_int
 
-from . import architectures as archs
+from ..model import architectures as archs
 from .activations import Term, activations_per_layer, korthikanti_formula, layer_terms, stored_bytes
 from .moments import (activation_moments, attention_backward, compute_bytes, layer_transient, micro_batch_extremes,
                       micro_batch_sizes, packing_bytes, segments, storage_of, total,

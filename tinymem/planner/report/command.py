@@ -2,8 +2,12 @@
 stacks, ``--explain``'s term-by-term account), registered by :mod:`tinymem.cli`."""
 import sys
 
-from . import architectures, arguments, conventions, finetune, fits, inference
-from .precision import width
+from ..model import architectures
+from . import arguments
+from .. import conventions
+from ..terms import finetune, inference
+from ..search import fits
+from ..terms.precision import width
 
 
 
@@ -23,8 +27,8 @@ def plan_probe(args, print_table):
     """Probe a tinymem model: each combination's measured peak, the proposal, ``--verify``."""
     from tqdm import tqdm
 
-    from .. import planner
-    from ..memory import format_bytes
+    from ... import planner
+    from ...memory import format_bytes
 
     if not (args.model and args.sizes and args.batch):
         print("tinymem plan: give --arch NAME (or --layers/--hidden/--heads/--seq/--vocab) for the "

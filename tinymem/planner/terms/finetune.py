@@ -21,9 +21,9 @@ bytes against the ledger of a real LoRA step in ``tests/planner/test_finetune.py
 import math
 from collections import namedtuple
 
-from ..checks import is_int
+from ...checks import is_int
 from . import analytic
-from . import architectures as archs
+from ..model import architectures as archs
 
 NF4_BLOCK, SCALE_BLOCKS = 64, 256
 ADAPTER_BYTES = 16  # fp32 weight, gradient, Adam's m and v

@@ -18,12 +18,12 @@ fp32 masters are the state ZeRO-Offload moves, and ``MasterOptimizer`` keeps the
 import contextlib
 from collections import namedtuple
 
-from .. import memory
-from ..checks import is_int
-from ..optim.table import CONFIGS
-from ..techniques.offload import offload_optimizer, save_on_host
-from ..techniques.microbatch import split_batch
-from ..techniques.precision import GradScaler, get_format, half
+from ... import memory
+from ...checks import is_int
+from ...optim.table import CONFIGS
+from ...techniques.offload import offload_optimizer, save_on_host
+from ...techniques.microbatch import split_batch
+from ...techniques.precision import GradScaler, get_format, half
 from .workloads import set_half_format
 
 PRECISIONS = ("fp32", "fp16", "bf16")

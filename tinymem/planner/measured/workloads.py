@@ -12,12 +12,12 @@ Checkpoint schedules: ``none``; ``sqrt`` (the chain of blocks in ceil(sqrt(n)) s
 """
 import numpy as np
 
-from .. import functional as F
-from .. import backend, models, nn, random
-from ..autograd import Tensor
-from ..checks import is_int
-from ..techniques.checkpoint import checkpoint, checkpoint_sequential
-from ..techniques.precision import HalfModule
+from ... import functional as F
+from ... import backend, models, nn, random
+from ...autograd import Tensor
+from ...checks import is_int
+from ...techniques.checkpoint import checkpoint, checkpoint_sequential
+from ...techniques.precision import HalfModule
 
 SCHEDULES = ("none", "sqrt", "block")
 
@@ -25,7 +25,7 @@ SCHEDULES = ("none", "sqrt", "block")
 class CheckpointedChain(nn.Module):
     """Blocks run in a chain through :func:`checkpoint_sequential` with ``segments`` pieces.
 
-    ``half_format``: when set (by :func:`tinymem.planner.recipe.build`) every block runs as a
+    ``half_format``: when set (by :func:`tinymem.planner.measured.recipe.build`) every block runs as a
     :class:`HalfModule` of its own, so that its recomputation in backward (outside the model's
     half context) still upcasts half weights and stores its saved tensors half.
     """

@@ -15,8 +15,10 @@ in one line. Flags default to None so that "given" can be told from "left at its
 import argparse
 import re
 
-from ..memory import parse_bytes
-from . import architectures, conventions, inference
+from ...memory import parse_bytes
+from ..model import architectures
+from .. import conventions
+from ..terms import inference
 
 ARCH_FLAGS = ("arch", "layers", "hidden", "heads", "seq", "vocab", "ffn")
 LAYOUT_FLAGS = ("tensor_parallel", "pipeline", "data_parallel", "sequence_parallel")

@@ -43,11 +43,11 @@ import gc
 import math
 from collections import namedtuple
 
-from .. import memory, random
-from ..autograd import Tensor
-from ..checks import positive_int
-from ..memory import BUCKETS
-from .moments import micro_batch_sizes
+from ... import memory, random
+from ...autograd import Tensor
+from ...checks import positive_int
+from ...memory import BUCKETS
+from ..terms.moments import micro_batch_sizes
 from .recipe import TrainingStep
 
 SIZES = (2, 3)

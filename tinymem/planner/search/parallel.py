@@ -14,10 +14,10 @@ worth, the paper's Section 4.2.3 (its 175B and 530B runs use v = 3: x1.29 and x1
 """
 import math
 
-from ..checks import positive_int
-from . import architectures as archs
-from .activations import activations_per_layer
-from .sharding import pipeline_in_flight
+from ...checks import positive_int
+from ..model import architectures as archs
+from ..terms.activations import activations_per_layer
+from ..terms.sharding import pipeline_in_flight
 
 MAX_TENSOR = 8  # tensor parallelism stays inside one node of 8 GPUs: it communicates every layer
 

@@ -4,7 +4,7 @@ The activation bucket peaks at the end of a forward or while the last checkpoint
 recomputed; the step itself may peak when the last layer has just computed its output (the
 residual stream's copies beside every saved tensor), at the loss (the fp32 logits), during the
 recomputation (the gradients collected so far) or in the optimizer step. Each function here
-gives one moment's terms, with its formula; :func:`tinymem.planner.analytic.breakdown` adds them.
+gives one moment's terms, with its formula; :func:`tinymem.planner.terms.analytic.breakdown` adds them.
 
 Checkpoint segments are cut as ``checkpoint_sequential`` cuts them: c = L (``"full"``: every
 layer its own segment) or ceil(sqrt(L)) (``"sqrt"``) segments of floor(L/c) layers; the last
@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from . import architectures as archs
+from ..model import architectures as archs
 from .activations import INT8_GROUP, Term, layer_terms, stored_bytes
 from .precision import width
 

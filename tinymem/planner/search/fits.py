@@ -2,7 +2,7 @@
 
 :func:`stacks` adds one technique at a time, from plain data parallel to ZeRO-3 with ZeRO-Offload,
 other optimizers and precisions, pipelines and a tensor-parallel layout; :func:`plan_arch`
-evaluates each with :func:`tinymem.planner.analytic.breakdown` (model states counted by a
+evaluates each with :func:`tinymem.planner.terms.analytic.breakdown` (model states counted by a
 :mod:`.conventions` convention), marks those whose peak fits ``gpu_memory`` and finds the fewest
 GPUs each needs, both from one search (:func:`fewest_gpus`): a data-parallel stack's peak only
 falls as ranks are added (every sharded term is bytes/N), so a bisection finds it; a pipeline's
@@ -29,20 +29,22 @@ int8 storage of saved tensors is counted as free in time, and so is the choice o
 device (8-bit Adam's and Adafactor's update is a small share of a large model's step).
 
 The proposal is never a stack tinymem refuses to build: :func:`refusal` asks the probe planner's
-rules (:func:`tinymem.planner.recipe.supported`), so half precision with the optimizer on the
+rules (:func:`tinymem.planner.measured.recipe.supported`), so half precision with the optimizer on the
 host is shown (its numbers are what ZeRO-Offload needs) but not proposed.
 """
 import math
 from collections import namedtuple
 
-from . import analytic, conventions, parallel
-from . import architectures as archs
-from ..checks import positive_int, real_number
-from ..memory import parse_bytes
-from .analytic import Stack
-from .precision import width
-from .recipe import Combination, supported
-from .sharding import offload_kind
+from ..terms import analytic
+from .. import conventions
+from . import parallel
+from ..model import architectures as archs
+from ...checks import positive_int, real_number
+from ...memory import parse_bytes
+from ..terms.analytic import Stack
+from ..terms.precision import width
+from ..measured.recipe import Combination, supported
+from ..terms.sharding import offload_kind
 
 GPU_FLOPS = {"fp32": 156e12, "half": 312e12}  # A100 dense: TF32 and bf16/fp16 tensor cores
 UTILIZATION = 0.5        # a good large-model run reaches about half of peak
@@ -94,7 +96,7 @@ CHECKPOINTS = {"none": "none", "full": "block", "sqrt": "sqrt"}
 
 def refusal(stack):
     """Why tinymem would not build ``stack`` (None: it would), by the probe planner's rules
-    (:func:`tinymem.planner.recipe.supported`) with the stack's own recomputation; pure bf16 is
+    (:func:`tinymem.planner.measured.recipe.supported`) with the stack's own recomputation; pure bf16 is
     judged as bf16, the half storage it shares. Tensor and sequence parallelism, and selective
     recomputation, are refused: the planner builds neither."""
     if stack.tensor > 1 or stack.sequence_parallel:

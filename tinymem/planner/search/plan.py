@@ -10,13 +10,13 @@ micro-batch (a 1-sample micro-batch is a degenerate shape the probe does not ext
 import itertools
 from collections import namedtuple
 
-from ..checks import positive_int
-from ..memory import BUCKETS, format_bytes, parse_bytes
-from .probe import predict, run_probe
-from .recipe import OFFLOADS, OPTIMIZERS, PRECISIONS, Combination, supported
-from .states import buffer_bytes, model_states, parameter_shapes
-from .timing import TimeModel
-from .workloads import workload as make_workload
+from ...checks import positive_int
+from ...memory import BUCKETS, format_bytes, parse_bytes
+from ..measured.probe import predict, run_probe
+from ..measured.recipe import OFFLOADS, OPTIMIZERS, PRECISIONS, Combination, supported
+from ..terms.states import buffer_bytes, model_states, parameter_shapes
+from ..report.timing import TimeModel
+from ..measured.workloads import workload as make_workload
 
 Row = namedtuple("Row", "combo prediction states fits seconds")
 Row.__doc__ = """One combination: its :class:`~.probe.Prediction` (peak bytes per bucket), the model

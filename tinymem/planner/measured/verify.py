@@ -8,7 +8,7 @@ NumPy, the CuPy pool on a GPU), which is what ``ledger_delta`` must agree with.
 import gc
 import time
 
-from .. import memory, random
+from ... import memory, random
 from .recipe import TrainingStep
 
 

@@ -39,7 +39,7 @@ embeddings rotate q and k into new arrays that attention saves instead of the un
 import math
 from collections import namedtuple
 
-from ..checks import is_int, positive_int
+from ...checks import is_int, positive_int
 
 Term = namedtuple("Term", "name formula bytes")
 Term.__doc__ = "One saved tensor (or group): its name, its size as a formula, its bytes."

@@ -23,7 +23,7 @@ token table and one decoder block as its largest layer, in units of 2^30 bytes.
 """
 from collections import namedtuple
 
-from . import architectures as archs
+from ..model import architectures as archs
 
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "int4": 0.5}
 SCALE_GROUP = 128

@@ -2,8 +2,8 @@
 
 :func:`measure` trains the model a warm-up step (so the optimizer state exists) and then one
 step inside ``memory.track``, and returns each bucket's own peak and the step's peak, without
-what lived before the model was built (as :func:`tinymem.planner.verify.measure_step`).
-:func:`compare` puts :func:`tinymem.planner.analytic.breakdown` beside it.
+what lived before the model was built (as :func:`tinymem.planner.measured.verify.measure_step`).
+:func:`compare` puts :func:`tinymem.planner.terms.analytic.breakdown` beside it.
 
 Single-machine stacks it can run: recompute none | full (every block its own checkpointed
 segment but the last, ``checkpoint_sequential``'s cut) | sqrt; plain or chunked attention;
@@ -15,10 +15,11 @@ checkpoint policy tinymem does not have yet: :func:`measure` refuses it.
 import contextlib
 import gc
 
-from .. import backend as tm_backend
-from .. import memory, random
-from ..techniques.quantization.compressed import compress_saved_activations
-from . import analytic, architectures
+from ... import backend as tm_backend
+from ... import memory, random
+from ...techniques.quantization.compressed import compress_saved_activations
+from ..terms import analytic
+from ..model import architectures
 from .recipe import Combination, TrainingStep, supported
 from .workloads import TransformerWorkload
 

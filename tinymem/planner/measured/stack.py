@@ -20,8 +20,8 @@ technique adds is a ratio measured under the same conditions; each stage keeps e
 """
 import time
 
-from .. import memory
-from ..measure.timing import interleaved_samples, spread
+from ... import memory
+from ...measure.timing import interleaved_samples, spread
 from .recipe import Combination, TrainingStep
 from .verify import measure_step
 

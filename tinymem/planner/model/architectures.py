@@ -26,7 +26,7 @@ import functools
 import math
 from collections import namedtuple
 
-from ..checks import is_int
+from ...checks import is_int
 
 Arch = namedtuple("Arch", "name layers hidden heads seq vocab ffn mlp norm bias positions tied dropout "
                          "kv_heads experts top_k")

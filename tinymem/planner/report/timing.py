@@ -20,12 +20,12 @@ It ranks combinations; it does not promise seconds. ``--verify`` reports the mea
 """
 import math
 
-from .. import memory, random
-from ..autograd import Tensor, no_grad
-from ..measure.timing import best_time
-from ..techniques.offload import measure_bandwidths, offload_optimizer
-from ..techniques.precision import half
-from .recipe import make_optimizer
+from ... import memory, random
+from ...autograd import Tensor, no_grad
+from ...measure.timing import best_time
+from ...techniques.offload import measure_bandwidths, offload_optimizer
+from ...techniques.precision import half
+from ..measured.recipe import make_optimizer
 
 
 def recompute_share(workload, schedule):
