@@ -1,6 +1,8 @@
 """``tinymem plan``: predict the memory of a training step before running it, for every
 combination of techniques, and propose the fastest that fits a device budget.
 
+    inputs.py       the door: a stack, a device, a model checked once (every refusal of a stack)
+                    and resolved into the values the terms below read
     model/          the networks the closed form counts: architectures, presets, parameter counts
     terms/          the closed form's terms: precision widths, model states (ZeRO, offload),
                     activations, the moments of a step, one step's buckets, inference, fine-tuning
@@ -18,7 +20,7 @@ combination of techniques, and propose the fastest that fits a device budget.
     analytic.breakdown("gpt3-175b", 1, analytic.Stack("bf16", recompute="full", zero=3, ranks=64)).peak
 """
 # The modules lessons and tests reach as ``tinymem.planner.NAME``.
-from . import conventions
+from . import conventions, inputs
 from .measured import exactness, probe, recipe, stack, verify, workloads
 from .measured.probe import predict, run_probe
 from .measured.recipe import Combination, TrainingStep, supported

@@ -33,10 +33,10 @@ state), no fp32 gradients, no transients; 7.5B parameters on 64 GPUs: 120, 31.4,
 from collections import namedtuple
 
 from ..checks import is_int, real_number
+from .inputs import resolve
 from .model import architectures as archs
 from .terms.analytic import stage_parameters
-from .terms.precision import width
-from .terms.sharding import divide, offload_kind, optimizer_bytes, optimizer_label
+from .terms.sharding import divide, state_bytes
 
 CONVENTIONS = ("tinymem", "deepspeed", "zero-paper")
 DEEPSPEED = "DeepSpeed v0.19.6 (commit edaa722)"  # the estimators the deepspeed convention reproduces
@@ -55,11 +55,16 @@ def rows(arch, stack, convention="tinymem", parameters=None):
     if convention not in CONVENTIONS:
         raise ValueError(f"unknown convention {convention!r}; choose one of {', '.join(CONVENTIONS)}")
     arch = archs.get_arch(arch)
-    n, shapes = parameters or (archs.parameter_count(arch), archs.shape_counts(arch))
-    wd, kind, zero, N = width(stack.precision), offload_kind(stack.offload), stack.zero, stack.ranks
+    return resolved_rows(arch, resolve(stack), convention, parameters or (archs.parameter_count(arch),
+                                                                          archs.shape_counts(arch)))
+
+
+def resolved_rows(arch, stack, convention, parameters):
+    """:func:`rows` below the door: ``arch`` an Arch, ``stack`` resolved, ``parameters`` given."""
+    n, shapes = parameters
+    wd, kind, zero, N, label = stack.width, stack.kind, stack.zero, stack.ranks, stack.label
     w = wd.weight
-    state = optimizer_bytes(stack.optimizer, shapes, wd.state) / n if n else 0
-    label = optimizer_label(stack.optimizer)
+    state = state_bytes(label, shapes, wd.state) / n if n else 0
     n_layer = archs.layer_parameter_count(arch) / stack.tensor
     host = "host" if kind else "device"
     if convention == "zero-paper":
@@ -172,8 +177,16 @@ def apply(result, convention):
     breakdown itself."""
     if convention == "tinymem":
         return result
-    stack = result.stack
-    table = rows(result.arch, stack, convention, stage_parameters(result.arch, stack.pipeline, stack.tensor))
+    return applied(result, resolve(result.stack), convention)
+
+
+def applied(result, stack, convention):
+    """:func:`apply` below the door: ``stack``, ``result``'s, resolved."""
+    if convention == "tinymem":
+        return result
+    if convention not in CONVENTIONS:
+        raise ValueError(f"unknown convention {convention!r}; choose one of {', '.join(CONVENTIONS)}")
+    table = resolved_rows(result.arch, stack, convention, stage_parameters(result.arch, stack.pipeline, stack.tensor))
     states = totals(table)
     buckets = dict(result.buckets, **{b: states[b] for b in ("parameter", "gradient", "optimizer")})
     moment = f"{convention} model states + the activation and workspace peaks"

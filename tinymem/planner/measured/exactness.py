@@ -15,9 +15,9 @@ checkpoint policy tinymem does not have yet: :func:`measure` refuses it.
 import contextlib
 import gc
 
-from ... import backend as tm_backend
 from ... import memory, random
 from ...techniques.quantization.compressed import compress_saved_activations
+from ..inputs import THIS_MACHINE, resolve
 from ..terms import analytic
 from ..model import architectures
 from .recipe import Combination, TrainingStep, supported
@@ -28,6 +28,12 @@ CHECKPOINTS = {"none": "none", "full": "block", "sqrt": "sqrt"}
 
 def combination(stack):
     """The planner :class:`~.recipe.Combination` that runs ``stack`` on one machine."""
+    return combination_of(resolve(stack))
+
+
+def combination_of(stack):
+    """:func:`combination` below the door (``stack`` resolved); every refusal of a stack that one
+    process cannot run is here."""
     if stack.recompute not in CHECKPOINTS:
         raise ValueError(f"recompute={stack.recompute!r} cannot be run here: tinymem's checkpoint "
                          "has no policy to keep all but the attention core (the selective term is "
@@ -43,7 +49,7 @@ def combination(stack):
         raise ValueError("tensor and sequence parallelism are formulas only: tinymem has no tensor-parallel layers")
     if stack.storage not in (None, "int8") or (stack.storage == "int8" and stack.precision != "fp32"):
         raise ValueError("storage: None (the precision's) or int8 with an fp32 model")
-    combo = Combination(CHECKPOINTS[stack.recompute], stack.precision, analytic.optimizer_label(stack.optimizer),
+    combo = Combination(CHECKPOINTS[stack.recompute], stack.precision, stack.label,
                         "optimizer" if stack.offload else "none", stack.micro_batches)
     reason = supported(combo)
     if reason:
@@ -61,8 +67,13 @@ def workload(sizes, stack, chunk_size=None):
 def measure(sizes, batch, stack, chunk_size=None, seed=0):
     """``{"buckets": each bucket's peak, "peak": the step's peak, "split": buckets at the peak}``
     of one real step (bytes on the device, without what lived before the model)."""
+    return measured(sizes, batch, resolve(stack), chunk_size, seed)
+
+
+def measured(sizes, batch, stack, chunk_size=None, seed=0):
+    """:func:`measure` below the door (``stack`` resolved)."""
     work = workload(sizes, stack, chunk_size)
-    combo = combination(stack)
+    combo = combination_of(stack)
     saving = (lambda: compress_saved_activations(bits=8)) if stack.storage == "int8" else contextlib.nullcontext
     random.manual_seed(seed)
     gc.collect()
@@ -86,18 +97,19 @@ def measure(sizes, batch, stack, chunk_size=None, seed=0):
 
 def predict(sizes, batch, stack):
     """:func:`analytic.breakdown` of the same step in tinymem mode, on the device :func:`measure`
-    runs on (the default one): NumPy computes half precision in float32; CuPy computes fp16 in
-    float16 but bf16 in float32, as NumPy does: neither has a bfloat16 dtype, so tinymem keeps
-    bf16 as uint16 bits and decodes them to float32 to compute. On CuPy the optimizer's update
-    is fused (``scratch_bytes(fused_update=True)``)."""
+    runs on (the default one, :data:`~..inputs.THIS_MACHINE`: NumPy and CuPy's bf16 compute in
+    float32; on CuPy the optimizer's update is fused and 8-bit Adam's chunks are the GPU's)."""
     arch = architectures.tinymem_lm(*sizes)
-    on_cpu = tm_backend.default_device() == "cpu"
-    in_float32 = on_cpu or stack.precision == "bf16"
-    return analytic.breakdown(arch, batch, stack, mode="tinymem", backend="numpy" if in_float32 else "gpu",
-                              chunks="numpy" if on_cpu else "gpu",  # 8-bit Adam's chunks: the device's
-                              fused_update=not on_cpu)
+    return predicted(arch, batch, resolve(stack, arch, batch, THIS_MACHINE))
+
+
+def predicted(arch, batch, stack):
+    """:func:`predict` below the door (``stack`` resolved on ``arch`` and its device)."""
+    return analytic.evaluate(arch, batch, stack, mode="tinymem")
 
 
 def compare(sizes, batch, stack, chunk_size=None):
-    """``(predicted Breakdown, measured dict)`` for one configuration."""
-    return predict(sizes, batch, stack), measure(sizes, batch, stack, chunk_size)
+    """``(predicted Breakdown, measured dict)`` for one configuration, its stack resolved once."""
+    arch = architectures.tinymem_lm(*sizes)
+    resolved = resolve(stack, arch, batch, THIS_MACHINE)
+    return predicted(arch, batch, resolved), measured(sizes, batch, resolved, chunk_size)

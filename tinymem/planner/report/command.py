@@ -7,7 +7,7 @@ from . import arguments
 from .. import conventions
 from ..terms import finetune, inference
 from ..search import fits
-from ..terms.precision import width
+from ..inputs import resolve
 
 
 
@@ -147,11 +147,11 @@ def plan_arch(args, print_table):
 def explain(arch, row, convention, print_table):
     """Print ``row``'s model states term by term under ``convention``, then the other terms of
     its peak; returns the closing lines (the same stack in the other conventions)."""
-    stack = row.stack
+    stack = resolve(row.stack)
     print(f"== --explain: {fits.describe(stack)}; t={stack.tensor} x p={stack.pipeline} x d={stack.ranks} GPUs; "
           f"convention {convention} (bytes per parameter; GB = 10^9 B per GPU)")
     parameters = fits.analytic.stage_parameters(arch, stack.pipeline, stack.tensor)
-    table = conventions.rows(arch, stack, convention, parameters)
+    table = conventions.resolved_rows(arch, stack, convention, parameters)
     n_layer = architectures.layer_parameter_count(arch) / stack.tensor
     big = architectures.largest_module(arch) / stack.tensor
     counts = {parameters[0]: "n", n_layer: "n_layer", big: "n_big"}
@@ -167,14 +167,14 @@ def explain(arch, row, convention, print_table):
              f"at '{row.breakdown.moment}', host {row.breakdown.host / 1e9:.1f} GB per GPU"]
     others = []
     for other in conventions.CONVENTIONS:
-        states = conventions.device_bytes(conventions.rows(arch, stack, other, parameters))
+        states = conventions.device_bytes(conventions.resolved_rows(arch, stack, other, parameters))
         others.append(f"{other} {states / 1e9:.2f} GB")
     lines.append("model states of this stack per GPU, the sum of the device rows, by convention: " + ", ".join(others))
     lines.append(f"deepspeed: the estimators of {conventions.DEEPSPEED} (ZeRO-2: 2n + 18n/N since its PR #5099)")
     # DeepSpeed's estimators count mixed-precision Adam (2 + 2 + 16 bytes): no other stack's
     if stack.zero in (2, 3) and stack.tensor == stack.pipeline == 1 and stack.optimizer == "Adam" \
-            and width(stack.precision).master:
-        kind = fits.offload_kind(stack.offload)
+            and stack.width.master:
+        kind = stack.kind
         cpu, gpu = conventions.deepspeed_estimate(stack.zero, parameters[0], architectures.largest_module(arch),
                                                   stack.ranks, 1, bool(kind), kind == "zero-offload-params")
         lines.append(f"DeepSpeed's estimate_zero{stack.zero}_model_states_mem_needs for this stack on one node of "
@@ -188,16 +188,17 @@ def plan_layout(args, print_table):
     try:
         arch = arch_from(args)
         memory = arguments.size("--gpu-memory", args.gpu_memory)
-        stack = layout_stack(args)
         batch = 1 if args.batch is None else args.batch
-        result = fits.run(arch, batch, stack, args.mode, args.convention)
+        stack = layout_stack(args)
+        resolved = resolve(stack, arch, batch * stack.micro_batches)
+        result = fits.evaluate(arch, batch, resolved, args.mode, args.convention)
         usable = allowance(args)[2]
     except ValueError as exc:
         print(f"tinymem plan: {exc}", file=sys.stderr)
         return 2
     gpus = stack.tensor * stack.pipeline * stack.ranks
     row = fits.Row(fits.describe(stack), stack, result, result.peak <= usable, None,
-                   fits.relative_time(arch, batch, stack), fits.refusal(stack))
+                   fits.step_time(arch, batch, resolved), fits.refused(resolved))
     print(f"{architectures.describe(arch)}\none layout on {gpus} GPUs (t={stack.tensor} x p={stack.pipeline} x "
           f"d={stack.ranks}), micro-batch of {batch} sequence(s), mode {args.mode}, convention {args.convention}; "
           "activations of tensor-parallel layers as Korthikanti et al. count them")

@@ -41,10 +41,8 @@ from . import parallel
 from ..model import architectures as archs
 from ...checks import positive_int, real_number
 from ...memory import parse_bytes
-from ..terms.analytic import Stack
-from ..terms.precision import width
+from ..inputs import Stack, resolve
 from ..measured.recipe import Combination, supported
-from ..terms.sharding import offload_kind
 
 GPU_FLOPS = {"fp32": 156e12, "half": 312e12}  # A100 dense: TF32 and bf16/fp16 tensor cores
 UTILIZATION = 0.5        # a good large-model run reaches about half of peak
@@ -99,14 +97,18 @@ def refusal(stack):
     (:func:`tinymem.planner.measured.recipe.supported`) with the stack's own recomputation; pure bf16 is
     judged as bf16, the half storage it shares. Tensor and sequence parallelism, and selective
     recomputation, are refused: the planner builds neither."""
+    return refused(resolve(stack))
+
+
+def refused(stack):
+    """:func:`refusal` below the door (``stack`` resolved)."""
     if stack.tensor > 1 or stack.sequence_parallel:
         return "tensor and sequence parallelism: tinymem splits no layer's matrices across GPUs"
     if stack.recompute not in CHECKPOINTS:
         return (f"{stack.recompute} recomputation: tinymem's planner builds the checkpoint schedules "
                 f"{', '.join(CHECKPOINTS.values())} only")
     precision = {"mixed": "fp16", "bf16-pure": "bf16"}.get(stack.precision, stack.precision)
-    combo = Combination(CHECKPOINTS[stack.recompute], precision, analytic.optimizer_label(stack.optimizer),
-                        "optimizer" if stack.offload else "none", 1)
+    combo = Combination(CHECKPOINTS[stack.recompute], precision, stack.label, "optimizer" if stack.offload else "none", 1)
     return supported(combo)
 
 
@@ -155,7 +157,7 @@ def describe(stack):
         parts.append(f"ZeRO-{stack.zero}")
     if stack.offload:
         parts.append({"zero-offload": "ZeRO-Offload", "zero-offload-params": "ZeRO-Offload + parameters on the host"}
-                     .get(offload_kind(stack.offload), "optimizer on the host"))
+                     .get(stack.offload, "optimizer on the host"))  # True and "optimizer": tinymem's
     if stack.tensor > 1:
         parts.append(f"tensor x{stack.tensor}" + (" + sequence parallel" if stack.sequence_parallel else ""))
     if stack.pipeline > 1:
@@ -176,6 +178,12 @@ def relative_time(arch, batch, stack, gpu_flops=GPU_FLOPS, utilization=UTILIZATI
                   host_bandwidth=HOST_BANDWIDTH):
     """Step time of ``stack`` over the step time of plain training, micro-batches of ``batch``
     sequences (see the module docstring)."""
+    return step_time(arch, batch, resolve(stack), gpu_flops, utilization, pcie, host_bandwidth)
+
+
+def step_time(arch, batch, stack, gpu_flops=GPU_FLOPS, utilization=UTILIZATION, pcie=PCIE,
+              host_bandwidth=HOST_BANDWIDTH):
+    """:func:`relative_time` below the door (``stack`` resolved)."""
     forward = forward_flops(arch, batch)
     head = 2 * batch * arch.seq * arch.hidden * arch.vocab
     per_layer = (forward - head) / arch.layers
@@ -184,13 +192,13 @@ def relative_time(arch, batch, stack, gpu_flops=GPU_FLOPS, utilization=UTILIZATI
     if stack.recompute == "selective":
         extra = arch.layers * 4 * batch * arch.seq ** 2 * arch.hidden
     compute = 3 * forward + extra
-    rate = gpu_flops["fp32" if width(stack.precision).compute == 4 else "half"] * utilization
+    rate = gpu_flops["fp32" if stack.width.compute == 4 else "half"] * utilization
     seconds = compute / rate * stack.micro_batches
     if stack.pipeline > 1:  # each rank runs 1/p of the layers, with a bubble of p - 1 slots
         seconds = seconds / stack.pipeline * (stack.micro_batches + stack.pipeline - 1) / stack.micro_batches
     if stack.offload:
         n = archs.parameter_count(arch) / (stack.ranks if stack.zero else 1) / stack.pipeline
-        seconds += 2 * width(stack.precision).weight * n / pcie + HOST_STEP_BYTES * n / host_bandwidth
+        seconds += 2 * stack.width.weight * n / pcie + HOST_STEP_BYTES * n / host_bandwidth
     plain = 3 * forward / (gpu_flops["fp32"] * utilization) * stack.micro_batches / stack.pipeline
     return seconds / plain
 
@@ -198,7 +206,13 @@ def relative_time(arch, batch, stack, gpu_flops=GPU_FLOPS, utilization=UTILIZATI
 def run(arch, batch, stack, mode="tinymem", convention="tinymem"):
     """:func:`analytic.breakdown` with micro-batches of ``batch`` sequences (``stack.micro_batches``
     of them per step), its model states counted by ``convention`` (:mod:`.conventions`)."""
-    return conventions.apply(analytic.breakdown(arch, batch * stack.micro_batches, stack, mode), convention)
+    arch = archs.get_arch(arch)
+    return evaluate(arch, batch, resolve(stack, arch, batch * stack.micro_batches), mode, convention)
+
+
+def evaluate(arch, batch, stack, mode="tinymem", convention="tinymem"):
+    """:func:`run` below the door (``arch`` an Arch, ``stack`` resolved on it)."""
+    return conventions.applied(analytic.evaluate(arch, batch * stack.micro_batches, stack, mode), stack, convention)
 
 
 def grow(stack, count, stages, micro_batches=None):
@@ -220,10 +234,18 @@ def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, s
     stage, :func:`grow`): a stage holds ceil(L/p) layers, not monotone in p, so every count
     from 1 to the layers is tried."""
     arch = archs.get_arch(arch)
+    return fewest(arch, batch, resolve(stack, arch, batch * stack.micro_batches), gpu_memory, mode, limit, stages,
+                  convention, micro_batches)
+
+
+def fewest(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, stages=None, convention="tinymem",
+           micro_batches=None):
+    """:func:`fewest_gpus` below the door (``arch`` an Arch, ``stack`` resolved on it: growing
+    its ranks or stages changes no name the door resolved)."""
     stages = stack.pipeline > 1 if stages is None else stages
 
     def fits(count):
-        return run(arch, batch, grow(stack, count, stages, micro_batches), mode, convention).peak <= gpu_memory
+        return evaluate(arch, batch, grow(stack, count, stages, micro_batches), mode, convention).peak <= gpu_memory
 
     if stages:
         return next((count for count in range(1, min(limit, arch.layers) + 1) if fits(count)), None)
@@ -253,18 +275,22 @@ def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=Non
     for name, stack in stacks(gpus, micro_batches):
         if stack.pipeline > arch.layers or not parallel.splits(arch, stack.tensor):
             continue
-        result = run(arch, batch, stack, mode, convention)
+        r = resolve(stack, arch, batch * stack.micro_batches)  # the door: once per stack weighed
+        result = evaluate(arch, batch, r, mode, convention)
         rows.append(Row(name, stack, result, result.peak <= gpu_memory,
-                        fewest_gpus(arch, batch, stack, gpu_memory, mode, max(1 << 20, gpus), name in PIPELINES,
-                                    convention, micro_batches),  # the search reaches the GPUs given
-                        relative_time(arch, batch, stack), refusal(stack)))
+                        fewest(arch, batch, r, gpu_memory, mode, max(1 << 20, gpus), name in PIPELINES,
+                               convention, micro_batches),  # the search reaches the GPUs given
+                        step_time(arch, batch, r), refused(r)))
     best = None
     for stack in candidates(gpus, micro_batches) + layouts_3d(arch, gpus, micro_batches):
-        if stack.pipeline > arch.layers or refusal(stack):
+        if stack.pipeline > arch.layers:
             continue
-        result = run(arch, batch, stack, mode, convention)
+        r = resolve(stack, arch, batch * stack.micro_batches)
+        if refused(r):
+            continue
+        result = evaluate(arch, batch, r, mode, convention)
         if result.peak <= gpu_memory:
-            row = Row(describe(stack), stack, result, True, gpus, relative_time(arch, batch, stack))
+            row = Row(describe(stack), stack, result, True, gpus, step_time(arch, batch, r))
             if best is None or row.time < best.time:
                 best = row
     return rows, best

@@ -39,36 +39,20 @@ out here as well (``tests/planner/test_analytic_exact.py`` states the bound on w
 import math
 from collections import namedtuple
 
-from ...checks import positive_int
-
+from ..inputs import Resolved, Stack, device, resolve
 from ..model import architectures as archs
 from .activations import Term, activations_per_layer, korthikanti_formula, layer_terms, stored_bytes
-from .moments import (activation_moments, attention_backward, compute_bytes, layer_transient, micro_batch_extremes,
-                      micro_batch_sizes, packing_bytes, segments, storage_of, total,
-                      transient_bound, vocab_share)  # micro_batch_sizes: re-exported
-from .precision import PRECISIONS, width
-from .sharding import (SCRATCH, divide, model_states, offload_kind, optimizer_bytes, optimizer_label, parameter_total,
-                       pipeline_in_flight, scratch_bytes)
+from .moments import (activation_moments, attention_backward, layer_transient, micro_batch_extremes,
+                      micro_batch_sizes, packing_bytes, segments, total, transient_bound,
+                      vocab_share)  # micro_batch_sizes: re-exported
+from .precision import PRECISIONS
+from .sharding import (SCRATCH, divide, model_states, optimizer_bytes, optimizer_label, parameter_total,
+                       pipeline_in_flight, placed_states, scratch_bytes, state_bytes, update_scratch)
 
 __all__ = ["Stack", "Breakdown", "breakdown", "model_states", "PRECISIONS", "activations_per_layer", "korthikanti_formula",
            "layer_terms", "optimizer_bytes", "optimizer_label", "pipeline_in_flight", "micro_batch_sizes",
            "segments", "transient_bound", "attention_backward", "layer_transient", "activation_moments",
-           "scratch_bytes", "SCRATCH"]
-
-Stack = namedtuple("Stack", "precision optimizer recompute attention storage zero ranks pipeline "
-                            "schedule micro_batches offload tensor sequence_parallel")
-Stack.__new__.__defaults__ = ("fp32", "Adam", "none", "plain", None, 0, 1, 1, "1f1b", 1, False, 1, False)
-Stack.__doc__ = """One way to train: ``precision`` fp32 | fp16 | bf16 (half weights, gradients and
-saved tensors, fp32 masters) | bf16-pure (no masters; :mod:`.precision`); ``optimizer`` a label of ``optim.table.CONFIGS``; ``recompute``
-none | selective | full | sqrt; ``attention`` plain | chunked; ``storage`` of saved tensors (None:
-the precision's; int8); ``zero`` stage 0-3 over ``ranks`` data-parallel ranks; ``pipeline``
-stages with ``schedule`` gpipe | 1f1b; ``micro_batches`` per step (accumulated, or fed to the
-pipeline); ``offload``: False, "optimizer" (True: tinymem's ``offload_optimizer``, the state
-and masters on the host), "zero-offload" (the gradients stream there too) or
-"zero-offload-params" (ZeRO-3 only: the half weights wait there as well); ``tensor`` t
-tensor-parallel ranks (Megatron: each layer's matrices split t ways) with ``sequence_parallel``
-(the norms' and dropouts' activations split too). A GPU holds 1/(t·p) of the model; ``ranks``
-data-parallel copies of that make ranks·t·p GPUs in all."""
+           "scratch_bytes", "SCRATCH", "evaluate", "Resolved"]
 
 Breakdown = namedtuple("Breakdown", "arch batch stack mode buckets peak moment moments host terms")
 Breakdown.__doc__ = """``buckets``: each bucket's peak per device (bytes); ``peak``: the largest
@@ -76,24 +60,6 @@ moment's total; ``moment``: its name; ``moments``: ``{name: {bucket: bytes}}``; 
 on the host (offloaded state and masters); ``terms``: ``[(bucket, Term)]`` behind the numbers."""
 
 BUCKETS = ("parameter", "gradient", "optimizer", "activation", "workspace")
-SCHEDULES = ("none", "selective", "full", "sqrt")
-
-def _check_stack(stack):
-    if not isinstance(stack, Stack):
-        raise TypeError(f"stack must be a planner.analytic.Stack (e.g. Stack(precision='bf16', zero=2)), "
-                        f"got a {type(stack).__name__}")
-    width(stack.precision)
-    offload_kind(stack.offload)
-    optimizer_label(stack.optimizer)
-    if stack.recompute not in SCHEDULES:
-        raise ValueError(f"unknown recompute {stack.recompute!r}; choose one of {', '.join(SCHEDULES)}")
-    if stack.schedule not in ("gpipe", "1f1b"):
-        raise ValueError(f"unknown pipeline schedule {stack.schedule!r}; choose gpipe or 1f1b")
-    for field in ("pipeline", "ranks", "micro_batches", "tensor"):  # 2.5 ranks gave a number
-        positive_int(f"Stack.{field}", getattr(stack, field))
-    if stack.sequence_parallel and stack.tensor == 1:
-        raise ValueError("sequence parallelism splits activations over the tensor-parallel ranks: "
-                         "give Stack.tensor > 1 with it")
 
 
 def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu", chunks=None, fused_update=False):
@@ -109,26 +75,25 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu", chunk
     computes bf16 in float32 as NumPy does, "numpy", but its chunks are the GPU's, "gpu").
     """
     arch = archs.get_arch(arch)
-    _check_stack(stack)
-    positive_int("batch", batch)
-    if stack.pipeline > arch.layers:
-        raise ValueError(f"{stack.pipeline} pipeline stages for {arch.layers} layers: each stage needs at least one")
-    kv = archs.kv_heads(arch)
-    if arch.heads % stack.tensor or (kv % stack.tensor and stack.tensor % kv):
-        raise ValueError(f"{stack.tensor} tensor-parallel ranks do not split {arch.name}'s {arch.heads} heads "
-                         f"({archs.kv_heads(arch)} kv heads) evenly")
-    wd = width(stack.precision)
-    w, kind = wd.weight, offload_kind(stack.offload)
+    return evaluate(arch, batch, resolve(stack, arch, batch, device(backend, chunks, fused_update)), mode)
+
+
+def evaluate(arch, batch, stack, mode="tinymem"):
+    """:func:`breakdown` below the door: ``arch`` an Arch, ``stack`` a :class:`~..inputs.Resolved`
+    (checked on ``arch`` and ``batch``, with its device)."""
+    wd, kind, backend = stack.width, stack.kind, stack.device.compute
+    w = wd.weight
     shapes = archs.shape_counts(arch)
     p, ranks, zero, t = stack.pipeline, stack.ranks, stack.zero, stack.tensor
     n_layer = archs.layer_parameter_count(arch) / t if t > 1 else archs.layer_parameter_count(arch)
     stage_layers = math.ceil(arch.layers / p)
     n_stage, stage_shapes = stage_parameters(arch, p, t)
-    states = model_states(stage_shapes, zero, ranks, stack.optimizer, wd, stack.offload)
+    states = placed_states(stage_shapes, parameter_total(stage_shapes), zero, ranks, state_bytes(stack.label, stage_shapes, wd.state), wd,
+                           kind)
     P, G, O = states["parameter"], states["gradient"], states["optimizer"]
     masters_named = " + fp32 masters" if wd.master else ""
     terms = [("parameter", Term("weights", f"{w}·n", P)), ("gradient", Term("gradients", f"{w}·n", G)),
-             ("optimizer", Term(f"{optimizer_label(stack.optimizer)} state" + masters_named,
+             ("optimizer", Term(f"{stack.label} state" + masters_named,
                                 "optim.table" + (f" + {wd.master}·n" if wd.master else ""), O))]
     if zero >= 3:  # one layer gathered in full while it computes
         P += w * n_layer
@@ -139,11 +104,10 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu", chunk
                if wd.master_gradient and kind is None else 0)
     if masters:
         terms.append(("gradient", Term("fp32 master gradients (step)", f"{wd.master_gradient}·n", masters)))
-    moments = _moments(arch, batch, stack, wd, mode, backend, chunks or backend, P, G, O, masters, stage_layers,
-                       shapes, fused_update)
+    moments = _moments(arch, batch, stack, mode, P, G, O, masters, stage_layers, shapes)
     buckets = {b: max(mo[b] for mo in moments.values()) for b in BUCKETS}
     worst = micro_batch_extremes(batch, stack.micro_batches)[1]
-    attention = attention_backward(arch, worst, batch, stack, backend)
+    attention = attention_backward(arch, worst, batch, stack)
     buckets["workspace"] = max(buckets["workspace"], attention)
     if kind in ("zero-offload", "zero-offload-params"):  # a layer's gradients on their way to the host
         buckets["gradient"] += w * n_layer
@@ -156,7 +120,7 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu", chunk
         terms += [("activation", t._replace(name=f"{name}: {t.name}")) for t in act[name]]
     logits = 4 * worst * arch.seq * vocab_share(arch, stack.tensor)  # vocab-parallel over t ranks
     terms.append(("workspace", Term("logits (fp32)", "4·N·V/t", logits)))
-    if storage_of(stack) == "int8":
+    if stack.saved == "int8":
         packing = max(mo["workspace"] for name, mo in moments.items() if name.startswith("loss: packing"))
         terms.append(("workspace", Term("loss packing its probabilities (int8)", "8·N·V + 8·B·s + 4·N·V + 10·p",
                                         packing)))
@@ -166,7 +130,7 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu", chunk
     host = states.get("host", 0)
     if kind == "optimizer" and not wd.master:  # offload_optimizer's host master of each parameter
         host += 4 * n_stage / (ranks if zero else 1)
-    return Breakdown(arch, batch, stack, mode, buckets, sum(top.values()), name, moments, host, terms)
+    return Breakdown(arch, batch, stack.stack, mode, buckets, sum(top.values()), name, moments, host, terms)
 
 
 def stage_parameters(arch, stages=1, tensor=1):
@@ -190,16 +154,16 @@ def stage_parameters(arch, stages=1, tensor=1):
     return n_stage, {(n_stage,): 1}
 
 
-def _moments(arch, batch, stack, wd, mode, backend, chunks, P, G, O, masters, stage_layers, shapes, fused_update=False):
+def _moments(arch, batch, stack, mode, P, G, O, masters, stage_layers, shapes):
     """``{moment: {bucket: bytes}}``: the end of the last layer, the loss, the recomputation of
     the last checkpointed segment (for the first micro-batch, with no gradients yet, and for a
     later one), and the optimizer step."""
-    p, w, n_layer = stack.pipeline, wd.weight, archs.layer_parameter_count(arch)
+    p, w, n_layer = stack.pipeline, stack.width.weight, archs.layer_parameter_count(arch)
     first, _, later_size = micro_batch_extremes(batch, stack.micro_batches)
     in_flight = pipeline_in_flight(0, p, stack.micro_batches, stack.schedule)
-    compute = 4 if backend == "numpy" else None
+    compute = 4 if stack.device.compute == "numpy" else None
     shards = stack.ranks if stack.zero >= 2 else 1  # ZeRO-2/3 reduce-scatter each layer's gradients
-    streamed = offload_kind(stack.offload) in ("zero-offload", "zero-offload-params")  # sent to the host
+    streamed = stack.kind in ("zero-offload", "zero-offload-params")  # sent to the host
     moments = {}
     for later, m in [(False, first)] + ([(True, later_size)] if stack.micro_batches > 1 else []):
         act = activation_moments(arch, m, stack, mode, compute, batch, stage_layers)
@@ -209,11 +173,11 @@ def _moments(arch, batch, stack, wd, mode, backend, chunks, P, G, O, masters, st
         waiting = (in_flight - 1) * total(act["waiting"])
         moments["last layer" + suffix] = dict(parameter=P, gradient=g, optimizer=O,
                                               activation=waiting + total(act["last layer"]),
-                                              workspace=layer_transient(arch, m, batch, stack, backend))
+                                              workspace=layer_transient(arch, m, batch, stack))
         moments["loss" + suffix] = dict(parameter=P, gradient=g, optimizer=O,
                                         activation=waiting + total(act["forward end"]),
                                         workspace=4 * m * arch.seq * vocab_share(arch, stack.tensor) + 4)
-        if storage_of(stack) == "int8":
+        if stack.saved == "int8":
             # The loss packs its probabilities before it saves the targets: the fp32 logits and
             # probabilities and the targets live beside the packing's temporaries.
             values, targets = m * arch.seq * vocab_share(arch, stack.tensor), 8 * batch * arch.seq
@@ -228,14 +192,15 @@ def _moments(arch, batch, stack, wd, mode, backend, chunks, P, G, O, masters, st
             kept, size, last = segments(stage_layers, stack.recompute)
             per_input = act["recompute"][-2].bytes // kept
             head_side = parameter_total(shapes) - n_layer * arch.layers - _embedding_count(arch)
-            flowing = 4 * compute_bytes(stack, backend) * m * arch.seq * arch.hidden + 8 * batch * arch.seq + 8
+            flowing = 4 * stack.compute * m * arch.seq * arch.hidden + 8 * batch * arch.seq + 8
             for j, where in ((kept - 1, "last"), (0, "first")):
                 done = (head_side + n_layer * (last + (kept - 1 - j) * size)) / stack.tensor
                 moments[f"recompute ({where} segment){suffix}"] = dict(
                     parameter=P, gradient=g if (later or p > 1 or streamed) else divide(w * done, shards), optimizer=O,
                     activation=waiting + total(act["recompute"]) - (kept - 1 - j) * per_input,
                     workspace=flowing)
-    scratch = 0 if stack.offload else max(scratch_bytes(stack.optimizer, s, chunks, fused_update) for s in shapes)
+    scratch = 0 if stack.offload else max(update_scratch(stack.label, s, stack.device.chunks, stack.device.fused_update)
+                                          for s in shapes)
     moments["optimizer step"] = dict(parameter=P, gradient=G + masters, optimizer=O, activation=0,
                                      workspace=16 * batch * arch.seq + scratch)
     return moments

@@ -9,14 +9,17 @@ gives one moment's terms, with its formula; :func:`tinymem.planner.terms.analyti
 Checkpoint segments are cut as ``checkpoint_sequential`` cuts them: c = L (``"full"``: every
 layer its own segment) or ceil(sqrt(L)) (``"sqrt"``) segments of floor(L/c) layers; the last
 segment runs plainly (backward needs it at once), the others keep only their input.
+
+A ``stack`` here is resolved (:class:`~..inputs.Resolved`: its width, device and storage read,
+never looked up), but in :func:`transient_bound`, an entry that resolves its own.
 """
 import math
 
 import numpy as np
 
+from ..inputs import device, resolve
 from ..model import architectures as archs
 from .activations import INT8_GROUP, Term, layer_terms, stored_bytes
-from .precision import width
 
 def micro_batch_sizes(batch, micro_batches):
     """Sizes of the micro-batches ``batch`` splits into (``techniques.microbatch.split_batch``)."""
@@ -76,16 +79,6 @@ def head_terms(arch, batch, held, storage, loss_storage, mode, tensor=1, sequenc
     return rows
 
 
-def storage_of(stack):
-    """How saved tensors are stored: the Stack's ``storage`` (int8), else its precision's."""
-    return width(stack.precision).storage if stack.storage is None else stack.storage
-
-
-def compute_bytes(stack, backend="gpu"):
-    """Bytes per value an op computes in: the precision's on a GPU, float32 on NumPy."""
-    return 4 if backend == "numpy" else width(stack.precision).compute
-
-
 def activation_moments(arch, batch, stack, mode="tinymem", compute=None, held=None, layers=None):
     """Activation terms at three moments of one micro-batch of ``batch`` sequences over
     ``layers`` layers (default: all): ``"last layer"`` (its output just computed), ``"forward
@@ -97,7 +90,7 @@ def activation_moments(arch, batch, stack, mode="tinymem", compute=None, held=No
     mode: tinymem has no tensor-parallel layers to count."""
     arch = archs.get_arch(arch)
     layers = arch.layers if layers is None else layers
-    storage = storage_of(stack)
+    storage = stack.saved
     per_layer = "selective" if stack.recompute == "selective" else "none"
     if stack.tensor > 1:  # tensor-parallel layers are Megatron's: their saved tensors as Korthikanti et al. count
         mode = "korthikanti"
@@ -108,7 +101,7 @@ def activation_moments(arch, batch, stack, mode="tinymem", compute=None, held=No
     layer = total(layer_terms(arch.seq, batch, arch.hidden, arch.heads, recompute=per_layer, compute=compute,
                               **options))
     if compute is None:  # the compute dtype follows the precision, whatever the storage
-        compute = width(stack.precision).compute
+        compute = stack.width.compute
     kept_input = total(layer_terms(arch.seq, batch, arch.hidden, arch.heads, recompute="full",
                                     compute=compute, **options))
     kept, size, last = segments(layers, stack.recompute)
@@ -142,20 +135,20 @@ def packing_bytes(count):
     return 10 * padded + (4 * count if padded != count else 0)
 
 
-def layer_transient(arch, batch, held, stack, backend="gpu"):
+def layer_transient(arch, batch, held, stack):
     """Workspace when the last layer has just computed its output: the residual stream's live
     copies (the embedding output, the layer's input, its midpoint, the MLP output and the sum:
     5·c·N·h; 4 with one layer), the targets (8·B·s) and, when saved tensors are stored below the compute dtype,
     the MLP's last input in the compute dtype (c·N·f); on NumPy a half layer also holds its
     upcast fc2 weights (4·(f·h + h)) while that Linear runs."""
-    storage, c = storage_of(stack), compute_bytes(stack, backend)
-    half = width(stack.precision).weight == 2
+    storage, c = stack.saved, stack.compute
+    half = stack.width.weight == 2
     n, h, f = batch * arch.seq, arch.hidden, archs.ffn(arch)
     copies = 5 if arch.layers > 1 else 4  # with one layer its input is the embedding output
     out = copies * c * n * h + 8 * held * arch.seq
     if stored_bytes(1 << 16, storage) < c << 16:
         out += c * n * f
-    if backend == "numpy" and half:
+    if stack.device.compute == "numpy" and half:
         out += 4 * (f * h + (h if arch.bias else 0))
     return out
 
@@ -174,7 +167,7 @@ def _padded(count):
     return INT8_GROUP * math.ceil(count / INT8_GROUP)
 
 
-def attention_backward(arch, batch, held, stack, backend="gpu"):
+def attention_backward(arch, batch, held, stack):
     """Workspace while attention runs its backward: the saved q, k, v and weights are released
     beside the gradients flowing (4·c·N·h), the targets 8·B·s and two scalars:
     S(3·N·h) + S(a·b·s²) + 4·c·N·h + 8·B·s + 8, S the stored bytes. (The gradient of the
@@ -188,7 +181,7 @@ def attention_backward(arch, batch, held, stack, backend="gpu"):
     the softmax gradient or a chunk's scores, are the allocator's)."""
     if stack.recompute == "selective":
         return 0
-    storage, c = storage_of(stack), compute_bytes(stack, backend)
+    storage, c = stack.saved, stack.compute
     n, saved = batch * arch.seq, attention_saved(arch, batch, stack)
     if storage == "int8":
         padded = [_padded(count) for count in saved]
@@ -214,12 +207,13 @@ def transient_bound(arch, batch, stack, backend="gpu"):
     saved tensors than the op outputs above count (at most 5·1,020 B at any size).
     Bytes."""
     arch = archs.get_arch(arch)
-    c = compute_bytes(stack, backend)
+    stack = resolve(stack, on=device(backend))
+    c = stack.compute
     m = micro_batch_extremes(batch, stack.micro_batches)[1]
     n, h = m * arch.seq, arch.hidden
     n_max = max(math.prod(s) for s in archs.shape_counts(arch))
     largest = max(c * n * archs.ffn(arch), 4 * n * arch.vocab, 4 * arch.heads * m * arch.seq ** 2, 4 * n_max)
-    if storage_of(stack) != "int8":
+    if stack.saved != "int8":
         return largest * 3 + 2 * c * n * h
     padding = sum(4 * (_padded(count) - count) for count in attention_saved(arch, m, stack))
     return largest * 4 + 2 * c * n * h + padding

@@ -44,7 +44,11 @@ def scratch_bytes(optimizer, shape, backend="gpu", fused_update=False):
     moments and their magnitudes padded to whole blocks (12 bytes per padded value). The
     ``"gpu"`` backend of the LLM-scale plans keeps the unfused count (PyTorch's default
     ``foreach`` Adam makes temporaries too)."""
-    label = optimizer_label(optimizer)
+    return update_scratch(optimizer_label(optimizer), shape, backend, fused_update)
+
+
+def update_scratch(label, shape, backend="gpu", fused_update=False):
+    """:func:`scratch_bytes` of an optimizer's ``optim.table`` label, resolved already."""
     cls, options = CONFIGS[label]
     group = dict(group_for(cls, options))
     size = math.prod(shape)
@@ -90,7 +94,11 @@ def optimizer_bytes(optimizer, params, itemsize=4):
     """Optimizer-state bytes for ``params``: a parameter count, a list of shapes or
     ``{shape: how many}`` (shapes are needed by optimizers whose state depends on them:
     Adafactor, GaLore), its values ``itemsize`` bytes each."""
-    label = optimizer_label(optimizer)
+    return state_bytes(optimizer_label(optimizer), params, itemsize)
+
+
+def state_bytes(label, params, itemsize=4):
+    """:func:`optimizer_bytes` of an optimizer's ``optim.table`` label, resolved already."""
     if not isinstance(params, (int, float, np.integer)):
         return _state_bytes(label, tuple(sorted(shape_counts(params).items())), itemsize)
     side = 1 << 10
@@ -168,8 +176,16 @@ def model_states(params, stage=0, ranks=1, optimizer="adam", precision="mixed", 
     if units is not None and not all(_whole(u) for u in units):
         raise ValueError(f"units are element counts of flat buffers, whole numbers >= 0, got {list(units)!r}")
     width = widths.width(precision)
+    if kind == "zero-offload-params" and stage != 3:
+        raise ValueError(f"offloading the parameters is ZeRO-3's offload_param: stage 3, got stage {stage}")
+    return placed_states(params, n, stage, ranks, optimizer_bytes(optimizer, params, width.state), width, kind, units)
+
+
+def placed_states(params, n, stage, ranks, own_state, width, kind, units=None):
+    """:func:`model_states` below the door: ``n`` values (of ``params``), ``own_state`` bytes of
+    the optimizer's own state, the precision's ``width`` and the offload ``kind`` resolved already."""
     w = width.weight
-    state = optimizer_bytes(optimizer, params, width.state) + width.master * n
+    state = own_state + width.master * n
     per_element = state / n if n else 0
     # tinymem's ZeRO-1/2 keep every unit's parameters in one padded flat buffer.
     full = w * sum(-(-u // ranks) * ranks for u in units) if units is not None and stage in (1, 2) else w * n
@@ -183,8 +199,6 @@ def model_states(params, stage=0, ranks=1, optimizer="adam", precision="mixed", 
         extra = divide(4 * n + (0 if width.master else 4 * n), ranks if stage >= 1 else 1)
         out["host"], out["optimizer"], out["gradient"] = out["optimizer"] + extra, 0, 0
         if kind == "zero-offload-params":
-            if stage != 3:
-                raise ValueError(f"offloading the parameters is ZeRO-3's offload_param: stage 3, got stage {stage}")
             out["host"], out["parameter"] = out["host"] + out["parameter"], 0
     return out
 

@@ -1,0 +1,69 @@
+"""The closed form resolves a stack's names once, at its door (``tinymem.planner.inputs``).
+
+Every binding of ``precision.width``, ``sharding.offload_kind`` and ``sharding.optimizer_label``
+in tinymem's modules is replaced by a counting wrapper, so that a call through any import
+is counted: a stack weighed asks each once, and nothing below the door asks again.
+"""
+import collections
+import sys
+
+import pytest
+
+from tinymem.planner import analytic, exactness, fits, precision, sharding
+
+Stack = analytic.Stack
+
+LOOKUPS = {"width": precision.width, "offload_kind": sharding.offload_kind,
+           "optimizer_label": sharding.optimizer_label}
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """``{name: count}`` of the calls of each name lookup while the test runs."""
+    counts = collections.Counter()
+
+    def counting(name, original):
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return original(*args, **kwargs)
+        return wrapper
+
+    wrappers = {name: counting(name, f) for name, f in LOOKUPS.items()}
+    for module in [m for n, m in list(sys.modules.items()) if n.startswith("tinymem") and m is not None]:
+        for attribute, value in list(vars(module).items()):
+            for name, original in LOOKUPS.items():
+                if value is original:
+                    monkeypatch.setattr(module, attribute, wrappers[name])
+    return counts
+
+
+def weighed(arch, gpus, micro_batches=None):
+    """The stacks plan_arch evaluates: the rows' that fit the model, and every candidate's."""
+    arch = analytic.archs.get_arch(arch)
+    rows = [s for _, s in fits.stacks(gpus, micro_batches)
+            if s.pipeline <= arch.layers and fits.parallel.splits(arch, s.tensor)]
+    others = [s for s in fits.candidates(gpus, micro_batches) + fits.layouts_3d(arch, gpus, micro_batches)
+              if s.pipeline <= arch.layers]
+    return len(rows) + len(others)
+
+
+@pytest.mark.parametrize("arch, gpus", [("llama2-7b", 8), ("llama2-70b", 64), ("gpt2", 1)])
+def test_plan_arch_resolves_each_stack_once(calls, arch, gpus):
+    expected = weighed(arch, gpus)  # counted before the search runs: stacks() itself looks nothing up
+    calls.clear()
+    fits.plan_arch(arch, gpus, 80e9)
+    assert dict(calls) == dict.fromkeys(LOOKUPS, expected)
+
+
+@pytest.mark.parametrize("stack", [Stack(), Stack("bf16", "Adam8bit", "full", zero=3, ranks=8, offload="zero-offload"),
+                                   Stack("bf16-pure", recompute="sqrt", pipeline=4, micro_batches=8),
+                                   Stack("fp16", "Adafactor", storage="int8", zero=2, ranks=4, offload=True)])
+def test_one_breakdown_resolves_once(calls, stack):
+    analytic.breakdown("llama2-7b", 8, stack)
+    fits.run("llama2-7b", 1, stack, convention="deepspeed")  # the conventions' rows too
+    assert dict(calls) == dict.fromkeys(LOOKUPS, 2)
+
+
+def test_compare_resolves_once(calls):
+    exactness.compare((50, 8, 16, 2, 2), 2, Stack("bf16", recompute="full", micro_batches=2))
+    assert dict(calls) == dict.fromkeys(LOOKUPS, 1)

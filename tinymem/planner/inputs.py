@@ -1,0 +1,109 @@
+"""The door of the closed form: a plan's inputs, refused or resolved once.
+
+A :class:`Stack` names one way to train in the words a person writes ("bf16", "adam",
+"zero-offload"); a :class:`Device` says how the machine computes. :func:`resolve` checks every
+field of a stack (and of the stack on a model, and the batch) in one place, where each refusal
+of a stack is raised, and returns a :class:`Resolved`: the stack's fields, plus the precision's
+:class:`~.terms.precision.Width`, the optimizer's ``optim.table`` label, the offload kind, the
+device, and the two widths the terms read from them (bytes an op computes in, how saved tensors
+are stored). The functions below the door (:mod:`.terms.analytic`, :mod:`.terms.moments`,
+:mod:`.terms.sharding`'s placement, :mod:`.conventions`, :mod:`.search.fits`,
+:mod:`.measured.exactness`) read those values and never look a name up again.
+"""
+from collections import namedtuple
+
+from .. import backend as tm_backend
+from ..checks import positive_int
+from .model import architectures as archs
+from .terms import precision, sharding
+
+Stack = namedtuple("Stack", "precision optimizer recompute attention storage zero ranks pipeline "
+                            "schedule micro_batches offload tensor sequence_parallel")
+Stack.__new__.__defaults__ = ("fp32", "Adam", "none", "plain", None, 0, 1, 1, "1f1b", 1, False, 1, False)
+Stack.__doc__ = """One way to train: ``precision`` fp32 | fp16 | bf16 (half weights, gradients and
+saved tensors, fp32 masters) | bf16-pure (no masters; :mod:`.terms.precision`); ``optimizer`` a label of
+``optim.table.CONFIGS``; ``recompute`` none | selective | full | sqrt; ``attention`` plain | chunked;
+``storage`` of saved tensors (None: the precision's; int8); ``zero`` stage 0-3 over ``ranks``
+data-parallel ranks; ``pipeline`` stages with ``schedule`` gpipe | 1f1b; ``micro_batches`` per step
+(accumulated, or fed to the pipeline); ``offload``: False, "optimizer" (True: tinymem's
+``offload_optimizer``, the state and masters on the host), "zero-offload" (the gradients stream
+there too) or "zero-offload-params" (ZeRO-3 only: the half weights wait there as well); ``tensor`` t
+tensor-parallel ranks (Megatron: each layer's matrices split t ways) with ``sequence_parallel``
+(the norms' and dropouts' activations split too). A GPU holds 1/(t·p) of the model; ``ranks``
+data-parallel copies of that make ranks·t·p GPUs in all."""
+
+Device = namedtuple("Device", "compute chunks fused_update")
+Device.__doc__ = """How a device computes a step: ``compute`` "gpu" (in the precision's dtype) or
+"numpy" (in float32: checkpointed inputs are 4 bytes a value, a half layer upcasts its weights);
+``chunks``, the backend whose chunk size 8-bit Adam's chunked loops take ("numpy" or "gpu");
+``fused_update``: tinymem's own step on CuPy, Adam's update in one fused kernel."""
+GPU = Device("gpu", "gpu", False)  # the LLM-scale plans: a GPU, PyTorch's unfused update
+THIS_MACHINE = "this machine"  # resolve(on=...): the default device, as the precision computes there
+
+SCHEDULES = ("none", "selective", "full", "sqrt")
+
+
+class Resolved(namedtuple("Resolved", Stack._fields + ("width", "label", "kind", "device", "compute", "saved"))):
+    """A :class:`Stack` past the door: its fields, ``width`` (the precision's Width), ``label`` (the
+    optimizer's ``optim.table`` label), ``kind`` (the offload: None, "optimizer", "zero-offload" or
+    "zero-offload-params"), ``device`` (a :class:`Device`), ``compute`` (bytes per value an op
+    computes in) and ``saved`` (how saved tensors are stored: int8, or the precision's)."""
+    __slots__ = ()
+
+    @property
+    def stack(self):
+        """The :class:`Stack` as it was given."""
+        return Stack(*self[:len(Stack._fields)])
+
+
+def device(backend="gpu", chunks=None, fused_update=False):
+    """The :class:`Device` of a breakdown's ``backend``/``chunks``/``fused_update`` arguments
+    (``chunks``: ``backend``'s by default)."""
+    return Device(backend, chunks or backend, fused_update)
+
+
+def this_machine(precision_name):
+    """The device :func:`tinymem.planner.measured.exactness.measure` runs on (the default one):
+    NumPy computes half precision in float32; CuPy computes fp16 in float16 but bf16 in float32,
+    as NumPy does (neither has a bfloat16 dtype: tinymem keeps bf16 as uint16 bits and decodes
+    them to compute); CuPy's chunks are the GPU's and its optimizer update is fused."""
+    on_cpu = tm_backend.default_device() == "cpu"
+    return Device("numpy" if on_cpu or precision_name == "bf16" else "gpu", "numpy" if on_cpu else "gpu", not on_cpu)
+
+
+def resolve(stack, arch=None, batch=None, on=GPU):
+    """``stack`` checked and resolved on the device ``on`` (a :class:`Device`, or
+    :data:`THIS_MACHINE`: :func:`this_machine`): a :class:`Resolved`. ``batch`` (the
+    sequences per data-parallel rank) must be a whole number >= 1; with ``arch`` (an Arch, resolved
+    already) the stack is checked on that model too: its pipeline stages against the layers, its
+    tensor-parallel ranks against the heads."""
+    if not isinstance(stack, Stack):
+        raise TypeError(f"stack must be a planner.analytic.Stack (e.g. Stack(precision='bf16', zero=2)), "
+                        f"got a {type(stack).__name__}")
+    wd, kind = precision.width(stack.precision), sharding.offload_kind(stack.offload)
+    label = sharding.optimizer_label(stack.optimizer)
+    if stack.recompute not in SCHEDULES:
+        raise ValueError(f"unknown recompute {stack.recompute!r}; choose one of {', '.join(SCHEDULES)}")
+    if stack.schedule not in ("gpipe", "1f1b"):
+        raise ValueError(f"unknown pipeline schedule {stack.schedule!r}; choose gpipe or 1f1b")
+    for field in ("pipeline", "ranks", "micro_batches", "tensor"):  # 2.5 ranks gave a number
+        positive_int(f"Stack.{field}", getattr(stack, field))
+    if stack.sequence_parallel and stack.tensor == 1:
+        raise ValueError("sequence parallelism splits activations over the tensor-parallel ranks: "
+                         "give Stack.tensor > 1 with it")
+    if batch is not None:
+        positive_int("batch", batch)
+    if arch is not None:
+        if stack.pipeline > arch.layers:
+            raise ValueError(f"{stack.pipeline} pipeline stages for {arch.layers} layers: each stage needs at least one")
+        kv = archs.kv_heads(arch)
+        if arch.heads % stack.tensor or (kv % stack.tensor and stack.tensor % kv):
+            raise ValueError(f"{stack.tensor} tensor-parallel ranks do not split {arch.name}'s {arch.heads} heads "
+                             f"({kv} kv heads) evenly")
+    if isinstance(stack.zero, bool) or stack.zero not in (0, 1, 2, 3):  # True was stage 1
+        raise ValueError(f"ZeRO stage must be 0, 1, 2 or 3, got {stack.zero!r}")
+    if kind == "zero-offload-params" and stack.zero != 3:
+        raise ValueError(f"offloading the parameters is ZeRO-3's offload_param: stage 3, got stage {stack.zero}")
+    on = this_machine(stack.precision) if on == THIS_MACHINE else on
+    compute = 4 if on.compute == "numpy" else wd.compute
+    return Resolved(*stack, wd, label, kind, on, compute, wd.storage if stack.storage is None else stack.storage)
