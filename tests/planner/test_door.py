@@ -1,20 +1,21 @@
 """The closed form resolves a stack's names once, at its door (``tinymem.planner.inputs``).
 
-Every binding of ``precision.width``, ``sharding.offload_kind`` and ``sharding.optimizer_label``
-in tinymem's modules is replaced by a counting wrapper, so that a call through any import
-is counted: a stack weighed asks each once, and nothing below the door asks again.
+The door's lookups, ``width`` (a precision's Width, once ``precision.width``), ``offload_kind`` and
+``optimizer_label`` (once ``sharding``'s), are replaced in every tinymem module that binds them by
+a counting wrapper, so that a call through any import is counted: a stack weighed asks each
+once, and nothing below the door asks again. (On main before the door: 3686 / 971 / 2060 calls
+in plan_arch('llama2-70b', 64 GPUs), 14 / 4 / 3 in one breakdown, 10 / 4 / 14 in compare.)
 """
 import collections
 import sys
 
 import pytest
 
-from tinymem.planner import analytic, exactness, fits, precision, sharding
+from tinymem.planner import analytic, exactness, fits, inputs
 
 Stack = analytic.Stack
 
-LOOKUPS = {"width": precision.width, "offload_kind": sharding.offload_kind,
-           "optimizer_label": sharding.optimizer_label}
+LOOKUPS = {"width": inputs.width, "offload_kind": inputs.offload_kind, "optimizer_label": inputs.optimizer_label}
 
 
 @pytest.fixture

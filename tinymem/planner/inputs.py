@@ -1,7 +1,9 @@
 """The door of the closed form: a plan's inputs, refused or resolved once.
 
 A :class:`Stack` names one way to train in the words a person writes ("bf16", "adam",
-"zero-offload"); a :class:`Device` says how the machine computes. :func:`resolve` checks every
+"zero-offload"); a :class:`Device` says how the machine computes. Each word becomes its value
+here, once: :func:`width` (a precision's :class:`~.terms.precision.Width`), :func:`optimizer_label`
+and :func:`offload_kind`. :func:`resolve` checks every
 field of a stack (and of the stack on a model, and the batch) in one place, where each refusal
 of a stack is raised, and returns a :class:`Resolved`: the stack's fields, plus the precision's
 :class:`~.terms.precision.Width`, the optimizer's ``optim.table`` label, the offload kind, the
@@ -14,8 +16,9 @@ from collections import namedtuple
 
 from .. import backend as tm_backend
 from ..checks import positive_int
+from ..optim.table import CONFIGS
 from .model import architectures as archs
-from .terms import precision, sharding
+from .terms.precision import PRECISIONS, WIDTHS, Width
 
 Stack = namedtuple("Stack", "precision optimizer recompute attention storage zero ranks pipeline "
                             "schedule micro_batches offload tensor sequence_parallel")
@@ -80,8 +83,7 @@ def resolve(stack, arch=None, batch=None, on=GPU):
     if not isinstance(stack, Stack):
         raise TypeError(f"stack must be a planner.analytic.Stack (e.g. Stack(precision='bf16', zero=2)), "
                         f"got a {type(stack).__name__}")
-    wd, kind = precision.width(stack.precision), sharding.offload_kind(stack.offload)
-    label = sharding.optimizer_label(stack.optimizer)
+    wd, kind, label = width(stack.precision), offload_kind(stack.offload), optimizer_label(stack.optimizer)
     if stack.recompute not in SCHEDULES:
         raise ValueError(f"unknown recompute {stack.recompute!r}; choose one of {', '.join(SCHEDULES)}")
     if stack.schedule not in ("gpipe", "1f1b"):
@@ -107,3 +109,37 @@ def resolve(stack, arch=None, batch=None, on=GPU):
     on = this_machine(stack.precision) if on == THIS_MACHINE else on
     compute = 4 if on.compute == "numpy" else wd.compute
     return Resolved(*stack, wd, label, kind, on, compute, wd.storage if stack.storage is None else stack.storage)
+
+
+def width(precision):
+    """The :class:`Width` of ``precision`` (a name of :data:`WIDTHS`, or a Width returned as it is)."""
+    if isinstance(precision, Width):
+        return precision
+    if precision not in WIDTHS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    return WIDTHS[precision]
+
+
+def optimizer_label(name):
+    """The ``optim.table.CONFIGS`` label for ``name`` (any case: "adam" -> "Adam")."""
+    for label in CONFIGS:
+        if label.lower() == str(name).lower():
+            return label
+    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(CONFIGS)}")
+
+
+def offload_kind(offload):
+    """None, "optimizer" (tinymem's ``offload_optimizer``: state and an fp32 master on the
+    host, gradients made and kept on the device until the step) or "zero-offload" (ZeRO-Offload,
+    Ren et al. 2021: each layer's gradients stream to the host as backward makes them; fp32
+    gradients, masters and state live there, and the update runs on the CPU) or
+    "zero-offload-params" (ZeRO-3's ``offload_param`` as well: the half weights wait on the host
+    too, and each layer is fetched while it computes)."""
+    if offload is False or offload is None:
+        return None
+    if offload is True or offload == "optimizer":
+        return "optimizer"
+    if offload in ("zero-offload", "zero-offload-params"):
+        return offload
+    raise ValueError(f"unknown offload {offload!r}; choose False, 'optimizer' (or True), 'zero-offload' "
+                     "or 'zero-offload-params'")

@@ -17,7 +17,7 @@ import math
 from ...checks import positive_int
 from ..model import architectures as archs
 from ..terms.activations import activations_per_layer
-from ..terms.sharding import pipeline_in_flight
+from ..terms.moments import pipeline_in_flight
 
 MAX_TENSOR = 8  # tensor parallelism stays inside one node of 8 GPUs: it communicates every layer
 

@@ -43,11 +43,11 @@ from ..inputs import Resolved, Stack, device, resolve
 from ..model import architectures as archs
 from .activations import Term, activations_per_layer, korthikanti_formula, layer_terms, stored_bytes
 from .moments import (activation_moments, attention_backward, layer_transient, micro_batch_extremes,
-                      micro_batch_sizes, packing_bytes, segments, total, transient_bound,
+                      micro_batch_sizes, packing_bytes, pipeline_in_flight, segments, total, transient_bound,
                       vocab_share)  # micro_batch_sizes: re-exported
 from .precision import PRECISIONS
 from .sharding import (SCRATCH, divide, model_states, optimizer_bytes, optimizer_label, parameter_total,
-                       pipeline_in_flight, placed_states, scratch_bytes, state_bytes, update_scratch)
+                       placed_states, scratch_bytes, state_bytes, update_scratch)
 
 __all__ = ["Stack", "Breakdown", "breakdown", "model_states", "PRECISIONS", "activations_per_layer", "korthikanti_formula",
            "layer_terms", "optimizer_bytes", "optimizer_label", "pipeline_in_flight", "micro_batch_sizes",

@@ -120,6 +120,19 @@ def activation_moments(arch, batch, stack, mode="tinymem", compute=None, held=No
             "recompute": recompute if kept else [], "waiting": waiting}
 
 
+def pipeline_in_flight(stage, stages, micro_batches, schedule="1f1b"):
+    """Micro-batches whose activations pipeline ``stage`` (0 = first) holds at once: GPipe runs
+    every forward before any backward (m); 1F1B starts backward as soon as the last stage can,
+    so stage i holds min(p - i, m) (Narayanan et al. 2021)."""
+    if not 0 <= stage < stages:
+        raise ValueError(f"stage must be in 0..{stages - 1}, got {stage}")
+    if schedule == "gpipe":
+        return micro_batches
+    if schedule == "1f1b":
+        return min(stages - stage, micro_batches)
+    raise ValueError(f"unknown pipeline schedule {schedule!r}; choose gpipe or 1f1b")
+
+
 def total(terms):
     return sum(t.bytes for t in terms)
 

@@ -20,6 +20,7 @@ from collections import namedtuple
 
 Width = namedtuple("Width", "name weight gradient master master_gradient state compute storage")
 Width.__doc__ = "Bytes per parameter (per saved value for ``compute``) of one precision; see the module."
+# A name becomes its Width at the closed form's door, once: tinymem.planner.inputs.width.
 
 WIDTHS = {
     "fp32": Width("fp32", 4, 4, 0, 0, 4, 4, "fp32"),
@@ -29,13 +30,3 @@ WIDTHS = {
     "bf16-pure": Width("bf16-pure", 2, 2, 0, 0, 2, 2, "bf16"),
 }
 PRECISIONS = tuple(WIDTHS)
-
-
-def width(precision):
-    """The :class:`Width` of ``precision`` (a name of :data:`WIDTHS`, or a Width returned as it is)."""
-    if isinstance(precision, Width):
-        return precision
-    if precision not in WIDTHS:
-        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
-    return WIDTHS[precision]
-

@@ -24,7 +24,7 @@ from ... import backend as tm_backend
 from ...checks import positive_int
 from ...optim import Adam
 from ...optim.table import CONFIGS, group_for
-from . import precision as widths
+from ..inputs import offload_kind, optimizer_label, width  # the door's lookups; model_states is an entry too
 from .states import optimizer_state_bytes
 
 # Temporaries the size of one parameter that an update holds at once (each optimizer's file
@@ -62,14 +62,6 @@ def update_scratch(label, shape, backend="gpu", fused_update=False):
         chunk = tm_backend.chunk_elements("cpu" if backend == "numpy" else "cuda", cls.CHUNK)
         size = min(size, group["block_size"] * max(1, chunk // group["block_size"]))
     return SCRATCH.get(label, 2) * 4 * size
-
-
-def optimizer_label(name):
-    """The ``optim.table.CONFIGS`` label for ``name`` (any case: "adam" -> "Adam")."""
-    for label in CONFIGS:
-        if label.lower() == str(name).lower():
-            return label
-    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(CONFIGS)}")
 
 
 def shape_counts(params):
@@ -137,23 +129,6 @@ def _sharded(nbytes, ranks, units, per_element):
     return sum(-(-u // ranks) for u in units) * per_element
 
 
-def offload_kind(offload):
-    """None, "optimizer" (tinymem's ``offload_optimizer``: state and an fp32 master on the
-    host, gradients made and kept on the device until the step) or "zero-offload" (ZeRO-Offload,
-    Ren et al. 2021: each layer's gradients stream to the host as backward makes them; fp32
-    gradients, masters and state live there, and the update runs on the CPU) or
-    "zero-offload-params" (ZeRO-3's ``offload_param`` as well: the half weights wait on the host
-    too, and each layer is fetched while it computes)."""
-    if offload is False or offload is None:
-        return None
-    if offload is True or offload == "optimizer":
-        return "optimizer"
-    if offload in ("zero-offload", "zero-offload-params"):
-        return offload
-    raise ValueError(f"unknown offload {offload!r}; choose False, 'optimizer' (or True), 'zero-offload' "
-                     "or 'zero-offload-params'")
-
-
 def model_states(params, stage=0, ranks=1, optimizer="adam", precision="mixed", offload=False, units=None):
     """Model-state bytes per rank: ``{"parameter", "gradient", "optimizer"}`` (and ``"host"``).
 
@@ -175,10 +150,10 @@ def model_states(params, stage=0, ranks=1, optimizer="adam", precision="mixed", 
     n = parameter_total(params)
     if units is not None and not all(_whole(u) for u in units):
         raise ValueError(f"units are element counts of flat buffers, whole numbers >= 0, got {list(units)!r}")
-    width = widths.width(precision)
+    width_ = width(precision)
     if kind == "zero-offload-params" and stage != 3:
         raise ValueError(f"offloading the parameters is ZeRO-3's offload_param: stage 3, got stage {stage}")
-    return placed_states(params, n, stage, ranks, optimizer_bytes(optimizer, params, width.state), width, kind, units)
+    return placed_states(params, n, stage, ranks, optimizer_bytes(optimizer, params, width_.state), width_, kind, units)
 
 
 def placed_states(params, n, stage, ranks, own_state, width, kind, units=None):
@@ -201,16 +176,3 @@ def placed_states(params, n, stage, ranks, own_state, width, kind, units=None):
         if kind == "zero-offload-params":
             out["host"], out["parameter"] = out["host"] + out["parameter"], 0
     return out
-
-
-def pipeline_in_flight(stage, stages, micro_batches, schedule="1f1b"):
-    """Micro-batches whose activations pipeline ``stage`` (0 = first) holds at once: GPipe runs
-    every forward before any backward (m); 1F1B starts backward as soon as the last stage can,
-    so stage i holds min(p - i, m) (Narayanan et al. 2021)."""
-    if not 0 <= stage < stages:
-        raise ValueError(f"stage must be in 0..{stages - 1}, got {stage}")
-    if schedule == "gpipe":
-        return micro_batches
-    if schedule == "1f1b":
-        return min(stages - stage, micro_batches)
-    raise ValueError(f"unknown pipeline schedule {schedule!r}; choose gpipe or 1f1b")
