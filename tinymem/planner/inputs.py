@@ -46,17 +46,12 @@ THIS_MACHINE = "this machine"  # resolve(on=...): the default device, as the pre
 SCHEDULES = ("none", "selective", "full", "sqrt")
 
 
-class Resolved(namedtuple("Resolved", Stack._fields + ("width", "label", "kind", "device", "compute", "saved"))):
-    """A :class:`Stack` past the door: its fields, ``width`` (the precision's Width), ``label`` (the
-    optimizer's ``optim.table`` label), ``kind`` (the offload: None, "optimizer", "zero-offload" or
-    "zero-offload-params"), ``device`` (a :class:`Device`), ``compute`` (bytes per value an op
-    computes in) and ``saved`` (how saved tensors are stored: int8, or the precision's)."""
-    __slots__ = ()
-
-    @property
-    def stack(self):
-        """The :class:`Stack` as it was given."""
-        return Stack(*self[:len(Stack._fields)])
+Resolved = namedtuple("Resolved", Stack._fields + ("width", "label", "kind", "device", "compute", "saved"))
+Resolved.__doc__ = """A :class:`Stack` past the door: its fields (``Stack._make(r[:len(Stack._fields)])``
+is the Stack again), ``width`` (the precision's Width), ``label`` (the optimizer's ``optim.table``
+label), ``kind`` (the offload: None, "optimizer", "zero-offload" or "zero-offload-params"),
+``device`` (a :class:`Device`), ``compute`` (bytes per value an op computes in) and ``saved`` (how
+saved tensors are stored: int8, or the precision's). Plain fields: reading one runs no code."""
 
 
 def device(backend="gpu", chunks=None, fused_update=False):
@@ -97,7 +92,8 @@ def resolve(stack, arch=None, batch=None, on=GPU):
         positive_int("batch", batch)
     if arch is not None:
         if stack.pipeline > arch.layers:
-            raise ValueError(f"{stack.pipeline} pipeline stages for {arch.layers} layers: each stage needs at least one")
+            raise ValueError(f"{stack.pipeline} pipeline stages for {arch.layers} layers: "
+                             "each stage needs at least one")
         kv = archs.kv_heads(arch)
         if arch.heads % stack.tensor or (kv % stack.tensor and stack.tensor % kv):
             raise ValueError(f"{stack.tensor} tensor-parallel ranks do not split {arch.name}'s {arch.heads} heads "

@@ -20,7 +20,7 @@ from ...techniques.quantization.compressed import compress_saved_activations
 from ..inputs import THIS_MACHINE, resolve
 from ..terms import analytic
 from ..model import architectures
-from .recipe import Combination, TrainingStep, supported
+from .recipe import Combination, supported, tracked_step
 from .workloads import TransformerWorkload
 
 CHECKPOINTS = {"none": "none", "full": "block", "sqrt": "sqrt"}
@@ -78,18 +78,7 @@ def measured(sizes, batch, stack, chunk_size=None, seed=0):
     random.manual_seed(seed)
     gc.collect()
     base = memory.LEDGER.by_bucket()
-    step = TrainingStep(work, combo)
-    data = work.batch(batch)
-    try:
-        with saving():
-            step.step(data)
-        step.optimizer.zero_grad()
-        gc.collect()
-        with memory.track(measure=False, timeline=False) as t:
-            with saving():
-                step.step(data)
-    finally:
-        step.close()
+    t = tracked_step(work, combo, batch, saving)
     return {"buckets": {b: v - base[b] for b, v in t.max_by_bucket().items()},
             "peak": t.peak() - sum(base.values()),
             "split": {b: v - base[b] for b, v in t.peak_by_bucket().items()}}

@@ -16,6 +16,7 @@ would be stored half *or* offloaded, not both) and half precision with optimizer
 fp32 masters are the state ZeRO-Offload moves, and ``MasterOptimizer`` keeps them on the device).
 """
 import contextlib
+import gc
 from collections import namedtuple
 
 from ... import memory
@@ -112,3 +113,22 @@ class TrainingStep:
     def close(self):
         if hasattr(self.optimizer, "close"):
             self.optimizer.close()
+
+
+def tracked_step(workload, combo, batch_size, saving=contextlib.nullcontext):
+    """The tracker of one step of ``combo`` on a batch of ``batch_size``, after a warm-up step
+    (so that the optimizer state exists), each inside ``saving()``: the model is built here
+    (after the caller's seed and its reading of the ledger) and closed before returning."""
+    step = TrainingStep(workload, combo)
+    batch = workload.batch(batch_size)
+    try:
+        with saving():
+            step.step(batch)
+        step.optimizer.zero_grad()
+        gc.collect()
+        with memory.track(measure=False, timeline=False) as tracker:
+            with saving():
+                step.step(batch)
+    finally:
+        step.close()
+    return tracker

@@ -108,8 +108,8 @@ def refused(stack):
         return (f"{stack.recompute} recomputation: tinymem's planner builds the checkpoint schedules "
                 f"{', '.join(CHECKPOINTS.values())} only")
     precision = {"mixed": "fp16", "bf16-pure": "bf16"}.get(stack.precision, stack.precision)
-    combo = Combination(CHECKPOINTS[stack.recompute], precision, stack.label, "optimizer" if stack.offload else "none", 1)
-    return supported(combo)
+    offload = "optimizer" if stack.offload else "none"
+    return supported(Combination(CHECKPOINTS[stack.recompute], precision, stack.label, offload, 1))
 
 
 def candidates(gpus, micro_batches=None):

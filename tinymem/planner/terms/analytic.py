@@ -2,7 +2,8 @@
 
 Each term is written once, here or in :mod:`.activations` (saved tensors, layer by layer).
 With n parameters (the largest one n_max), N ranks, w = 4 bytes in fp32 and 2 in fp16/bf16
-(the precision's widths come from :mod:`.precision`, looked up once per breakdown):
+(the precision's widths come from :mod:`.precision`, looked up once, at the door,
+:func:`tinymem.planner.inputs.resolve`):
 
     parameter   w·n                          ZeRO-3: w·n/N (+ one gathered layer during its use)
     gradient    w·n                          ZeRO-2/3: w·n/N (+ one layer in flight)
@@ -30,7 +31,10 @@ With n parameters (the largest one n_max), N ranks, w = 4 bytes in fp32 and 2 in
 The step peaks at one of a few moments, each the sum of its buckets: the end of a forward
 (the loss; with int8 storage, the loss packing its probabilities), the recomputation of the
 last checkpointed segment, or the optimizer step. A bucket's own peak is its largest value
-over the step. :func:`breakdown` returns both.
+over the step. :func:`breakdown` returns both: it resolves its stack at the door and hands the
+resolved value to :func:`evaluate`, which asks :mod:`.sharding` once for the model states of a
+step (:func:`.sharding.step_states`) and :mod:`.moments` once for its moments
+(:func:`.moments.step_moments`).
 
 Scope: tinymem's ledger counts arrays the framework registers; an op's internal temporaries
 (the softmax backward's dP, GELU's tanh) are the allocator's, not the ledger's, and are left
@@ -41,16 +45,15 @@ from collections import namedtuple
 
 from ..inputs import Resolved, Stack, device, resolve
 from ..model import architectures as archs
-from .activations import Term, activations_per_layer, korthikanti_formula, layer_terms, stored_bytes
-from .moments import (activation_moments, attention_backward, layer_transient, micro_batch_extremes,
-                      micro_batch_sizes, packing_bytes, pipeline_in_flight, segments, total, transient_bound,
-                      vocab_share)  # micro_batch_sizes: re-exported
+from .activations import Term, activations_per_layer, korthikanti_formula, layer_terms
+from .moments import (activation_moments, attention_backward, layer_transient, micro_batch_sizes,
+                      pipeline_in_flight, segments, step_moments, transient_bound)  # re-exported but step_moments
 from .precision import PRECISIONS
-from .sharding import (SCRATCH, divide, model_states, optimizer_bytes, optimizer_label, parameter_total,
-                       placed_states, scratch_bytes, state_bytes, update_scratch)
+from .sharding import (SCRATCH, model_states, optimizer_bytes, optimizer_label, parameter_total,
+                       scratch_bytes, step_states)
 
-__all__ = ["Stack", "Breakdown", "breakdown", "model_states", "PRECISIONS", "activations_per_layer", "korthikanti_formula",
-           "layer_terms", "optimizer_bytes", "optimizer_label", "pipeline_in_flight", "micro_batch_sizes",
+__all__ = ["Stack", "Breakdown", "breakdown", "model_states", "PRECISIONS", "activations_per_layer",
+           "korthikanti_formula", "layer_terms", "optimizer_bytes", "optimizer_label", "pipeline_in_flight", "micro_batch_sizes",
            "segments", "transient_bound", "attention_backward", "layer_transient", "activation_moments",
            "scratch_bytes", "SCRATCH", "evaluate", "Resolved"]
 
@@ -81,15 +84,14 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu", chunk
 def evaluate(arch, batch, stack, mode="tinymem"):
     """:func:`breakdown` below the door: ``arch`` an Arch, ``stack`` a :class:`~..inputs.Resolved`
     (checked on ``arch`` and ``batch``, with its device)."""
-    wd, kind, backend = stack.width, stack.kind, stack.device.compute
+    wd, kind = stack.width, stack.kind
     w = wd.weight
     shapes = archs.shape_counts(arch)
     p, ranks, zero, t = stack.pipeline, stack.ranks, stack.zero, stack.tensor
     n_layer = archs.layer_parameter_count(arch) / t if t > 1 else archs.layer_parameter_count(arch)
     stage_layers = math.ceil(arch.layers / p)
     n_stage, stage_shapes = stage_parameters(arch, p, t)
-    states = placed_states(stage_shapes, parameter_total(stage_shapes), zero, ranks, state_bytes(stack.label, stage_shapes, wd.state), wd,
-                           kind)
+    states, masters, scratch = step_states(stage_shapes, n_stage, shapes, stack)
     P, G, O = states["parameter"], states["gradient"], states["optimizer"]
     masters_named = " + fp32 masters" if wd.master else ""
     terms = [("parameter", Term("weights", f"{w}·n", P)), ("gradient", Term("gradients", f"{w}·n", G)),
@@ -98,16 +100,12 @@ def evaluate(arch, batch, stack, mode="tinymem"):
     if zero >= 3:  # one layer gathered in full while it computes
         P += w * n_layer
         terms.append(("parameter", Term("one gathered layer", f"{w}·n_layer", w * n_layer)))
-    # The fp32 gradients the update reads: each rank needs its own shard's only, from ZeRO-1 on
-    # (a stage-1 rank reduces the half gradients and upcasts its shard); on the host when offloaded.
-    masters = (divide(wd.master_gradient * n_stage, ranks if zero >= 1 else 1)
-               if wd.master_gradient and kind is None else 0)
     if masters:
         terms.append(("gradient", Term("fp32 master gradients (step)", f"{wd.master_gradient}·n", masters)))
-    moments = _moments(arch, batch, stack, mode, P, G, O, masters, stage_layers, shapes)
+    head_side = parameter_total(shapes) - archs.layer_parameter_count(arch) * arch.layers - _embedding_count(arch)
+    moments, attention, step_terms = step_moments(arch, batch, stack, mode, (P, G, O), masters, scratch, stage_layers,
+                                                  head_side)
     buckets = {b: max(mo[b] for mo in moments.values()) for b in BUCKETS}
-    worst = micro_batch_extremes(batch, stack.micro_batches)[1]
-    attention = attention_backward(arch, worst, batch, stack)
     buckets["workspace"] = max(buckets["workspace"], attention)
     if kind in ("zero-offload", "zero-offload-params"):  # a layer's gradients on their way to the host
         buckets["gradient"] += w * n_layer
@@ -115,22 +113,13 @@ def evaluate(arch, batch, stack, mode="tinymem"):
     elif zero >= 2:  # one layer's full gradient and its flat copy while it is reduce-scattered
         buckets["gradient"] += 2 * w * n_layer
         terms.append(("gradient", Term("one layer reduced", f"2·{w}·n_layer", 2 * w * n_layer)))
-    act = activation_moments(arch, worst, stack, mode, 4 if backend == "numpy" else None, batch, stage_layers)
-    for name in ("forward end", "recompute"):
-        terms += [("activation", t._replace(name=f"{name}: {t.name}")) for t in act[name]]
-    logits = 4 * worst * arch.seq * vocab_share(arch, stack.tensor)  # vocab-parallel over t ranks
-    terms.append(("workspace", Term("logits (fp32)", "4·N·V/t", logits)))
-    if stack.saved == "int8":
-        packing = max(mo["workspace"] for name, mo in moments.items() if name.startswith("loss: packing"))
-        terms.append(("workspace", Term("loss packing its probabilities (int8)", "8·N·V + 8·B·s + 4·N·V + 10·p",
-                                        packing)))
-    terms.append(("workspace", Term("optimizer temporaries, ids, targets", "c·4·n_max + 16·B·s",
-                                    moments["optimizer step"]["workspace"])))
+    terms += step_terms
     name, top = max(moments.items(), key=lambda kv: sum(kv[1].values()))
     host = states.get("host", 0)
     if kind == "optimizer" and not wd.master:  # offload_optimizer's host master of each parameter
         host += 4 * n_stage / (ranks if zero else 1)
-    return Breakdown(arch, batch, stack.stack, mode, buckets, sum(top.values()), name, moments, host, terms)
+    given = Stack._make(stack[:len(Stack._fields)])  # the stack as it came through the door
+    return Breakdown(arch, batch, given, mode, buckets, sum(top.values()), name, moments, host, terms)
 
 
 def stage_parameters(arch, stages=1, tensor=1):
@@ -152,58 +141,6 @@ def stage_parameters(arch, stages=1, tensor=1):
     last = n - arch.layers * n_layer - first + (arch.vocab * arch.hidden if arch.tied else 0)
     n_stage = math.ceil(arch.layers / stages) * n_layer + max(first, last)
     return n_stage, {(n_stage,): 1}
-
-
-def _moments(arch, batch, stack, mode, P, G, O, masters, stage_layers, shapes):
-    """``{moment: {bucket: bytes}}``: the end of the last layer, the loss, the recomputation of
-    the last checkpointed segment (for the first micro-batch, with no gradients yet, and for a
-    later one), and the optimizer step."""
-    p, w, n_layer = stack.pipeline, stack.width.weight, archs.layer_parameter_count(arch)
-    first, _, later_size = micro_batch_extremes(batch, stack.micro_batches)
-    in_flight = pipeline_in_flight(0, p, stack.micro_batches, stack.schedule)
-    compute = 4 if stack.device.compute == "numpy" else None
-    shards = stack.ranks if stack.zero >= 2 else 1  # ZeRO-2/3 reduce-scatter each layer's gradients
-    streamed = stack.kind in ("zero-offload", "zero-offload-params")  # sent to the host
-    moments = {}
-    for later, m in [(False, first)] + ([(True, later_size)] if stack.micro_batches > 1 else []):
-        act = activation_moments(arch, m, stack, mode, compute, batch, stage_layers)
-        suffix = " (later micro-batch)" if later else ""
-        g = G if later or p > 1 else 0
-        # On a pipeline stage the earlier micro-batches in flight wait with their activations.
-        waiting = (in_flight - 1) * total(act["waiting"])
-        moments["last layer" + suffix] = dict(parameter=P, gradient=g, optimizer=O,
-                                              activation=waiting + total(act["last layer"]),
-                                              workspace=layer_transient(arch, m, batch, stack))
-        moments["loss" + suffix] = dict(parameter=P, gradient=g, optimizer=O,
-                                        activation=waiting + total(act["forward end"]),
-                                        workspace=4 * m * arch.seq * vocab_share(arch, stack.tensor) + 4)
-        if stack.saved == "int8":
-            # The loss packs its probabilities before it saves the targets: the fp32 logits and
-            # probabilities and the targets live beside the packing's temporaries.
-            values, targets = m * arch.seq * vocab_share(arch, stack.tensor), 8 * batch * arch.seq
-            moments["loss: packing the probabilities" + suffix] = dict(
-                parameter=P, gradient=g, optimizer=O,
-                activation=waiting + total(act["forward end"]) - stored_bytes(values, "int8") - targets,
-                workspace=8 * values + targets + packing_bytes(values))
-        if act["recompute"]:
-            # Recomputing segment j keeps the inputs of segments 0..j and collects the gradients
-            # of every layer after it: the total is linear in j, so its largest value is at the
-            # last checkpointed segment or at the first.
-            kept, size, last = segments(stage_layers, stack.recompute)
-            per_input = act["recompute"][-2].bytes // kept
-            head_side = parameter_total(shapes) - n_layer * arch.layers - _embedding_count(arch)
-            flowing = 4 * stack.compute * m * arch.seq * arch.hidden + 8 * batch * arch.seq + 8
-            for j, where in ((kept - 1, "last"), (0, "first")):
-                done = (head_side + n_layer * (last + (kept - 1 - j) * size)) / stack.tensor
-                moments[f"recompute ({where} segment){suffix}"] = dict(
-                    parameter=P, gradient=g if (later or p > 1 or streamed) else divide(w * done, shards), optimizer=O,
-                    activation=waiting + total(act["recompute"]) - (kept - 1 - j) * per_input,
-                    workspace=flowing)
-    scratch = 0 if stack.offload else max(update_scratch(stack.label, s, stack.device.chunks, stack.device.fused_update)
-                                          for s in shapes)
-    moments["optimizer step"] = dict(parameter=P, gradient=G + masters, optimizer=O, activation=0,
-                                     workspace=16 * batch * arch.seq + scratch)
-    return moments
 
 
 def _embedding_count(arch):

@@ -133,6 +133,75 @@ def pipeline_in_flight(stage, stages, micro_batches, schedule="1f1b"):
     raise ValueError(f"unknown pipeline schedule {schedule!r}; choose gpipe or 1f1b")
 
 
+def step_moments(arch, batch, stack, mode, states, masters, scratch, stage_layers, head_side):
+    """The moments of one step, its attention backward and their terms, for
+    :func:`~.analytic.evaluate`: ``(moments, attention, terms)``. ``moments`` is ``{moment:
+    {bucket: bytes}}``: the end of the last layer, the loss, the recomputation of the last
+    checkpointed segment (for the first micro-batch, with no gradients yet, and for a later one),
+    and the optimizer step; ``attention`` the workspace of attention's backward; ``terms``
+    ``[(bucket, Term)]`` of the activations and the workspace. ``states``: the model states
+    (parameter, gradient, optimizer bytes) beside them; ``masters``: the fp32 master gradients of
+    the step; ``scratch``: the update's temporaries; ``head_side``: the parameters outside the
+    layers and the embedding."""
+    (P, G, O), p, w = states, stack.pipeline, stack.width.weight
+    n_layer = archs.layer_parameter_count(arch)
+    first, _, later_size = micro_batch_extremes(batch, stack.micro_batches)
+    in_flight = pipeline_in_flight(0, p, stack.micro_batches, stack.schedule)
+    compute = 4 if stack.device.compute == "numpy" else None
+    shards = stack.ranks if stack.zero >= 2 else 1  # ZeRO-2/3 reduce-scatter each layer's gradients
+    streamed = stack.kind in ("zero-offload", "zero-offload-params")  # sent to the host
+    moments = {}
+    for later, m in [(False, first)] + ([(True, later_size)] if stack.micro_batches > 1 else []):
+        act = activation_moments(arch, m, stack, mode, compute, batch, stage_layers)
+        suffix = " (later micro-batch)" if later else ""
+        g = G if later or p > 1 else 0
+        # On a pipeline stage the earlier micro-batches in flight wait with their activations.
+        waiting = (in_flight - 1) * total(act["waiting"])
+        moments["last layer" + suffix] = dict(parameter=P, gradient=g, optimizer=O,
+                                              activation=waiting + total(act["last layer"]),
+                                              workspace=layer_transient(arch, m, batch, stack))
+        moments["loss" + suffix] = dict(parameter=P, gradient=g, optimizer=O,
+                                        activation=waiting + total(act["forward end"]),
+                                        workspace=4 * m * arch.seq * vocab_share(arch, stack.tensor) + 4)
+        if stack.saved == "int8":
+            # The loss packs its probabilities before it saves the targets: the fp32 logits and
+            # probabilities and the targets live beside the packing's temporaries.
+            values, targets = m * arch.seq * vocab_share(arch, stack.tensor), 8 * batch * arch.seq
+            moments["loss: packing the probabilities" + suffix] = dict(
+                parameter=P, gradient=g, optimizer=O,
+                activation=waiting + total(act["forward end"]) - stored_bytes(values, "int8") - targets,
+                workspace=8 * values + targets + packing_bytes(values))
+        if act["recompute"]:
+            # Recomputing segment j keeps the inputs of segments 0..j and collects the gradients
+            # of every layer after it: the total is linear in j, so its largest value is at the
+            # last checkpointed segment or at the first.
+            kept, size, last = segments(stage_layers, stack.recompute)
+            per_input = act["recompute"][-2].bytes // kept
+            flowing = 4 * stack.compute * m * arch.seq * arch.hidden + 8 * batch * arch.seq + 8
+            for j, where in ((kept - 1, "last"), (0, "first")):
+                done = (head_side + n_layer * (last + (kept - 1 - j) * size)) / stack.tensor
+                moments[f"recompute ({where} segment){suffix}"] = dict(
+                    parameter=P, gradient=g if (later or p > 1 or streamed) else w * done / shards, optimizer=O,
+                    activation=waiting + total(act["recompute"]) - (kept - 1 - j) * per_input,
+                    workspace=flowing)
+    moments["optimizer step"] = dict(parameter=P, gradient=G + masters, optimizer=O, activation=0,
+                                     workspace=16 * batch * arch.seq + scratch)
+    worst = micro_batch_extremes(batch, stack.micro_batches)[1]
+    terms = []
+    act = activation_moments(arch, worst, stack, mode, compute, batch, stage_layers)
+    for name in ("forward end", "recompute"):
+        terms += [("activation", t._replace(name=f"{name}: {t.name}")) for t in act[name]]
+    logits = 4 * worst * arch.seq * vocab_share(arch, stack.tensor)  # vocab-parallel over t ranks
+    terms.append(("workspace", Term("logits (fp32)", "4·N·V/t", logits)))
+    if stack.saved == "int8":
+        packing = max(mo["workspace"] for name, mo in moments.items() if name.startswith("loss: packing"))
+        terms.append(("workspace", Term("loss packing its probabilities (int8)", "8·N·V + 8·B·s + 4·N·V + 10·p",
+                                        packing)))
+    terms.append(("workspace", Term("optimizer temporaries, ids, targets", "c·4·n_max + 16·B·s",
+                                    moments["optimizer step"]["workspace"])))
+    return moments, attention_backward(arch, worst, batch, stack), terms
+
+
 def total(terms):
     return sum(t.bytes for t in terms)
 

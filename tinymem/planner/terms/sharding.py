@@ -153,14 +153,14 @@ def model_states(params, stage=0, ranks=1, optimizer="adam", precision="mixed", 
     width_ = width(precision)
     if kind == "zero-offload-params" and stage != 3:
         raise ValueError(f"offloading the parameters is ZeRO-3's offload_param: stage 3, got stage {stage}")
-    return placed_states(params, n, stage, ranks, optimizer_bytes(optimizer, params, width_.state), width_, kind, units)
+    return placed_states(params, n, stage, ranks, optimizer_label(optimizer), width_, kind, units)
 
 
-def placed_states(params, n, stage, ranks, own_state, width, kind, units=None):
-    """:func:`model_states` below the door: ``n`` values (of ``params``), ``own_state`` bytes of
-    the optimizer's own state, the precision's ``width`` and the offload ``kind`` resolved already."""
+def placed_states(params, n, stage, ranks, label, width, kind, units=None):
+    """:func:`model_states` below the door: ``n`` values (of ``params``), the optimizer's
+    ``label``, the precision's ``width`` and the offload ``kind`` resolved already."""
     w = width.weight
-    state = own_state + width.master * n
+    state = state_bytes(label, params, width.state) + width.master * n
     per_element = state / n if n else 0
     # tinymem's ZeRO-1/2 keep every unit's parameters in one padded flat buffer.
     full = w * sum(-(-u // ranks) * ranks for u in units) if units is not None and stage in (1, 2) else w * n
@@ -176,3 +176,19 @@ def placed_states(params, n, stage, ranks, own_state, width, kind, units=None):
         if kind == "zero-offload-params":
             out["host"], out["parameter"] = out["host"] + out["parameter"], 0
     return out
+
+
+def step_states(stage_shapes, n_stage, shapes, stack):
+    """What a rank holds of the model states through one step of ``stack`` (resolved, below the
+    door): ``(states, master gradients, scratch)``: :func:`placed_states` of its stage's
+    ``stage_shapes`` (``n_stage`` values); the fp32 gradients the update reads (each rank needs
+    its own shard's only, from ZeRO-1 on: a stage-1 rank reduces the half gradients and upcasts
+    its shard; on the host when offloaded); and the update's temporaries for the largest of the
+    model's ``shapes`` on the stack's device (none when the optimizer runs on the host)."""
+    wd, kind, zero, ranks = stack.width, stack.kind, stack.zero, stack.ranks
+    states = placed_states(stage_shapes, parameter_total(stage_shapes), zero, ranks, stack.label, wd, kind)
+    masters = (divide(wd.master_gradient * n_stage, ranks if zero >= 1 else 1)
+               if wd.master_gradient and kind is None else 0)
+    scratch = 0 if stack.offload else max(update_scratch(stack.label, s, stack.device.chunks, stack.device.fused_update)
+                                          for s in shapes)
+    return states, masters, scratch
