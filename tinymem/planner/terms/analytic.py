@@ -127,8 +127,8 @@ def stage_parameters(arch, stages=1, tensor=1):
     with one stage; else ceil(L/p) layers and the busier end (token and position tables on the
     first stage, final norm and head on the last: a tied head needs the token table there too,
     as Megatron copies it), as one flat shape; with ``tensor`` t ranks, 1/t of it (a flat
-    shard: Megatron splits every matrix, and the norms' few values are counted split too)."""
-    arch = archs.get_arch(arch)
+    shard: Megatron splits every matrix, and the norms' few values are counted split too).
+    ``arch``: an Arch (resolved at the door)."""
     shapes = archs.shape_counts(arch)
     n = parameter_total(shapes)
     if tensor > 1:

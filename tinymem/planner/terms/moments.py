@@ -87,8 +87,7 @@ def activation_moments(arch, batch, stack, mode="tinymem", compute=None, held=No
     for its backward on a pipeline stage. Returns ``{moment: [Term]}``. With tensor parallelism
     (``stack.tensor`` > 1) the layers are counted as Korthikanti et al. count Megatron's, split
     over the tensor-parallel ranks (and with ``sequence_parallel`` the rest too), whatever the
-    mode: tinymem has no tensor-parallel layers to count."""
-    arch = archs.get_arch(arch)
+    mode: tinymem has no tensor-parallel layers to count. ``arch``: an Arch (resolved at the door)."""
     layers = arch.layers if layers is None else layers
     storage = stack.saved
     per_layer = "selective" if stack.recompute == "selective" else "none"
