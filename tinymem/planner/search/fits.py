@@ -2,14 +2,15 @@
 
 :func:`stacks` adds one technique at a time, from plain data parallel to ZeRO-3 with ZeRO-Offload,
 other optimizers and precisions, pipelines and a tensor-parallel layout; :func:`plan_arch`
-evaluates each with :func:`tinymem.planner.terms.analytic.breakdown` (model states counted by a
-:mod:`.conventions` convention), marks those whose peak fits ``gpu_memory`` and finds the fewest
-GPUs each needs, both from one search (:func:`fewest_gpus`): a data-parallel stack's peak only
-falls as ranks are added (every sharded term is bytes/N), so a bisection finds it; a pipeline's
-does not (a stage holds ceil(L/p) layers, which jumps back up as p grows), so every stage count
-up to the layers is tried. It proposes,
-of every combination of :func:`candidates` and every 3D layout (:func:`layouts_3d`), the fitting
-one with the smallest time.
+resolves each once at the door (:func:`tinymem.planner.inputs.resolve`) and evaluates the
+resolved value (:func:`evaluate`: :func:`tinymem.planner.terms.analytic.evaluate`, model states
+counted by a :mod:`.conventions` convention; the search below never looks a name up again),
+marks those whose peak fits ``gpu_memory`` and finds the fewest GPUs each needs, both from one
+search (:func:`fewest_gpus`): a data-parallel stack's peak only falls as ranks are added (every
+sharded term is bytes/N), so a bisection finds it; a pipeline's does not (a stage holds
+ceil(L/p) layers, which jumps back up as p grows), so every stage count up to the layers is
+tried. It proposes, of every combination of :func:`candidates` and every 3D layout
+(:func:`layouts_3d`), the fitting one with the smallest time.
 
 Time cost, relative to plain training on the same GPUs (a model, not a measurement):
 
