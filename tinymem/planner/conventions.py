@@ -55,7 +55,7 @@ def rows(arch, stack, convention="tinymem", parameters=None):
     if convention not in CONVENTIONS:
         raise ValueError(f"unknown convention {convention!r}; choose one of {', '.join(CONVENTIONS)}")
     arch = archs.get_arch(arch)
-    return resolved_rows(arch, resolve(stack), convention, parameters or (archs.parameter_count(arch),
+    return resolved_rows(arch, resolve(stack, arch), convention, parameters or (archs.parameter_count(arch),
                                                                           archs.shape_counts(arch)))
 
 

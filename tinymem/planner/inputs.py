@@ -18,6 +18,7 @@ from .. import backend as tm_backend
 from ..checks import positive_int
 from ..optim.table import CONFIGS
 from .model import architectures as archs
+from .terms.activations import ATTENTIONS, STORAGES
 from .terms.precision import PRECISIONS, WIDTHS, Width
 
 Stack = namedtuple("Stack", "precision optimizer recompute attention storage zero ranks pipeline "
@@ -42,6 +43,8 @@ Device.__doc__ = """How a device computes a step: ``compute`` "gpu" (in the prec
 ``fused_update``: tinymem's own step on CuPy, Adam's update in one fused kernel."""
 GPU = Device("gpu", "gpu", False)  # the LLM-scale plans: a GPU, PyTorch's unfused update
 THIS_MACHINE = "this machine"  # resolve(on=...): the default device, as the precision computes there
+BACKENDS = ("gpu", "numpy")  # a Device's compute and chunks
+NO_BATCH = object()  # resolve(batch=...) not given: None is a batch left out by mistake, refused
 
 SCHEDULES = ("none", "selective", "full", "sqrt")
 
@@ -56,8 +59,23 @@ saved tensors are stored: int8, or the precision's). Plain fields: reading one r
 
 def device(backend="gpu", chunks=None, fused_update=False):
     """The :class:`Device` of a breakdown's ``backend``/``chunks``/``fused_update`` arguments
-    (``chunks``: ``backend``'s by default)."""
-    return Device(backend, chunks or backend, fused_update)
+    (``chunks``: ``backend``'s by default), checked: "cpu" computed as a GPU does, silently."""
+    return check_device(Device(backend, backend if chunks is None else chunks, fused_update))
+
+
+def check_device(on):
+    """``on`` when it is a :class:`Device` whose compute and chunks are one of :data:`BACKENDS`
+    and whose ``fused_update`` is a bool, else a ValueError saying which field."""
+    if not isinstance(on, Device):
+        raise TypeError(f"a device is a planner.inputs.Device (e.g. Device('gpu', 'gpu', False)) or "
+                        f"THIS_MACHINE, got {on!r}")
+    for field in ("compute", "chunks"):
+        if getattr(on, field) not in BACKENDS:
+            raise ValueError(f"a device's {field} (breakdown's backend/chunks) is one of {', '.join(BACKENDS)}, "
+                             f"got {getattr(on, field)!r}")
+    if not isinstance(on.fused_update, bool):
+        raise ValueError(f"fused_update is True or False, got {on.fused_update!r}")
+    return on
 
 
 def this_machine(precision_name):
@@ -69,7 +87,7 @@ def this_machine(precision_name):
     return Device("numpy" if on_cpu or precision_name == "bf16" else "gpu", "numpy" if on_cpu else "gpu", not on_cpu)
 
 
-def resolve(stack, arch=None, batch=None, on=GPU):
+def resolve(stack, arch=None, batch=NO_BATCH, on=GPU):
     """``stack`` checked and resolved on the device ``on`` (a :class:`Device`, or
     :data:`THIS_MACHINE`: :func:`this_machine`): a :class:`Resolved`. ``batch`` (the
     sequences per data-parallel rank) must be a whole number >= 1; with ``arch`` (an Arch, resolved
@@ -83,12 +101,17 @@ def resolve(stack, arch=None, batch=None, on=GPU):
         raise ValueError(f"unknown recompute {stack.recompute!r}; choose one of {', '.join(SCHEDULES)}")
     if stack.schedule not in ("gpipe", "1f1b"):
         raise ValueError(f"unknown pipeline schedule {stack.schedule!r}; choose gpipe or 1f1b")
+    if stack.attention not in ATTENTIONS:
+        raise ValueError(f"unknown attention {stack.attention!r}; choose one of {', '.join(ATTENTIONS)}")
+    if stack.storage is not None and stack.storage not in STORAGES:  # "int4" was built as the precision's
+        raise ValueError(f"unknown storage {stack.storage!r}; choose None (the precision's) or one of "
+                         f"{', '.join(STORAGES)}")
     for field in ("pipeline", "ranks", "micro_batches", "tensor"):  # 2.5 ranks gave a number
         positive_int(f"Stack.{field}", getattr(stack, field))
     if stack.sequence_parallel and stack.tensor == 1:
         raise ValueError("sequence parallelism splits activations over the tensor-parallel ranks: "
                          "give Stack.tensor > 1 with it")
-    if batch is not None:
+    if batch is not NO_BATCH:
         positive_int("batch", batch)
     if arch is not None:
         if stack.pipeline > arch.layers:
@@ -102,7 +125,7 @@ def resolve(stack, arch=None, batch=None, on=GPU):
         raise ValueError(f"ZeRO stage must be 0, 1, 2 or 3, got {stack.zero!r}")
     if kind == "zero-offload-params" and stack.zero != 3:
         raise ValueError(f"offloading the parameters is ZeRO-3's offload_param: stage 3, got stage {stack.zero}")
-    on = this_machine(stack.precision) if on == THIS_MACHINE else on
+    on = this_machine(stack.precision) if on == THIS_MACHINE else check_device(on)
     compute = 4 if on.compute == "numpy" else wd.compute
     return Resolved(*stack, wd, label, kind, on, compute, wd.storage if stack.storage is None else stack.storage)
 
@@ -111,7 +134,7 @@ def width(precision):
     """The :class:`Width` of ``precision`` (a name of :data:`WIDTHS`, or a Width returned as it is)."""
     if isinstance(precision, Width):
         return precision
-    if precision not in WIDTHS:
+    if not isinstance(precision, str) or precision not in WIDTHS:  # a list raised "unhashable type"
         raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     return WIDTHS[precision]
 

@@ -57,6 +57,14 @@ def combination_of(stack):
     return combo
 
 
+def model(sizes):
+    """The Arch of ``sizes`` = (vocab, seq, hidden, heads, layers), checked: a sixth value was
+    predicted as the dropout (measure refuses it), and a string or four values raised TypeError."""
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__len__") or len(sizes) != 5:
+        raise ValueError(f"sizes are (vocab, seq, hidden, heads, layers), five whole numbers, got {sizes!r}")
+    return architectures.tinymem_lm(*sizes)
+
+
 def workload(sizes, stack, chunk_size=None):
     """``sizes`` = (vocab, seq, hidden, heads, layers) as a planner workload."""
     if stack.attention == "chunked" and chunk_size is None:
@@ -67,7 +75,7 @@ def workload(sizes, stack, chunk_size=None):
 def measure(sizes, batch, stack, chunk_size=None, seed=0):
     """``{"buckets": each bucket's peak, "peak": the step's peak, "split": buckets at the peak}``
     of one real step (bytes on the device, without what lived before the model)."""
-    return measured(sizes, batch, resolve(stack), chunk_size, seed)
+    return measured(sizes, batch, resolve(stack, model(sizes), batch), chunk_size, seed)
 
 
 def measured(sizes, batch, stack, chunk_size=None, seed=0):
@@ -88,7 +96,7 @@ def predict(sizes, batch, stack):
     """:func:`analytic.breakdown` of the same step in tinymem mode, on the device :func:`measure`
     runs on (the default one, :data:`~..inputs.THIS_MACHINE`: NumPy and CuPy's bf16 compute in
     float32; on CuPy the optimizer's update is fused and 8-bit Adam's chunks are the GPU's)."""
-    arch = architectures.tinymem_lm(*sizes)
+    arch = model(sizes)
     return predicted(arch, batch, resolve(stack, arch, batch, THIS_MACHINE))
 
 
@@ -99,6 +107,6 @@ def predicted(arch, batch, stack):
 
 def compare(sizes, batch, stack, chunk_size=None):
     """``(predicted Breakdown, measured dict)`` for one configuration, its stack resolved once."""
-    arch = architectures.tinymem_lm(*sizes)
+    arch = model(sizes)
     resolved = resolve(stack, arch, batch, THIS_MACHINE)
     return predicted(arch, batch, resolved), measured(sizes, batch, resolved, chunk_size)

@@ -34,6 +34,7 @@ rules (:func:`tinymem.planner.measured.recipe.supported`), so half precision wit
 host is shown (its numbers are what ZeRO-Offload needs) but not proposed.
 """
 import math
+import numbers
 from collections import namedtuple
 
 from ..terms import analytic
@@ -179,7 +180,8 @@ def relative_time(arch, batch, stack, gpu_flops=GPU_FLOPS, utilization=UTILIZATI
                   host_bandwidth=HOST_BANDWIDTH):
     """Step time of ``stack`` over the step time of plain training, micro-batches of ``batch``
     sequences (see the module docstring)."""
-    return step_time(arch, batch, resolve(stack), gpu_flops, utilization, pcie, host_bandwidth)
+    arch = archs.get_arch(arch)  # a name raised AttributeError; batch 0 divided by zero, -1 gave 1.0
+    return step_time(arch, batch, resolve(stack, arch, batch), gpu_flops, utilization, pcie, host_bandwidth)
 
 
 def step_time(arch, batch, stack, gpu_flops=GPU_FLOPS, utilization=UTILIZATION, pcie=PCIE,
@@ -208,6 +210,7 @@ def run(arch, batch, stack, mode="tinymem", convention="tinymem"):
     """:func:`analytic.breakdown` with micro-batches of ``batch`` sequences (``stack.micro_batches``
     of them per step), its model states counted by ``convention`` (:mod:`.conventions`)."""
     arch = archs.get_arch(arch)
+    positive_int("batch", batch)  # as given: 0.5 sequences in 2 micro-batches was refused as "got 1.0"
     return evaluate(arch, batch, resolve(stack, arch, batch * stack.micro_batches), mode, convention)
 
 
@@ -235,6 +238,13 @@ def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, s
     stage, :func:`grow`): a stage holds ceil(L/p) layers, not monotone in p, so every count
     from 1 to the layers is tried."""
     arch = archs.get_arch(arch)
+    positive_int("batch", batch)
+    # Below the door the search grows ranks or stages up to ``limit`` unchecked: 2.5 looped forever,
+    # 0 divided by zero, -5 and a NaN memory answered None; micro_batches -1 blamed "the batch (-1)".
+    positive_int("limit", limit)
+    gpu_memory = memory_of(gpu_memory)
+    if micro_batches is not None:
+        positive_int("micro_batches", micro_batches)
     return fewest(arch, batch, resolve(stack, arch, batch * stack.micro_batches), gpu_memory, mode, limit, stages,
                   convention, micro_batches)
 
@@ -267,8 +277,10 @@ def plan_arch(arch, gpus, gpu_memory, batch=1, mode="tinymem", micro_batches=Non
     the proposal: of all :func:`candidates`, the fitting one with the smallest time (or None).
     Returns ``(rows, proposal)``, both :class:`Row` (the proposal's fewest GPUs is ``gpus``)."""
     arch = archs.get_arch(arch)
-    if gpus < 1:
-        raise ValueError(f"--gpus must be at least 1, got {gpus}")
+    # "8" and None raised TypeError; checked here, not by checks.is_int: the GPU count stays in this room
+    if not isinstance(gpus, numbers.Integral) or isinstance(gpus, bool) or gpus < 1:
+        raise ValueError(f"--gpus must be a whole number >= 1, got {gpus!r}")
+    positive_int("batch", batch)
     gpu_memory = memory_of(gpu_memory)
     if micro_batches is not None:  # 0 was read as "not given" (4 per stage)
         positive_int("micro_batches", micro_batches)

@@ -288,7 +288,7 @@ def transient_bound(arch, batch, stack, backend="gpu"):
     saved tensors than the op outputs above count (at most 5·1,020 B at any size).
     Bytes."""
     arch = archs.get_arch(arch)
-    stack = resolve(stack, on=device(backend))
+    stack = resolve(stack, arch, batch, device(backend))  # 2.5 sequences gave a bound; -1, a division by zero
     c = stack.compute
     m = micro_batch_extremes(batch, stack.micro_batches)[1]
     n, h = m * arch.seq, arch.hidden
