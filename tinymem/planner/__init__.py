@@ -20,6 +20,8 @@ combination of techniques, and propose the fastest that fits a device budget.
     analytic.breakdown("gpt3-175b", 1, analytic.Stack("bf16", recompute="full", zero=3, ranks=64)).peak
 """
 # The modules lessons and tests reach as ``tinymem.planner.NAME``.
+import sys
+
 from . import conventions, inputs
 from .measured import exactness, probe, recipe, stack, verify, workloads
 from .measured.probe import predict, run_probe
@@ -28,9 +30,18 @@ from .measured.verify import measure_step
 from .measured.workloads import workload
 from .model import architectures
 from .search import fits, parallel
+from .search import plan as plan_module
 from .search.plan import Plan, Row, combinations, describe, plan, summary, table_rows, verify_rows, with_budget
 from .terms import activations, analytic, finetune, inference, moments, precision, sharding, states
 from .terms.states import model_states
+
+# The flat layout's dotted paths (``from tinymem.planner.analytic import Stack``,
+# ``import tinymem.planner.recipe``) name the same modules in their folders.
+for _module in (activations, analytic, architectures, exactness, finetune, fits, inference, moments, parallel,
+                precision, probe, recipe, sharding, stack, states, verify, workloads):
+    sys.modules.setdefault(f"{__name__}.{_module.__name__.rpartition('.')[2]}", _module)
+sys.modules.setdefault(f"{__name__}.plan", plan_module)
+del _module, plan_module
 
 __all__ = ["plan", "Plan", "Row", "combinations", "describe", "summary", "table_rows", "verify_rows", "with_budget",
            "predict", "run_probe", "Combination", "TrainingStep", "supported", "model_states",
