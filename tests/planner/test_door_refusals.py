@@ -174,3 +174,14 @@ def test_the_flat_layouts_dotted_imports_still_work(path, name):
     # lessons, scripts and students wrote "from tinymem.planner.analytic import Stack" (11 files before the move)
     module = importlib.import_module(path)
     assert module.__name__.startswith("tinymem.planner.") and hasattr(module, name)
+
+
+def test_a_resolved_stack_given_to_an_entry_and_a_stack_given_below_the_door_are_named():
+    resolved = resolve(Stack("bf16"))
+    with pytest.raises(TypeError, match="resolved already"):  # was "got a Resolved", with no way out
+        analytic.breakdown(ARCH, 1, resolved)
+    with pytest.raises(TypeError, match="call breakdown"):  # was "'Stack' object has no attribute 'width'"
+        analytic.evaluate(architectures.get_arch(ARCH), 1, Stack("bf16"))
+    arch = architectures.get_arch(ARCH)
+    again = analytic.evaluate(arch, 1, resolve(Stack("bf16"), arch, 1))
+    assert again.peak == analytic.breakdown(ARCH, 1, Stack("bf16")).peak

@@ -93,6 +93,9 @@ def resolve(stack, arch=None, batch=NO_BATCH, on=GPU):
     sequences per data-parallel rank) must be a whole number >= 1; with ``arch`` (an Arch, resolved
     already) the stack is checked on that model too: its pipeline stages against the layers, its
     tensor-parallel ranks against the heads."""
+    if isinstance(stack, Resolved):
+        raise TypeError("stack is resolved already: give the entry its Stack (Stack._make(resolved[:len(Stack._fields)])), "
+                        "or call the function below the door with the resolved value")
     if not isinstance(stack, Stack):
         raise TypeError(f"stack must be a planner.analytic.Stack (e.g. Stack(precision='bf16', zero=2)), "
                         f"got a {type(stack).__name__}")

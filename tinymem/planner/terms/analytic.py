@@ -84,6 +84,9 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu", chunk
 def evaluate(arch, batch, stack, mode="tinymem"):
     """:func:`breakdown` below the door: ``arch`` an Arch, ``stack`` a :class:`~..inputs.Resolved`
     (checked on ``arch`` and ``batch``, with its device)."""
+    if not isinstance(stack, Resolved):  # a Stack raised "'Stack' object has no attribute 'width'"
+        raise TypeError(f"evaluate takes a resolved stack (inputs.resolve(stack, arch, batch)); with a "
+                        f"{type(stack).__name__}, call breakdown")
     wd, kind = stack.width, stack.kind
     w = wd.weight
     shapes = archs.shape_counts(arch)
