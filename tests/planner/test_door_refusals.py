@@ -185,3 +185,12 @@ def test_a_resolved_stack_given_to_an_entry_and_a_stack_given_below_the_door_are
     arch = architectures.get_arch(ARCH)
     again = analytic.evaluate(arch, 1, resolve(Stack("bf16"), arch, 1))
     assert again.peak == analytic.breakdown(ARCH, 1, Stack("bf16")).peak
+
+
+@pytest.mark.parametrize("parameters, match", [((-5, {(5,): 1}), "parameter count"), ((10,), "parameters is"),
+                                               ((10, {(5, -1): 2}), "parameter shape"), ([10, {(10,): 1}], "parameters is")])
+def test_conventions_rows_refuses_parameters_that_are_not_a_count_and_shapes(parameters, match):
+    with pytest.raises(ValueError, match=match):  # -5 gave negative bytes; (10,) "not enough values to unpack"
+        conventions.rows(ARCH, Stack("bf16", zero=3, ranks=8), parameters=parameters)
+    good = conventions.rows(ARCH, Stack("bf16", zero=3, ranks=8), parameters=(10, {(10,): 1}))
+    assert sum(conventions.row_bytes(r) for r in good if r.count == 10) > 0

@@ -36,7 +36,7 @@ from ..checks import is_int, real_number
 from .inputs import resolve
 from .model import architectures as archs
 from .terms.analytic import stage_parameters
-from .terms.sharding import divide, state_bytes
+from .terms.sharding import divide, parameter_total, state_bytes
 
 CONVENTIONS = ("tinymem", "deepspeed", "zero-paper")
 DEEPSPEED = "DeepSpeed v0.19.6 (commit edaa722)"  # the estimators the deepspeed convention reproduces
@@ -55,6 +55,11 @@ def rows(arch, stack, convention="tinymem", parameters=None):
     if convention not in CONVENTIONS:
         raise ValueError(f"unknown convention {convention!r}; choose one of {', '.join(CONVENTIONS)}")
     arch = archs.get_arch(arch)
+    if parameters is not None:  # (-5, shapes) gave negative bytes; (n,) raised "not enough values to unpack"
+        if not isinstance(parameters, tuple) or len(parameters) != 2:
+            raise ValueError(f"parameters is (count, shapes: a count, shapes or {{shape: how many}}) of what one GPU's group holds, "
+                             f"got {parameters!r}")
+        parameter_total(parameters[0]), parameter_total(parameters[1])  # each refuses what is not whole, >= 0
     return resolved_rows(arch, resolve(stack, arch), convention, parameters or (archs.parameter_count(arch),
                                                                           archs.shape_counts(arch)))
 
