@@ -176,14 +176,15 @@ class Ledger:
     def register_bytes(self, owner, nbytes, bucket, place, label=None):
         """Count ``nbytes`` that are not an array (a file on disk, say) until ``owner`` dies.
         An owner counts once: registering it again raises instead of ignoring the new bytes."""
-        if id(owner) in self.entries:
-            raise ValueError(f"register_bytes: this {type(owner).__name__} is already counted "
-                             f"({self.entries[id(owner)].nbytes} bytes); give each counted buffer "
-                             "its own owner object")
-        if not (isinstance(nbytes, (int, np.integer)) or (isinstance(nbytes, float) and nbytes.is_integer())) \
-                or nbytes < 0:
-            raise ValueError(f"register_bytes: nbytes must be a whole number >= 0, got {nbytes!r}")
-        self.register(None, bucket, place, owner, label, int(nbytes))
+        with self.lock:  # from the check to the count: another thread counting this owner waits
+            if id(owner) in self.entries:
+                raise ValueError(f"register_bytes: this {type(owner).__name__} is already counted "
+                                 f"({self.entries[id(owner)].nbytes} bytes); give each counted buffer "
+                                 "its own owner object")
+            if not (isinstance(nbytes, (int, np.integer)) or (isinstance(nbytes, float) and nbytes.is_integer())) \
+                    or nbytes < 0:
+                raise ValueError(f"register_bytes: nbytes must be a whole number >= 0, got {nbytes!r}")
+            self.register(None, bucket, place, owner, label, int(nbytes))
 
     def _on_death(self, entry):
         # A newer buffer may have taken the dead one's id already: only its own entry goes.
