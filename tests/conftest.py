@@ -6,6 +6,8 @@ import importlib.util
 import os
 import pathlib
 import sys
+import threading
+import time
 import types
 
 import numpy as np
@@ -109,6 +111,45 @@ def _seed(request):
     gc.collect()
     if whole_heap:
         gc.freeze()
+
+
+# A thread a test starts must be gone when the test ends: one left running (an unclosed
+# prefetcher's worker, a monitor never stopped, a Communicator's watchdog) can register and free
+# arrays, or read the ledger, while later tests measure it. A thread gets this long to finish
+# after the test returns (a worker told to stop may still be finishing a read).
+THREAD_GRACE_S = 2.0
+# Threads a library starts once for the whole process, at its first use, and keeps on purpose:
+# the test that happens to use it first did not leak them.
+PROCESS_THREADS = {"tqdm_monitor": "tqdm's monitor of slow progress bars, one per process"}
+
+
+def threads_left_running(before, grace=THREAD_GRACE_S):
+    """The threads alive now that are not in ``before`` (nor in PROCESS_THREADS) and do not end
+    within ``grace`` seconds, nor after a garbage collection (an object that stops its thread
+    when it dies may be waiting in a reference cycle)."""
+    new = [t for t in threading.enumerate() if t not in before and t.name not in PROCESS_THREADS]
+    deadline = time.monotonic() + grace
+    for thread in new:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    left = [t for t in new if t.is_alive()]
+    if left:
+        gc.collect()
+        for thread in left:
+            thread.join(timeout=max(0.1, deadline - time.monotonic()))
+    return [t for t in left if t.is_alive()]
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_left_running(request):
+    """Fail a test that leaves a thread alive that it started (daemon or not), naming it."""
+    before = set(threading.enumerate())
+    yield
+    left = threads_left_running(before)
+    if left:
+        names = ", ".join(f"{t.name!r} (target {getattr(t, '_target', None)!r}, daemon={t.daemon})" for t in left)
+        pytest.fail(f"{request.node.nodeid} left {len(left)} thread(s) running {THREAD_GRACE_S:g} s after it "
+                    f"ended: {names}. Close what the test opened (a with-block, or close()/stop() in a finally).",
+                    pytrace=False)
 
 
 def to_np(x):

@@ -23,6 +23,6 @@ def test_a_strategy_trains_a_device_model_on_a_host_batch(name, standin):
     tm.manual_seed(0)
     model = tm.models.MLP([6, 5, 3])
     expected = float(F.cross_entropy(model(tm.tensor(x)), tm.tensor(y)).item())
-    strategy = STRATEGIES[name](model, Communicator())
-    assert strategy.step(x, y, F.cross_entropy) == pytest.approx(expected, rel=1e-6)
+    with Communicator() as comm:
+        assert STRATEGIES[name](model, comm).step(x, y, F.cross_entropy) == pytest.approx(expected, rel=1e-6)
     assert all(p.device == "cuda" for p in model.parameters())

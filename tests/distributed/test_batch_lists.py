@@ -23,5 +23,6 @@ def test_a_strategy_trains_on_a_batch_given_as_lists(name, device):
     tm.manual_seed(0)
     model = tm.models.MLP([6, 5, 3]).to(device)
     expected = float(F.cross_entropy(model(tm.tensor(x, device=device)), tm.tensor(y, device=device)).item())
-    assert STRATEGIES[name](model, Communicator()).step(x, y, F.cross_entropy) == pytest.approx(expected, rel=1e-6)
+    with Communicator() as comm:
+        assert STRATEGIES[name](model, comm).step(x, y, F.cross_entropy) == pytest.approx(expected, rel=1e-6)
     assert all(p.device == device for p in model.parameters())

@@ -41,6 +41,7 @@ does not divide also a padded copy).
 import os
 import threading
 import time
+import weakref
 
 from .. import backend
 from ..checks import is_int, real_number
@@ -76,14 +77,16 @@ class Traffic:
 
 
 class _Watchdog:
-    """One daemon thread that aborts the job when a blocking call outlives its deadline."""
+    """One daemon thread that aborts the job when a blocking call outlives its deadline, until
+    :meth:`stop`. It holds the MPI communicator, not the :class:`Communicator`, so that an
+    unclosed Communicator can still die and stop it (``weakref.finalize``)."""
 
     def __init__(self, comm, timeout):
         self.comm, self.timeout = comm, timeout
         self.deadline, self.what = None, None
-        self.lock = threading.Lock()
-        thread = threading.Thread(target=self._watch, name="tinymem-mpi-watchdog", daemon=True)
-        thread.start()
+        self.lock, self._stopped = threading.Lock(), threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="tinymem-mpi-watchdog", daemon=True)
+        self._thread.start()
 
     def arm(self, what):
         with self.lock:
@@ -93,9 +96,14 @@ class _Watchdog:
         with self.lock:
             self.deadline = None
 
+    def stop(self):
+        """Stop the thread and wait for it (at most one check of the deadline)."""
+        self._stopped.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
     def _watch(self):
-        while True:
-            time.sleep(min(1.0, self.timeout / 4))
+        while not self._stopped.wait(min(1.0, self.timeout / 4)):
             with self.lock:
                 expired = self.deadline is not None and time.monotonic() > self.deadline
                 what = self.what
@@ -144,7 +152,20 @@ class Communicator:
         self.traffic = Traffic()
         self.transport, self.cuda_aware, self.algorithm = transport, cuda_aware, algorithm
         self._watchdog = _Watchdog(self.comm, self.timeout)
+        self._stop_watchdog = weakref.finalize(self, self._watchdog.stop)  # at close() or death
         self._nccl = None
+
+    def close(self):
+        """Stop the watchdog's thread (the MPI communicator stays usable by others). Closing
+        twice is allowed; a blocking call on a closed Communicator raises."""
+        self._stop_watchdog()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     def select_gpu(self):
         """Make this rank use GPU (local rank mod GPUs per node); call it before building the model.
@@ -161,6 +182,8 @@ class Communicator:
 
     # -- plumbing ---------------------------------------------------------------------------
     def _blocking(self, what, fn):
+        if not self._stop_watchdog.alive:  # no watchdog would abort a call that never returns
+            raise RuntimeError(f"{what}: this Communicator is closed; make a new one")
         self._watchdog.arm(f"{what} (rank {self.rank} of {self.size})")
         try:
             return fn()

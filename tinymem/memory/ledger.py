@@ -17,7 +17,14 @@ gradients and optimizer state keep their bucket even when saved.
 
 Memory cost of the ledger itself: one small record per live array (about 200 bytes), not
 counted in any bucket.
+
+Threads: the ledger is one per process (``LEDGER``), shared by every thread in it, and one
+re-entrant lock (``Ledger.lock``) orders every change to it; see :class:`Ledger`. Processes do
+not share it: a forked child starts with its own copy and a fresh lock, and processes that
+share one simulated device meet in ``shared.py``, not here.
 """
+import os
+import threading
 import weakref
 
 import numpy as np
@@ -66,6 +73,22 @@ class Ledger:
     ``live[place][bucket]`` is the count. It is a dict of dicts rather than one dict keyed by
     ``(place, bucket)``: every op updates it several times, and a string key is found by
     identity with its hash cached, where a tuple key is built, hashed and compared each time.
+
+    Threads: every change (register, release or an array's death, hold and unhold, a bucket
+    move, the trackers' events, peaks and budget checks, opening and closing a window) happens
+    under ``lock``, so that, whichever threads allocate and free at once:
+
+    - an array is counted once, and its bytes leave the counts exactly once;
+    - each tracker sees the events in the order the counts changed, each event with the
+      totals just after it (the totals of a timeline are the running sums of its events), so
+      an array's free comes after its alloc and the peak is at least every running total.
+
+    The lock is re-entrant: a weak-reference callback (an array's death) can run inside a
+    change made by the same thread, when that change drops the last reference or sets off the
+    garbage collector, and a pager asked for room under a budget registers its host copies.
+    Reads (:meth:`bytes`, :meth:`by_bucket`, :func:`locate`) take no lock: each returns a value
+    the ledger held at some instant, but two reads may straddle another thread's change. Cost:
+    one uncontended acquire and release of the lock per change.
     """
 
     def __init__(self):
@@ -73,6 +96,7 @@ class Ledger:
         self.live = {p: {b: 0 for b in BUCKETS} for p in PLACES}
         self.trackers = []
         self.pagers = []  # weak references to objects that can move device bytes away on demand
+        self.lock = threading.RLock()
         self._death_callback = self._on_death  # one bound method, not a new one per array
 
     # -- registration -------------------------------------------------------------------
@@ -96,72 +120,85 @@ class Ledger:
                 return array
             if root is array and hasattr(root, "__cuda_array_interface__"):
                 _OWNING_TYPES.add(type(root))  # a device array type: next time, the fast path
-        key = id(root)
-        entry = self.entries.get(key)
-        # The names are checked by the lookups themselves (try costs nothing until it catches):
-        # an unknown or unhashable one raises KeyError or TypeError, reported as what it is.
-        if entry is not None:
+        # The lock is taken by hand: `with` costs twice an acquire and a release, here as much as
+        # a quarter of the register itself.
+        lock = self.lock
+        lock.acquire()  # from the lookup to the event: another thread registering it waits
+        try:
+            key = id(root)
+            entry = self.entries.get(key)
+            # The names are checked by the lookups themselves (try costs nothing until it catches):
+            # an unknown or unhashable one raises KeyError or TypeError, reported as what it is.
+            if entry is not None:
+                try:
+                    higher = _PRIORITY[bucket] > _PRIORITY[entry.base]
+                except (KeyError, TypeError):
+                    raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}") from None
+                if higher:
+                    self._set_bucket(entry, bucket, bucket)
+                return array
             try:
-                higher = _PRIORITY[bucket] > _PRIORITY[entry.base]
-            except (KeyError, TypeError):
-                raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}") from None
-            if higher:
-                self._set_bucket(entry, bucket, bucket)
+                counts = self.live.get(place)  # the counts of the place, and a check of both names
+            except TypeError:
+                counts = None
+            if counts is None:
+                raise ValueError(f"unknown place {place!r}; choose one of {', '.join(PLACES)}")
+            try:
+                known = bucket in counts
+            except TypeError:
+                known = False
+            if not known:
+                raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}")
+            if nbytes is None:
+                nbytes = root.nbytes
+            trackers = self.trackers
+            if trackers and place == "device":
+                for tracker in trackers:
+                    tracker._check_budget(nbytes, bucket, label)
+            try:
+                entry = _Entry(root if owner is None else owner, self._death_callback)
+            except TypeError:  # "cannot create weak reference to 'int' object"
+                raise TypeError(f"owner must be an object that can be weakly referenced (an array, a Tensor, "
+                                f"a Module), got a {type(owner).__name__}") from None
+            # Attribution: the op and module running now (both None when it is switched off).
+            scope = SCOPE.current
+            (entry.key, entry.nbytes, entry.place, entry.counts, entry.base, entry.holds, entry.bucket,
+             entry.label, entry.module) = (key, nbytes, place, counts, bucket, 0, bucket, label or scope.op,
+                                           scope.path)
+            self.entries[key] = entry
+            counts[bucket] += nbytes
+            if trackers:
+                self._event("alloc", bucket, place, nbytes, entry.label, entry)
             return array
-        try:
-            counts = self.live.get(place)  # the counts of the place, and a check of both names
-        except TypeError:
-            counts = None
-        if counts is None:
-            raise ValueError(f"unknown place {place!r}; choose one of {', '.join(PLACES)}")
-        try:
-            known = bucket in counts
-        except TypeError:
-            known = False
-        if not known:
-            raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}")
-        if nbytes is None:
-            nbytes = root.nbytes
-        trackers = self.trackers
-        if trackers and place == "device":
-            for tracker in trackers:
-                tracker._check_budget(nbytes, bucket, label)
-        try:
-            entry = _Entry(root if owner is None else owner, self._death_callback)
-        except TypeError:  # "cannot create weak reference to 'int' object"
-            raise TypeError(f"owner must be an object that can be weakly referenced (an array, a Tensor, "
-                            f"a Module), got a {type(owner).__name__}") from None
-        # Attribution: the op and module running now (both None when it is switched off).
-        scope = SCOPE.current
-        (entry.key, entry.nbytes, entry.place, entry.counts, entry.base, entry.holds, entry.bucket,
-         entry.label, entry.module) = (key, nbytes, place, counts, bucket, 0, bucket, label or scope.op,
-                                       scope.path)
-        self.entries[key] = entry
-        counts[bucket] += nbytes
-        if trackers:
-            self._event("alloc", bucket, place, nbytes, entry.label, entry)
-        return array
+        finally:
+            lock.release()
 
     def register_bytes(self, owner, nbytes, bucket, place, label=None):
         """Count ``nbytes`` that are not an array (a file on disk, say) until ``owner`` dies.
         An owner counts once: registering it again raises instead of ignoring the new bytes."""
-        if id(owner) in self.entries:
-            raise ValueError(f"register_bytes: this {type(owner).__name__} is already counted "
-                             f"({self.entries[id(owner)].nbytes} bytes); give each counted buffer "
-                             "its own owner object")
-        if not (isinstance(nbytes, (int, np.integer)) or (isinstance(nbytes, float) and nbytes.is_integer())) \
-                or nbytes < 0:
-            raise ValueError(f"register_bytes: nbytes must be a whole number >= 0, got {nbytes!r}")
-        self.register(None, bucket, place, owner, label, int(nbytes))
+        with self.lock:  # from the check to the count: another thread counting this owner waits
+            if id(owner) in self.entries:
+                raise ValueError(f"register_bytes: this {type(owner).__name__} is already counted "
+                                 f"({self.entries[id(owner)].nbytes} bytes); give each counted buffer "
+                                 "its own owner object")
+            if not (isinstance(nbytes, (int, np.integer)) or (isinstance(nbytes, float) and nbytes.is_integer())) \
+                    or nbytes < 0:
+                raise ValueError(f"register_bytes: nbytes must be a whole number >= 0, got {nbytes!r}")
+            self.register(None, bucket, place, owner, label, int(nbytes))
 
     def _on_death(self, entry):
         # A newer buffer may have taken the dead one's id already: only its own entry goes.
-        entries, key = self.entries, entry.key
-        if entries.get(key) is entry:
-            del entries[key]
-            entry.counts[entry.bucket] -= entry.nbytes
-            if self.trackers:
-                self._event("free", entry.bucket, entry.place, entry.nbytes, entry.label, entry)
+        lock = self.lock
+        lock.acquire()  # by hand, as in register: this runs for every array's death
+        try:
+            entries, key = self.entries, entry.key
+            if entries.get(key) is entry:
+                del entries[key]
+                entry.counts[entry.bucket] -= entry.nbytes
+                if self.trackers:
+                    self._event("free", entry.bucket, entry.place, entry.nbytes, entry.label, entry)
+        finally:
+            lock.release()
 
     def release(self, array_or_owner):
         """Stop counting a buffer now (for storage freed by hand, such as a deleted file)."""
@@ -175,38 +212,40 @@ class Ledger:
         """Mark ``array`` as saved for backward (counted as ``activation`` while held)."""
         # By the array's own id first: a saved array usually owns its memory, and a view, being
         # alive, cannot share its id with a live buffer, so only a miss walks to the owner.
-        entries = self.entries
-        entry = entries.get(id(array)) or entries.get(id(owner_of(array)))
-        if entry is None:
-            self.register(array, "workspace", "device")
-            entry = entries.get(id(owner_of(array)))
-            if entry is None:  # a Python or NumPy scalar: nothing to count
-                return
-        entry.holds += 1
-        if entry.holds == 1 and entry.base == "workspace":
-            if self.trackers:
-                self._move(entry, "activation")
-            else:  # _move without trackers, written out: hold and unhold run for every saved array
-                counts, nbytes = entry.counts, entry.nbytes
-                counts["workspace"] -= nbytes
-                counts["activation"] += nbytes
-                entry.bucket = "activation"
+        with self.lock:
+            entries = self.entries
+            entry = entries.get(id(array)) or entries.get(id(owner_of(array)))
+            if entry is None:
+                self.register(array, "workspace", "device")
+                entry = entries.get(id(owner_of(array)))
+                if entry is None:  # a Python or NumPy scalar: nothing to count
+                    return
+            entry.holds += 1
+            if entry.holds == 1 and entry.base == "workspace":
+                if self.trackers:
+                    self._move(entry, "activation")
+                else:  # _move without trackers, written out: hold and unhold run for every saved array
+                    counts, nbytes = entry.counts, entry.nbytes
+                    counts["workspace"] -= nbytes
+                    counts["activation"] += nbytes
+                    entry.bucket = "activation"
 
     def unhold(self, array):
         """Undo one :meth:`hold`; the array returns to ``workspace`` when no hold is left."""
-        entries = self.entries
-        entry = entries.get(id(array)) or entries.get(id(owner_of(array)))  # as in hold
-        if entry is None or entry.holds == 0:
-            return
-        entry.holds -= 1
-        if entry.holds == 0 and entry.bucket == "activation":
-            if self.trackers:
-                self._move(entry, entry.base)
-            else:  # as in hold
-                counts, nbytes, base = entry.counts, entry.nbytes, entry.base
-                counts["activation"] -= nbytes
-                counts[base] += nbytes
-                entry.bucket = base
+        with self.lock:
+            entries = self.entries
+            entry = entries.get(id(array)) or entries.get(id(owner_of(array)))  # as in hold
+            if entry is None or entry.holds == 0:
+                return
+            entry.holds -= 1
+            if entry.holds == 0 and entry.bucket == "activation":
+                if self.trackers:
+                    self._move(entry, entry.base)
+                else:  # as in hold
+                    counts, nbytes, base = entry.counts, entry.nbytes, entry.base
+                    counts["activation"] -= nbytes
+                    counts[base] += nbytes
+                    entry.bucket = base
 
     def _set_bucket(self, entry, bucket, base):
         """Give ``entry`` the owner ``base`` and count it in ``bucket`` (``activation`` instead
@@ -245,23 +284,26 @@ class Ledger:
         except TypeError:
             raise TypeError(f"add_pager holds pagers weakly; a {type(pager).__name__} cannot be weakly "
                             "referenced: make the pager an instance of a class of your own") from None
-        if not any(known() is pager for known in self.pagers):  # twice would ask it twice per shortfall
-            self.pagers.append(ref)
+        with self.lock:
+            if not any(known() is pager for known in self.pagers):  # twice would ask it twice per shortfall
+                self.pagers.append(ref)
 
     def remove_pager(self, pager):
-        self.pagers = [ref for ref in self.pagers if ref() is not None and ref() is not pager]
+        with self.lock:
+            self.pagers = [ref for ref in self.pagers if ref() is not None and ref() is not pager]
 
     def page_out(self, nbytes):
         """Ask each live pager in turn to free device bytes until ``nbytes`` are freed."""
-        self.pagers = [ref for ref in self.pagers if ref() is not None]
-        before = self.bytes()
-        for ref in self.pagers:
-            freed = before - self.bytes()
-            if freed >= nbytes:
-                break
-            pager = ref()
-            if pager is not None:  # it may have died since the list was pruned
-                pager.page_out(nbytes - freed)
+        with self.lock:  # the bytes freed are this thread's pagers' doing, not another thread's
+            self.pagers = [ref for ref in self.pagers if ref() is not None]
+            before = self.bytes()
+            for ref in self.pagers:
+                freed = before - self.bytes()
+                if freed >= nbytes:
+                    break
+                pager = ref()
+                if pager is not None:  # it may have died since the list was pruned
+                    pager.page_out(nbytes - freed)
 
     # -- queries --------------------------------------------------------------------------
     def bytes(self, bucket=None, place="device"):
@@ -278,8 +320,13 @@ class Ledger:
         return dict(self.live[place])
 
     def _event(self, kind, bucket, place, nbytes, label, entry=None):
+        # Called under the lock, right after the counts changed: the trackers read them as the event left them.
         for tracker in self.trackers:
             tracker._record(kind, bucket, place, nbytes, label, entry)
+
+    def _fresh_lock_after_fork(self):
+        # A child forked while another thread held the lock would otherwise wait for it forever.
+        self.lock = threading.RLock()
 
 
 # Array types whose instances own their memory when ``base`` is None: NumPy's, and each device
@@ -307,6 +354,7 @@ def _countable(root):
 
 
 LEDGER = Ledger()
+os.register_at_fork(after_in_child=LEDGER._fresh_lock_after_fork)
 register = LEDGER.register
 register_bytes = LEDGER.register_bytes
 release = LEDGER.release
@@ -339,5 +387,6 @@ def live_bytes(bucket=None, place="device"):
 
 def mark(label):
     """Put a labelled marker (``"forward"``, ``"backward"``, ``"optimizer"``) on every timeline."""
-    for tracker in LEDGER.trackers:
-        tracker._record("mark", None, None, 0, label)
+    with LEDGER.lock:
+        for tracker in LEDGER.trackers:
+            tracker._record("mark", None, None, 0, label)

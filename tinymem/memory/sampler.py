@@ -25,6 +25,7 @@ import os
 import threading
 import time
 import tracemalloc
+import weakref
 
 import psutil
 
@@ -48,7 +49,7 @@ def _read_hwm(pid):
 
 # Monitors of this process that reset the kernel's high-water mark and have not stopped: a new
 # one's reset would erase a peak they have not read yet, so it is read and handed to them first.
-_HWM_WATCHERS, _HWM_LOCK = [], threading.Lock()
+_HWM_WATCHERS, _HWM_LOCK = weakref.WeakSet(), threading.Lock()  # weak: a dropped monitor leaves
 
 
 def _reset_hwm(pid):
@@ -72,22 +73,18 @@ def check_interval(interval):
 
 class SamplingThread:
     """The background thread: ``sample()`` every ``interval`` seconds until stopped. An error in
-    the thread ends the sampling and is raised again by the stop, so no result hides it."""
+    the thread ends the sampling and is raised again by the stop, so no result hides it. The
+    thread holds its sampler weakly: one dropped without a stop dies, and its thread ends."""
 
     interval = 0.005
 
     def _start_thread(self, name):
-        self._stop, self._thread = threading.Event(), threading.Thread(target=self._run, name=name, daemon=True)
-        self._error = None
+        self._stop, self._error = threading.Event(), None
+        self._thread = threading.Thread(target=_sample_until_stopped,
+                                        args=(weakref.ref(self), self._stop, self.interval),
+                                        name=name, daemon=True)
+        weakref.finalize(self, self._stop.set)
         self._thread.start()
-
-    def _run(self):
-        try:
-            while not self._stop.wait(self.interval):
-                if self.sample() is False:
-                    return  # the watched process is gone
-        except BaseException as exc:  # handed to the thread that stops the sampling
-            self._error = exc
 
     def _stop_thread(self):
         """Stop and join the thread; False when it was not running."""
@@ -100,6 +97,22 @@ class SamplingThread:
             error, self._error = self._error, None
             raise RuntimeError(f"the memory sampling thread failed: {error!r}") from error
         return True
+
+
+def _sample_until_stopped(sampler_ref, stop, interval):
+    """The sampling thread. It holds its sampler only while it takes a sample, so that an
+    unstopped sampler can die between two, which sets ``stop``."""
+    while not stop.wait(interval):
+        sampler = sampler_ref()
+        if sampler is None:
+            return
+        try:
+            if sampler.sample() is False:
+                return  # the watched process is gone
+        except BaseException as exc:  # handed to the thread that stops the sampling
+            sampler._error = exc
+            return
+        del sampler
 
 
 class Monitor(SamplingThread):
@@ -152,7 +165,7 @@ class Monitor(SamplingThread):
                     other._hwm_seen = max(other._hwm_seen, before)
                 self._hwm_reset = _reset_hwm(self.pid)
                 if self._hwm_reset:
-                    _HWM_WATCHERS.append(self)
+                    _HWM_WATCHERS.add(self)
         else:
             self._hwm_reset = False
         if self.sample() is False:
@@ -171,8 +184,7 @@ class Monitor(SamplingThread):
             if self._hwm_reset:
                 with _HWM_LOCK:
                     self.hwm = max(_read_hwm(self.pid) or 0, self._hwm_seen)
-                    if self in _HWM_WATCHERS:
-                        _HWM_WATCHERS.remove(self)
+                    _HWM_WATCHERS.discard(self)
             else:
                 self.hwm = None
 

@@ -64,18 +64,20 @@ class Tracker:
             self._probe = CupyProbe() if self.device == "cuda" else TracemallocProbe()
         if self.monitor_interval:
             self._monitor = Monitor(self.monitor_interval, self.device, t0=self.t0).start()
-        # Snapshot and start listening with the collector paused: no weakref callback may free
-        # an array between the snapshot and the first event, or the attribution would drift.
+        # Snapshot and start listening with the collector paused and the ledger locked: no
+        # weakref callback (of this thread) and no other thread may change the ledger between
+        # the snapshot and the first event, or the attribution would drift.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            self._live = {e: e.bucket for e in list(LEDGER.entries.values()) if e.place == "device"}
-            if self.keep_timeline:  # what the window started with, for a snapshot's first state
-                self.entered = dict(self._live)
-            split = LEDGER.by_bucket()
-            self.start = self._peak = sum(split.values())
-            self._peak_split, self._bucket_max = split, dict(split)
-            LEDGER.trackers.append(self)
+            with LEDGER.lock:
+                self._live = {e: e.bucket for e in list(LEDGER.entries.values()) if e.place == "device"}
+                if self.keep_timeline:  # what the window started with, for a snapshot's first state
+                    self.entered = dict(self._live)
+                split = LEDGER.by_bucket()
+                self.start = self._peak = sum(split.values())
+                self._peak_split, self._bucket_max = split, dict(split)
+                LEDGER.trackers.append(self)
         finally:
             if collecting:
                 gc.enable()
@@ -87,8 +89,9 @@ class Tracker:
 
     def _close(self):
         self.closed = True
-        if self in LEDGER.trackers:
-            LEDGER.trackers.remove(self)
+        with LEDGER.lock:  # not while another thread's event walks the list
+            if self in LEDGER.trackers:
+                LEDGER.trackers.remove(self)
         try:
             for part in (self._probe, self._monitor):
                 if part is not None:

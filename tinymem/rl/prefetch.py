@@ -11,7 +11,7 @@ between can only be sampled from batch i+2 on; the random draws are otherwise th
 ``buffer.sample``, and for one seed every storage scheme gives the same batches. A step added
 while a read is in flight waits for that read if it overwrites one of its slots.
 Memory: one batch ahead (2·B·k·F·4 bytes of float32 stacks), allocated on the main thread
-(the ledger is not thread safe).
+(so that the ledger counts it when the learner asks for it, not when the read happens to run).
 """
 import time
 

@@ -28,41 +28,49 @@ class Worker:
     """One background thread running copies, reads and writes in the order they were submitted.
 
     Not a ThreadPoolExecutor: here the thread never drops the last reference to a job's arrays
-    or handles (the job keeps them and the main thread drops the job), because that would run
-    the ledger's release callback, which is not thread safe, or a file's deletion off the main
-    thread. NumPy copies and file I/O release the GIL, so the thread runs beside the compute.
+    or handles (the job keeps them and the main thread drops the job), because that would free
+    them, and delete a file, off the main thread, at a moment the main thread did not choose.
+    NumPy copies and file I/O release the GIL, so the thread runs beside the compute. Call
+    :meth:`shutdown` when done; a worker dropped without it stops its thread as it dies.
     """
 
     def __init__(self):
         self._queue = queue.SimpleQueue()
-        self._closing = False
-        self._thread = threading.Thread(target=self._loop, name="tinymem-offload", daemon=True)
+        self._closing = threading.Event()  # set: the jobs not started are skipped
+        # The thread holds the queue, not the worker: a worker dropped without shutdown() dies,
+        # and its finalizer stops the thread (a None in the queue), which would otherwise wait
+        # for a job forever.
+        self._thread = threading.Thread(target=_run_jobs, args=(self._queue, self._closing),
+                                        name="tinymem-offload", daemon=True)
         self._thread.start()
+        self._stop = weakref.finalize(self, self._queue.put, None)
 
     def submit(self, fn, *args):
         job = _Job(fn, args)
         self._queue.put(job)
         return job
 
-    def _loop(self):
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            if not self._closing:
-                try:
-                    job.fn(*job.args)
-                except BaseException as exc:  # handed to the main thread by wait()
-                    job.error = exc
-            done = job.done
-            del job
-            done.set()
-
     def shutdown(self):
         """Skip the jobs not started, finish the one running, stop the thread."""
-        self._closing = True
-        self._queue.put(None)
+        self._closing.set()
+        self._stop()  # the None, once
         self._thread.join()
+
+
+def _run_jobs(jobs, closing):
+    """The worker's thread: run each job until a None comes (skipping them once ``closing``)."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        if not closing.is_set():
+            try:
+                job.fn(*job.args)
+            except BaseException as exc:  # handed to the main thread by wait()
+                job.error = exc
+        done = job.done
+        del job
+        done.set()
 
 
 class Prefetcher:

@@ -1,0 +1,41 @@
+"""The offload worker's thread ends with its owner: at ``shutdown()``/``close()``, and when a
+worker or a prefetcher is dropped without them. Before, the thread held its worker (its target
+was a bound method), so an unclosed one never died and its thread waited for jobs forever."""
+import gc
+
+import numpy as np
+
+from tinymem.techniques.offload.prefetch import Prefetcher, Worker
+from tinymem.techniques.offload.store import HostStore
+
+
+def _ended(thread):
+    thread.join(timeout=5)
+    return not thread.is_alive()
+
+
+def test_a_worker_runs_its_jobs_and_shutdown_stops_its_thread():
+    worker = Worker()
+    out = np.zeros(3)
+    worker.submit(np.copyto, out, np.arange(3.0)).wait()
+    assert out.tolist() == [0.0, 1.0, 2.0]
+    thread = worker._thread
+    worker.shutdown()
+    assert not thread.is_alive()
+
+
+def test_a_worker_dropped_without_shutdown_stops_its_thread():
+    worker = Worker()
+    worker.submit(np.copyto, np.zeros(2), np.ones(2)).wait()
+    thread = worker._thread
+    del worker
+    gc.collect()
+    assert _ended(thread), "the thread of a dropped Worker still waits for jobs"
+
+
+def test_a_prefetcher_dropped_without_close_stops_its_worker_thread():
+    prefetcher = Prefetcher(HostStore(), depth=2)
+    thread = prefetcher.worker._thread
+    del prefetcher
+    gc.collect()
+    assert _ended(thread), "the thread of a dropped Prefetcher still waits for jobs"
