@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
+import background_runs
 import standin_cupy
 import tinymem as tm
 from tinymem import backend
@@ -88,6 +89,28 @@ def standin():
         yield standin_cupy
 
 
+def _reads_background_runs(item):
+    fixture = getattr(item.module, "BACKGROUND_FIXTURE", None) if hasattr(item, "module") else None
+    return fixture is not None and fixture in getattr(item, "fixturenames", ())
+
+
+def _parameters(item):
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.values() if callspec is not None else ()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The tests that read the background runs (tests/background_runs.py) go last, in the order
+    their runs were started, so that the runs have the whole in-process part of the suite to
+    finish in."""
+    readers = sorted((i for i in items if _reads_background_runs(i)), key=lambda i: getattr(i.module, "BACKGROUND_ORDER", 0))
+    items[:] = [i for i in items if not _reads_background_runs(i)] + readers
+
+
+def pytest_sessionfinish(session, exitstatus):
+    background_runs.stop()
+
+
 def pytest_collection_finish(session):
     """Freeze what is alive once the tests are collected (NumPy, PyTorch, matplotlib,
     Hypothesis and every test module): the ``gc.collect()`` after each test then walks only
@@ -97,6 +120,12 @@ def pytest_collection_finish(session):
     import matplotlib.pyplot  # noqa: F401  (imported by many tests: frozen with the rest)
     gc.collect()
     gc.freeze()
+    # Start the background runs now, beside the in-process tests; not for --collect-only, and
+    # not in a pytest-xdist worker, which does not know yet which tests it will be given (its
+    # fixture starts them when it first needs them).
+    if not session.config.option.collectonly and "PYTEST_XDIST_WORKER" not in os.environ:
+        readers = [i for i in session.items if _reads_background_runs(i)]
+        background_runs.start([(i.module, list(_parameters(i))) for i in readers])
 
 
 @pytest.fixture(autouse=True)

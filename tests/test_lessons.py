@@ -1,5 +1,4 @@
 """Lessons are tests: every lesson runs as a script in quick mode, and writes only where it should."""
-import concurrent.futures
 import importlib.util
 import os
 import pathlib
@@ -9,6 +8,8 @@ import sys
 
 import numpy as np
 import pytest
+
+import background_runs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py"))
@@ -20,22 +21,22 @@ def lesson_env(**extra):
     return env
 
 
-def _run_lesson(lesson, folder):
-    cwd, out = folder / "cwd", folder / "out"
-    cwd.mkdir(parents=True)
-    result = subprocess.run([sys.executable, str(lesson)], cwd=cwd, env=lesson_env(TINYMEM_LESSON_OUT=str(out)),
-                            capture_output=True, text=True, timeout=600)
-    return result, cwd
+BACKGROUND_ORDER = 2  # after the stand-in's runs and the CPU figures, which are longer
+BACKGROUND_FIXTURE = "lesson_runs"
+
+
+def background_jobs(root):
+    """Every lesson as a script in quick mode, each in a fresh empty working folder, which the
+    tests then check is still empty (tests/background_runs.py starts them at collection)."""
+    root = pathlib.Path(root)
+    return [(lesson, [sys.executable, str(lesson)], root / lesson.stem / "cwd",
+             lesson_env(TINYMEM_LESSON_OUT=str(root / lesson.stem / "out"))) for lesson in LESSONS]
 
 
 @pytest.fixture(scope="module")
-def lesson_runs(tmp_path_factory):
-    """Every lesson run once, as many at a time as there are cores: each is a single-threaded
-    script, so on a 2-core machine two at once halve this module's time (about 150 s alone)."""
-    root = tmp_path_factory.mktemp("lessons")
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
-        futures = {lesson: pool.submit(_run_lesson, lesson, root / lesson.stem) for lesson in LESSONS}
-        return {lesson: f.result() for lesson, f in futures.items()}
+def lesson_runs():
+    """``{lesson: (CompletedProcess, its working folder)}``, each lesson waited for when read."""
+    return background_runs.results(sys.modules[__name__])
 
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])

@@ -5,18 +5,18 @@ else changed. An implicit conversion (``np.asarray`` of a device array, a device
 matplotlib, ``json`` or ``np.testing``), a NumPy array where a device array was meant, or a host
 index in a device op fails here, on the CPU, as it would on a GPU.
 
-All runs start at once, as many at a time as there are cores (each is a single-threaded
-script): the added time is about that of the longest few. Not here, once, with why:
+The runs start when the tests are collected and run beside the in-process tests
+(tests/background_runs.py); these tests come last and read them. Not here, once, with why:
 ``tinymem.experiments.CPU_ONLY_FAMILIES`` (they refuse cuda by design), and ``NEEDS_A_GPU``
 below (it runs on cuda, but only where a real GPU can be read)."""
-import concurrent.futures
 import json
 import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
+
+import background_runs
 
 from tinymem.experiments import CPU_ONLY_FAMILIES, families
 
@@ -28,34 +28,33 @@ NEEDS_A_GPU = {"watching": "its process layer reads the GPU's own memory through
 FAMILIES = [name for name in families() if name not in CPU_ONLY_FAMILIES and name not in NEEDS_A_GPU]
 
 
-def _run(args, cwd, **env):
-    env = dict(os.environ, TINYMEM_CUDA_STANDIN="1", TINYMEM_QUICK="1", MPLBACKEND="Agg", **env)
+def _env(**extra):
+    env = dict(os.environ, TINYMEM_CUDA_STANDIN="1", TINYMEM_QUICK="1", MPLBACKEND="Agg", **extra)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    cwd.mkdir(parents=True)
-    try:
-        return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    except subprocess.TimeoutExpired as exc:
-        return subprocess.CompletedProcess(args, -9, str(exc.stdout or ""), f"timed out after 600 s: {args}")
+    return env
 
 
-def _lesson(name, folder):
-    return _run([str(ROOT / "lessons" / f"{name}.py")], folder, TINYMEM_DEVICE="cuda",
-                TINYMEM_LESSON_OUT=str(folder / "out"))
+BACKGROUND_ORDER = 0  # its figure families are the longest runs: they start first
+BACKGROUND_FIXTURE = "standin_runs"
 
 
-def _family(name, folder):
-    return _run(["-m", "tinymem", "figures", "--quick", "--device", "cuda", "--only", name, "--out", str(folder)],
-                folder)
+def background_jobs(root):
+    """Every family, then every lesson, each in its own folder (tests/background_runs.py starts
+    them at collection, beside the in-process tests; the families are the longest)."""
+    root = pathlib.Path(root)
+    families_ = [(name, [sys.executable, "-m", "tinymem", "figures", "--quick", "--device", "cuda",
+                                     "--only", name, "--out", str(root / "family" / name)],
+                  root / "family" / name, _env()) for name in FAMILIES]
+    lessons = [(name, [sys.executable, str(ROOT / "lessons" / f"{name}.py")], root / "lesson" / name,
+                _env(TINYMEM_DEVICE="cuda", TINYMEM_LESSON_OUT=str(root / "lesson" / name / "out")))
+               for name in LESSONS]
+    return families_ + lessons
 
 
 @pytest.fixture(scope="module")
-def standin_runs(tmp_path_factory):
-    """Every run, started at once on a pool as wide as the machine; the longest first."""
-    root = tmp_path_factory.mktemp("standin_runs")
-    jobs = [("family", n, _family) for n in FAMILIES] + [("lesson", n, _lesson) for n in LESSONS]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-        futures = {(kind, name): pool.submit(run, name, root / kind / name) for kind, name, run in jobs}
-        return {key: (f.result(), root / key[0] / key[1]) for key, f in futures.items()}
+def standin_runs():
+    """``{family or lesson: (CompletedProcess, its folder)}``, each run waited for when read."""
+    return background_runs.results(sys.modules[__name__])
 
 
 def _passed(done, what):
@@ -65,12 +64,12 @@ def _passed(done, what):
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_a_lesson_runs_on_the_default_device_cuda(lesson, standin_runs):
-    _passed(standin_runs[("lesson", lesson)][0], lesson)
+    _passed(standin_runs[lesson][0], lesson)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_figure_family_runs_with_device_cuda(family, standin_runs):
-    done, folder = standin_runs[("family", family)]
+    done, folder = standin_runs[family]
     _passed(done, f"figure family {family}")
     records = json.loads((folder / "data" / f"{family}.json").read_text())
     assert records["meta"]["device"] == "cuda" and records["meta"]["cupy"] == "standin"

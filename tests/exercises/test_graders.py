@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+import background_runs
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 # These exercises carry their own wrong-answer tests beside their checks (test_ex07.py,
@@ -23,17 +25,33 @@ CHECKS = sorted(p for p in HERE.glob("test_ex*.py") if not p.stem[5:].startswith
 SOLUTIONS = sorted(p for p in (ROOT / "lessons" / "solutions").glob("ex*.py") if not p.stem.startswith(SELF_TESTED))
 
 
+def _env(exercises):
+    return dict(os.environ, TINYMEM_EXERCISES=exercises,
+                PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))
+
+
 def run_pytest(args, exercises="solutions", timeout=300):
-    env = dict(os.environ, TINYMEM_EXERCISES=exercises,
-               PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=timeout)
+                          env=_env(exercises), capture_output=True, text=True, timeout=timeout)
+
+
+BACKGROUND_ORDER = 1  # beside the CPU figures
+BACKGROUND_FIXTURE = "graded"
+
+
+def background_jobs(root):
+    """The self-test: one pytest run of every check against every wrong answer, started at
+    collection beside the in-process tests (tests/background_runs.py)."""
+    os.makedirs(root, exist_ok=True)
+    report = os.path.join(root, "report.json")
+    return [("graded", [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "graders",
+                        f"--graders-report={report}", *map(str, CHECKS)], ROOT, _env("solutions"))]
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    report = tmp_path_factory.mktemp("graders") / "report.json"
-    result = run_pytest(["-p", "graders", f"--graders-report={report}", *map(str, CHECKS)])
+def graded():
+    result, _ = background_runs.results(sys.modules[__name__])["graded"]
+    report = pathlib.Path(next(a for a in result.args if a.startswith("--graders-report=")).split("=", 1)[1])
     if not report.exists():
         pytest.fail(f"the self-test run did not finish:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return json.loads(report.read_text()), result.stdout

@@ -7,14 +7,19 @@ the code states today, judged on those records (read as committed: tests/committ
 """
 import json
 import os
+import pathlib
+import sys
 import warnings
 
 import pytest
 
+import background_runs
 from committed import committed_records, is_committed
-from tinymem import cli, plots
+from tinymem import plots
 from tinymem.experiments import families
 from tinymem.measure.claims import evaluate
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # Families whose figures pass plots.layout_problems (no small, clipped or overprinted text, no
 # legend on the data); a family joins once its figures do.
@@ -30,21 +35,40 @@ def _family_params():
             for name, module in families().items()]
 
 
+BACKGROUND_ORDER = 1  # after the stand-in's runs (longer), before the lessons
+BACKGROUND_FIXTURE = "quick_figures"
+
+
+def background_jobs(root):
+    """`tinymem figures --quick` on the CPU, one process per family, each into its own folder
+    (tests/background_runs.py starts them at collection, beside the in-process tests). The CPU
+    run, whatever the default device: the committed figures and their claims are the CPU's (RSS,
+    tracemalloc); tests/test_standin_runs.py runs the families on "cuda"."""
+    env = dict(os.environ, MPLBACKEND="Agg")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return [(name, [sys.executable, "-m", "tinymem", "figures", "--quick", "--device", "cpu", "--only", name,
+                    "--out", os.path.join(root, name)], os.path.join(root, name), env) for name in families()]
+
+
 @pytest.fixture(scope="module")
-def quick_figures(tmp_path_factory):
-    # The CPU run, whatever the default device: the committed figures and their claims are the
-    # CPU's (RSS, tracemalloc); tests/test_standin_runs.py runs the families on "cuda".
-    out = tmp_path_factory.mktemp("figures")
-    assert cli.main(["figures", "--quick", "--device", "cpu", "--out", str(out)]) == 0
-    return out
+def quick_figures():
+    """``quick_figures[family]``: the folder its quick run wrote, once it has run (and passed)."""
+    runs = background_runs.results(sys.modules[__name__])
+
+    class Folders:
+        def __getitem__(self, name):
+            done, folder = runs[name]
+            assert done.returncode == 0, f"tinymem figures --quick --only {name} failed:\n{done.stderr[-3000:]}"
+            return pathlib.Path(folder)
+    return Folders()
 
 
 @pytest.mark.parametrize("name", _family_params())
 def test_family_writes_its_figures_and_records(quick_figures, name, tmp_path):
     module = families()[name]
     for png in module.FIGURES:
-        assert os.path.getsize(quick_figures / png) > 5_000, f"{name}: {png} missing or empty"
-    records = json.loads((quick_figures / "data" / f"{name}.json").read_text())
+        assert os.path.getsize(quick_figures[name] / png) > 5_000, f"{name}: {png} missing or empty"
+    records = json.loads((quick_figures[name] / "data" / f"{name}.json").read_text())
     meta = records["meta"]
     assert meta["quick"] is True and meta["device"] == "cpu" and meta["machine"] and meta["date"]
     with warnings.catch_warnings(record=True) as caught:
@@ -58,7 +82,7 @@ def test_family_writes_its_figures_and_records(quick_figures, name, tmp_path):
 
 @pytest.mark.parametrize("name", _family_params())
 def test_claims_meant_for_quick_sizes_hold(quick_figures, name):
-    records = json.loads((quick_figures / "data" / f"{name}.json").read_text())
+    records = json.loads((quick_figures[name] / "data" / f"{name}.json").read_text())
     assert [r["name"] for r in records.get("claims", [])] == [c.name for c in getattr(families()[name], "CLAIMS", [])]
     failing = [f"{r['text']} (measured {r['value']})" for r in records.get("claims", []) if r["holds"] is False]
     assert failing == [], f"{name}: claims that do not hold at quick sizes: {failing}"

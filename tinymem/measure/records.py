@@ -1,5 +1,6 @@
 """Records: the JSON behind each figure, with the machine, versions and date it came from."""
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -33,10 +34,12 @@ def meta(device="cpu", quick=False):
             "numpy": np.__version__, "python": platform.python_version()}
     if device == "cuda":
         info["cupy"] = backend.get_cupy().__version__
+    # PyTorch's version read from its installed metadata, not by importing it: the import took
+    # about 2 s and left some 20,000 of its functions on the heap, where every gc.collect() of a
+    # measurement (the planner's probe, the leak finder) walked them (lesson 08: 19 s of its 33).
     try:
-        import torch
-        info["torch"] = torch.__version__
-    except ImportError:
+        info["torch"] = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
         pass
     return info
 
