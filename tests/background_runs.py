@@ -74,7 +74,7 @@ class BackgroundRuns:
 
 RUNS = None  # the session's BackgroundRuns, made when a run is first wanted
 _JOBS = {}  # module name -> {key: (argv, cwd, env)} of all its runs
-_SUBMITTED = set()
+_SUBMITTED = set()  # (module name, key) of each run submitted: two modules may both have a run "checkpoint"
 
 
 def _jobs_of(module):
@@ -87,10 +87,10 @@ def _jobs_of(module):
     return _JOBS[module.__name__]
 
 
-def _submit(jobs, key):
-    if key not in _SUBMITTED:
-        _SUBMITTED.add(key)
-        RUNS.submit(key, *jobs[key])
+def _submit(module_name, key):
+    if (module_name, key) not in _SUBMITTED:
+        _SUBMITTED.add((module_name, key))
+        RUNS.submit((module_name, key), *_JOBS[module_name][key])
 
 
 def start(readers):
@@ -102,7 +102,7 @@ def start(readers):
         jobs = _jobs_of(module)
         named = [value for value in parameters if _hashable(value) and value in jobs]
         for key in named or list(jobs):
-            _submit(jobs, key)
+            _submit(module.__name__, key)
 
 
 def _hashable(value):
@@ -117,17 +117,18 @@ def results(module):
     """``{key: (CompletedProcess, its working folder)}`` of ``module``'s runs, each waited for
     when it is read, and started then if it was not started at collection (under pytest-xdist a
     worker does not know at collection which tests it will be given, and starts nothing then)."""
-    return _Waiting(_jobs_of(module))
+    _jobs_of(module)
+    return _Waiting(module.__name__)
 
 
 class _Waiting(dict):
-    def __init__(self, jobs):
+    def __init__(self, module_name):
         super().__init__()
-        self._jobs = jobs
+        self._module = module_name
 
     def __missing__(self, key):
-        _submit(self._jobs, key)
-        self[key] = RUNS.result(key)
+        _submit(self._module, key)
+        self[key] = RUNS.result((self._module, key))
         return self[key]
 
 

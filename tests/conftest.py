@@ -149,14 +149,17 @@ def _seed(request):
 THREAD_GRACE_S = 2.0
 # Threads a library starts once for the whole process, at its first use, and keeps on purpose:
 # the test that happens to use it first did not leak them.
-PROCESS_THREADS = {"tqdm_monitor": "tqdm's monitor of slow progress bars, one per process"}
+# A name here is a prefix: the pool threads are named "background-run_0", "background-run_1", ...
+PROCESS_THREADS = {"tqdm_monitor": "tqdm's monitor of slow progress bars, one per process",
+                   "background-run": "the pool of tests/background_runs.py, which a test that reads a run not "
+                                     "started at collection widens; stopped at the end of the session"}
 
 
 def threads_left_running(before, grace=THREAD_GRACE_S):
     """The threads alive now that are not in ``before`` (nor in PROCESS_THREADS) and do not end
     within ``grace`` seconds, nor after a garbage collection (an object that stops its thread
     when it dies may be waiting in a reference cycle)."""
-    new = [t for t in threading.enumerate() if t not in before and t.name not in PROCESS_THREADS]
+    new = [t for t in threading.enumerate() if t not in before and not t.name.startswith(tuple(PROCESS_THREADS))]
     deadline = time.monotonic() + grace
     for thread in new:
         thread.join(timeout=max(0.0, deadline - time.monotonic()))

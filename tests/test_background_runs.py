@@ -6,7 +6,17 @@ import sys
 import time
 import types
 
+import pytest
+
 import background_runs
+
+
+@pytest.fixture(autouse=True)
+def _own_runs(monkeypatch):
+    """These tests start and stop runs of their own, never the session's (which run beside them)."""
+    monkeypatch.setattr(background_runs, "RUNS", None)
+    monkeypatch.setattr(background_runs, "_JOBS", {})
+    monkeypatch.setattr(background_runs, "_SUBMITTED", set())
 
 
 def _module(name, jobs):
@@ -15,16 +25,27 @@ def _module(name, jobs):
     return module
 
 
-def test_a_run_is_read_when_done_and_only_selected_runs_start(tmp_path):
+def test_a_run_is_read_when_done_and_only_selected_runs_start():
     module = _module("fake_runs", [("a", [sys.executable, "-c", "print('ran a')"]),
                                    ("b", [sys.executable, "-c", "print('ran b')"])])
     try:
         background_runs.start([(module, ["a"])])
-        assert background_runs._SUBMITTED == {"a"}
+        assert background_runs._SUBMITTED == {("fake_runs", "a")}
         done, cwd = background_runs.results(module)["a"]
         assert done.returncode == 0 and done.stdout == "ran a\n"
         done, _ = background_runs.results(module)["b"]  # not selected: started when read
         assert done.stdout == "ran b\n"
+    finally:
+        background_runs.stop()
+
+
+def test_two_modules_may_name_a_run_alike():
+    first = _module("fake_first", [("same", [sys.executable, "-c", "print('first')"])])
+    second = _module("fake_second", [("same", [sys.executable, "-c", "print('second')"])])
+    try:
+        background_runs.start([(first, ["same"]), (second, ["same"])])
+        assert background_runs.results(first)["same"][0].stdout == "first\n"
+        assert background_runs.results(second)["same"][0].stdout == "second\n"
     finally:
         background_runs.stop()
 
