@@ -13,6 +13,7 @@ import pytest
 import standin_cupy as sc
 import tinymem as tm
 from tinymem import backend, models, nn, optim
+from tinymem.nn.utils import clip_grad_norm_
 
 
 @pytest.fixture
@@ -54,3 +55,27 @@ def test_a_rowwise_adagrad_step_makes_no_host_sync(cuda, sparse, weight_decay):
     _within(counts, 0, "RowWiseAdagrad step")
     for cpu, dev in zip(tables["cpu"], tables["cuda"]):
         assert np.array_equal(cpu, dev)
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0], ids=["clips", "does-not-clip"])
+def test_clip_grad_norm_makes_no_host_sync(cuda, max_norm):
+    """As torch.nn.utils.clip_grad_norm_: the norm comes back as a device tensor and the
+    gradients are always multiplied by min(1, max_norm / (norm + 1e-6)); only
+    ``error_if_nonfinite=True`` reads the norm on the host."""
+    rng = np.random.default_rng(0)
+    grads = [rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (5,))]
+    results = {}
+    for device in ("cpu", "cuda"):
+        params = [tm.tensor(np.zeros_like(g), requires_grad=True, device=device) for g in grads]
+        for p, g in zip(params, grads):
+            p.grad = tm.tensor(g.copy(), device=device)
+        with sc.counting() as counts:
+            total = clip_grad_norm_(params, max_norm)
+        results[device] = [total.numpy()] + [p.grad.numpy() for p in params]
+    _within(counts, 0, "clip_grad_norm_")
+    assert total.device == "cuda"
+    for cpu, dev in zip(results["cpu"], results["cuda"]):
+        assert np.array_equal(cpu, dev)
+    with sc.counting() as counts:
+        clip_grad_norm_(params, max_norm, error_if_nonfinite=True)
+    assert counts.syncs == 1, counts.report()  # the check the caller asked for
