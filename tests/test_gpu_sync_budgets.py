@@ -12,8 +12,10 @@ import pytest
 
 import standin_cupy as sc
 import tinymem as tm
+import tinymem.functional as F
 from tinymem import backend, models, nn, optim
 from tinymem.nn.utils import clip_grad_norm_
+from tinymem.techniques.microbatch import accumulate_gradients
 
 
 @pytest.fixture
@@ -79,3 +81,19 @@ def test_clip_grad_norm_makes_no_host_sync(cuda, max_norm):
     with sc.counting() as counts:
         clip_grad_norm_(params, max_norm, error_if_nonfinite=True)
     assert counts.syncs == 1, counts.report()  # the check the caller asked for
+
+
+@pytest.mark.parametrize("micro_batches", [1, 4])
+def test_micro_batching_reads_the_loss_once_per_call_not_per_micro_batch(cuda, micro_batches):
+    """The full-batch loss it returns (a Python float) is the one read on the host."""
+    losses, grads = {}, {}
+    for device in ("cpu", "cuda"):
+        model, x, y = _mlp_problem([6, 16, 3], device)
+        with sc.counting() as counts:
+            losses[device] = accumulate_gradients(lambda a, b: F.cross_entropy(model(a), b), (x, y),
+                                                  micro_batches=micro_batches)
+        grads[device] = [p.grad.numpy() for p in model.parameters()]
+    _within(counts, 1, f"accumulate_gradients over {micro_batches} micro-batches")
+    assert isinstance(losses["cuda"], float) and losses["cuda"] == losses["cpu"]
+    for cpu, dev in zip(grads["cpu"], grads["cuda"]):
+        np.testing.assert_allclose(dev, cpu, rtol=1e-6, atol=1e-7)
