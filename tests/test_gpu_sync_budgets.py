@@ -16,6 +16,7 @@ import tinymem.functional as F
 from tinymem import backend, models, nn, optim
 from tinymem.nn.utils import clip_grad_norm_
 from tinymem.techniques.microbatch import accumulate_gradients
+from tinymem.techniques.quantization.compressed import compress_saved_activations
 
 
 @pytest.fixture
@@ -97,3 +98,25 @@ def test_micro_batching_reads_the_loss_once_per_call_not_per_micro_batch(cuda, m
     assert isinstance(losses["cuda"], float) and losses["cuda"] == losses["cpu"]
     for cpu, dev in zip(grads["cpu"], grads["cuda"]):
         np.testing.assert_allclose(dev, cpu, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_compressed_saved_activations_sync_once_per_tensor_packed(cuda, bits):
+    """Forward and backward of an MLP whose saved activations are all finite: one host sync per
+    tensor packed, the check whether it holds NaN or inf, which compress() keeps exactly (their
+    count sets the packed size, so it must be known on the host; CuPy's nonzero would read it
+    too). Nothing else in forward or backward reads the device."""
+    grads = {}
+    for device in ("cpu", "cuda"):
+        model, x, y = _mlp_problem([6, 32, 32, 3], device)
+        tm.manual_seed(1)
+        hook = compress_saved_activations(bits=bits, stochastic=False)  # the devices' RNGs differ
+        with sc.counting() as counts:
+            with hook:
+                loss = F.cross_entropy(model(x), y)
+            loss.backward()
+        grads[device] = [p.grad.numpy() for p in model.parameters()]
+    assert hook.stats["tensors"] == 4
+    _within(counts, hook.stats["tensors"], f"int{bits} saved activations")
+    for cpu, dev in zip(grads["cpu"], grads["cuda"]):
+        np.testing.assert_allclose(dev, cpu, rtol=1e-5, atol=1e-6)
