@@ -120,3 +120,38 @@ def test_compressed_saved_activations_sync_once_per_tensor_packed(cuda, bits):
     _within(counts, hook.stats["tensors"], f"int{bits} saved activations")
     for cpu, dev in zip(grads["cpu"], grads["cuda"]):
         np.testing.assert_allclose(dev, cpu, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_an_embedding_bag_step_makes_no_host_sync_and_an_id_out_of_range_gives_nan(cuda, sparse, mode):
+    """Forward and backward of EmbeddingBag as embedding's: the CPU raises IndexError for an id
+    out of range, a device reads no bound on the host and gives that bag NaN, and NaN in the
+    gradient of the clipped row (so a GradScaler skips the step); the other rows are the CPU's."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 10, (4, 3))
+    g = rng.standard_normal((4, 5)).astype(np.float32)
+    results = {}
+    for device in ("cpu", "cuda"):
+        tm.manual_seed(0)
+        bag = nn.EmbeddingBag(10, 5, mode=mode, sparse=sparse).to(device)
+        with sc.counting() as counts:
+            bag(tm.tensor(ids, device=device)).backward(tm.tensor(g, device=device))
+        grad = bag.weight.grad.data
+        results[device] = backend.to_numpy(grad.to_dense() if sparse else grad)
+    _within(counts, 0, f"EmbeddingBag({mode}, sparse={sparse})")
+    assert np.array_equal(results["cpu"], results["cuda"])
+    bad = ids.copy()
+    bad[1, 2] = 12  # clipped to row 9
+    with pytest.raises(IndexError, match=r"embedding_bag ids must be in \[0, 10\)"):
+        nn.EmbeddingBag(10, 5, mode=mode, sparse=sparse).to("cpu")(tm.tensor(bad, device="cpu"))
+    bag.zero_grad()
+    with sc.counting() as counts:
+        out = bag(tm.tensor(bad, device="cuda"))
+        out.backward(tm.tensor(g, device="cuda"))
+    _within(counts, 0, "EmbeddingBag with an id out of range")
+    out = out.numpy()
+    assert np.isnan(out[1]).all() and np.isfinite(out[[0, 2, 3]]).all()
+    grad = bag.weight.grad.data
+    grad = backend.to_numpy(grad.to_dense() if sparse else grad)
+    assert np.isnan(grad[9]).all()

@@ -12,6 +12,7 @@ of the touched rows only: 8·u + 4·u·D bytes for u distinct ids. Forward gathe
 from ..autograd import Function
 from ..backend import array_module, scatter_add
 from ..sparse import RowSparse
+from .rows import check_ids, gather_rows, scatter_ids
 
 MODES = ("sum", "mean")
 
@@ -49,11 +50,10 @@ class EmbeddingBag(Function):
             raise ValueError(f"embedding_bag mode {mode!r} is not supported; choose one of {MODES}")
         # Ids may arrive as host arrays for a table on the GPU.
         ids, bag, B = _bags(xp, xp.asarray(input), None if offsets is None else xp.asarray(offsets))
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= weight.shape[0]):
-            raise IndexError(f"embedding_bag ids must be in [0, {weight.shape[0]}), "
-                             f"got [{int(ids.min())}, {int(ids.max())}]")
+        # On a device an id out of range gives its bag NaN, not a host sync (ops/rows.py).
+        check_ids(xp, ids, weight.shape[0], "embedding_bag ids")
         out = xp.zeros((B,) + weight.shape[1:], weight.dtype)
-        scatter_add(xp, out, bag, weight[ids])
+        scatter_add(xp, out, bag, gather_rows(xp, weight, ids))
         counts = xp.bincount(bag, minlength=B).astype(weight.dtype) if ids.size else xp.zeros(B, weight.dtype)
         if mode == "mean":
             out /= xp.maximum(counts, 1)[:, None]
@@ -67,6 +67,7 @@ class EmbeddingBag(Function):
         rows = g[bag]
         if ctx.mode == "mean":
             rows /= counts[bag][:, None]
+        ids, rows = scatter_ids(xp, ids, rows, ctx.table_shape[0])
         if ctx.sparse:
             # int64 indices whatever the ids' type: 8 bytes per row, as RowSparse documents.
             return None, RowSparse(ids.astype(xp.int64), rows, ctx.table_shape).coalesce()
