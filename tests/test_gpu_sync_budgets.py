@@ -17,6 +17,7 @@ from tinymem import backend, models, nn, optim
 from tinymem.nn.utils import clip_grad_norm_
 from tinymem.techniques.microbatch import accumulate_gradients
 from tinymem.techniques.quantization.compressed import compress_saved_activations
+from tinymem.techniques.quantization.modules import prepare_qat
 
 
 @pytest.fixture
@@ -155,3 +156,23 @@ def test_an_embedding_bag_step_makes_no_host_sync_and_an_id_out_of_range_gives_n
     grad = bag.weight.grad.data
     grad = backend.to_numpy(grad.to_dense() if sparse else grad)
     assert np.isnan(grad[9]).all()
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_a_qat_step_syncs_once_per_observer_call(cuda, per_channel):
+    """Quantization-aware training: each FakeQuantLinear observes its input and its weight, and
+    each observer reads once on the host whether the values are all finite (it warns when not).
+    The qparams the observers give are finite and ordered by construction, so neither their
+    computation nor fake_quantize reads them on the host again (they did: 2 syncs each)."""
+    grads = {}
+    for device in ("cpu", "cuda"):
+        model, x, y = _mlp_problem([6, 16, 3], device)
+        prepare_qat(model, per_channel=per_channel)
+        F.cross_entropy(model(x), y).backward()
+        model.zero_grad()
+        with sc.counting() as counts:
+            F.cross_entropy(model(x), y).backward()
+        grads[device] = [p.grad.numpy() for p in model.parameters()]
+    _within(counts, 4, "QAT step, 2 FakeQuantLinear layers")  # 2 layers x (input, weight) observers
+    for cpu, dev in zip(grads["cpu"], grads["cuda"]):
+        np.testing.assert_allclose(dev, cpu, rtol=1e-5, atol=1e-6)
