@@ -176,3 +176,29 @@ def test_a_qat_step_syncs_once_per_observer_call(cuda, per_channel):
     _within(counts, 4, "QAT step, 2 FakeQuantLinear layers")  # 2 layers x (input, weight) observers
     for cpu, dev in zip(grads["cpu"], grads["cuda"]):
         np.testing.assert_allclose(dev, cpu, rtol=1e-5, atol=1e-6)
+
+
+def test_embedding_bag_offsets_on_a_device_are_not_read_on_the_host(cuda):
+    """(n,) ids with (B,) offsets, PyTorch's layout, empty bags included. Host offsets are checked
+    on the host for free and still refused; offsets on the device are not read (it took 3 syncs,
+    and a mask CuPy sizes on the host): invalid ones give every bag NaN, and NaN gradients."""
+    ids, offsets, g = np.array([1, 1, 2, 5, 3]), np.array([0, 2, 2, 5]), np.ones((4, 3), np.float32)
+    results = {}
+    for device in ("cpu", "cuda"):
+        table = tm.tensor(np.arange(18, dtype=np.float32).reshape(6, 3), device=device, requires_grad=True)
+        with sc.counting() as counts:
+            out = F.embedding_bag(tm.tensor(ids, device=device), table, tm.tensor(offsets, device=device))
+            out.backward(tm.tensor(g, device=device))
+        results[device] = (out.numpy(), table.grad.numpy())
+    _within(counts, 0, "embedding_bag with device offsets")
+    for cpu, dev in zip(results["cpu"], results["cuda"]):
+        assert np.array_equal(cpu, dev)
+    with pytest.raises(ValueError, match="offsets must start at 0"):
+        F.embedding_bag(tm.tensor(ids, device="cuda"), table, np.array([0, 3, 2, 5]))
+    for bad in ([0, 3, 2, 5], [1, 2, 2, 5], [0, 2, 2, 6]):
+        table.grad = None
+        with sc.counting() as counts:
+            out = F.embedding_bag(tm.tensor(ids, device="cuda"), table, tm.tensor(np.array(bad), device="cuda"))
+            out.backward(tm.tensor(g, device="cuda"))
+        _within(counts, 0, f"embedding_bag with invalid device offsets {bad}")
+        assert np.isnan(out.numpy()).all() and np.isnan(table.grad.numpy()[[1, 2, 3, 5]]).all(), bad
