@@ -16,6 +16,7 @@ import tinymem.functional as F
 from tinymem import backend, models, nn, optim
 from tinymem.nn.utils import clip_grad_norm_
 from tinymem.techniques.microbatch import accumulate_gradients
+from tinymem.techniques.precision import GradScaler, half
 from tinymem.techniques.quantization.compressed import compress_saved_activations
 from tinymem.techniques.quantization.modules import prepare_qat
 
@@ -221,3 +222,24 @@ def test_embedding_bag_offsets_on_a_device_are_not_read_on_the_host(cuda):
             out.backward(tm.tensor(g, device="cuda"))
         _within(counts, 0, f"embedding_bag with invalid device offsets {bad}")
         assert np.isnan(out.numpy()).all() and np.isnan(table.grad.numpy()[[1, 2, 3, 5]]).all(), bad
+
+
+def test_an_fp16_step_that_unscales_and_clips_syncs_once(cuda):
+    """PyTorch's AMP recipe with clipping: scale, backward, unscale_, clip_grad_norm_, step,
+    update. The one host read is the GradScaler's inf/NaN flag (the clip read the norm too)."""
+    tm.manual_seed(0)
+    model = models.MLP([32, 64, 64, 10])
+    model, opt = half(model, optim.Adam(model.parameters(), lr=1e-3), "float16")
+    scaler = GradScaler()
+    rng = np.random.default_rng(0)
+    x, y = tm.tensor(rng.standard_normal((16, 32)).astype(np.float32)), tm.tensor(np.arange(16) % 10)
+    for _ in range(2):  # the second step: the state is made
+        with sc.counting() as counts:
+            opt.zero_grad()
+            scaler.scale(F.cross_entropy(model(x), y)).backward()
+            scaler.unscale_(opt)
+            norm = clip_grad_norm_(opt.master_params(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+    _within(counts, 1, "fp16 step with unscale_ and clip_grad_norm_")
+    assert norm.device == "cuda" and np.isfinite(norm.numpy())
