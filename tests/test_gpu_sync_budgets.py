@@ -2,10 +2,12 @@
 
 A host sync (``float()``, ``int()``, ``bool()``, ``.item()``, ``.tolist()``, ``asnumpy`` of a
 device array; an ``if`` on a device value is a ``bool()``) stalls the host until the device has
-finished everything queued. A step of row-wise Adagrad, of gradient clipping, of micro-batching
-and of compressed saved activations reads on the host only what its caller asked for; each test
-prints where every sync came from when a budget is broken, and checks that the device's numbers
-are the CPU's.
+finished everything queued, and so does an operation whose result's size depends on the values
+(``nonzero``, ``unique``, a boolean mask). A step of row-wise Adagrad, gradient clipping,
+micro-batching, compressed saved activations, embedding bags, quantization-aware training and
+an fp16 step that clips reads on the host only what its caller asked for, or what sizes its
+result; each test prints where every sync came from when a budget is broken, and checks that
+the device's numbers are the CPU's.
 """
 import numpy as np
 import pytest
