@@ -2,13 +2,16 @@
 
 On a GPU every elementwise op, reduction, gather, scatter, copy and random draw is a kernel
 launch, and every read of device memory on the host (``float()``, ``int()``, ``bool()``,
-``.item()``, ``.tolist()``, ``.get()``, ``asnumpy``) stalls the host until the device is done.
+``.item()``, ``.tolist()``, ``.get()``, ``asnumpy``) stalls the host until the device is done,
+as does an operation whose result's size depends on the values (``nonzero``, ``unique``, a
+boolean mask: CuPy reads the count on the host to allocate it).
 Inside ``with counting() as counts:`` the stand-in counts both: ``counts.launches``,
 ``counts.syncs``, ``counts.generators`` (random generators built) and ``counts.report()``,
 which names the line of each. Budgets on them are ordinary tests.
 
 ONE hook, :func:`record`, reached from the stand-in's two funnels: :func:`launched` from
-``dispatch`` (every device operation) and ``record("sync")`` from ``to_host`` (every host read).
+``dispatch`` (every device operation), ``record("sync")`` from ``to_host`` (every host read) and
+from ``dispatch`` for the operations sized on the host (``standin_cupy.SIZED_ON_HOST``).
 The rules, as on CuPy:
 
 - an operation whose result is a view of an input (a slice, ``reshape``, ``.T``, ``astype``

@@ -208,11 +208,29 @@ def dispatch(func, args, kwargs=None):
         _check_scatter(plain_args[0])
     if not _count.active():
         return _run(func, plain_args, plain_kwargs, inputs)
+    if _sized_on_host(func, plain_args):
+        _count.record("sync")
 
     def is_view(result):
         return "out" not in kwargs and type(result) is ndarray and (
             result.base is not None or any(result is given for given in inputs))
     return _count.launched(func, lambda: _run(func, plain_args, plain_kwargs, inputs), is_view)
+
+
+# Operations whose result's size depends on the values: CuPy reads that size on the host before
+# it can allocate the result, a host sync each (as torch.nonzero or a boolean mask on CUDA).
+SIZED_ON_HOST = {"nonzero", "flatnonzero", "argwhere", "unique", "extract", "compress"}
+
+
+def _sized_on_host(func, plain_args):
+    """Whether ``func`` on ``plain_args`` must read its output's size on the host: one of
+    :data:`SIZED_ON_HOST`, or ``a[mask]`` with a boolean mask."""
+    if getattr(func, "__name__", "") in SIZED_ON_HOST:
+        return True
+    if func is not _getitem:
+        return False
+    key = plain_args[1] if type(plain_args[1]) is tuple else (plain_args[1],)
+    return any(isinstance(k, np.ndarray) and k.dtype == bool for k in key)
 
 
 def _run(func, plain_args, plain_kwargs, inputs):

@@ -37,6 +37,7 @@ class RowSparse:
             raise ValueError(f"RowSparse needs indices (n,) and values (n, *{tuple(shape[1:])}), "
                              f"got {indices.shape} and {values.shape}")
         self.indices, self.values, self.shape = indices, values, tuple(shape)
+        self.coalesced = False  # set by coalesce(): each row at most once, rows sorted
         memory.register(indices, "gradient")
         memory.register(values, "gradient")
 
@@ -57,15 +58,23 @@ class RowSparse:
         return device_of(self.values)
 
     def coalesce(self):
-        """The same gradient with each row at most once (repeated rows summed), rows sorted."""
+        """The same gradient with each row at most once (repeated rows summed), rows sorted;
+        itself when it already is. On a GPU finding the distinct rows reads their count on the
+        host (a host sync, as PyTorch's coalesce on CUDA): done once, in backward, not again by
+        the optimizer's step."""
+        if self.coalesced:
+            return self
         xp = array_module(self.values)
         rows, inverse = xp.unique(self.indices, return_inverse=True)
         if len(rows) == len(self.indices):
             order = xp.argsort(self.indices)
-            return RowSparse(self.indices[order], self.values[order], self.shape)
-        values = xp.zeros((len(rows),) + self.values.shape[1:], self.values.dtype)
-        scatter_add(xp, values, inverse.reshape(-1), self.values)
-        return RowSparse(rows, values, self.shape)
+            out = RowSparse(self.indices[order], self.values[order], self.shape)
+        else:
+            values = xp.zeros((len(rows),) + self.values.shape[1:], self.values.dtype)
+            scatter_add(xp, values, inverse.reshape(-1), self.values)
+            out = RowSparse(rows, values, self.shape)
+        out.coalesced = True
+        return out
 
     def to_dense(self):
         """The full (R, ...) array: 4·R·D bytes in float32, the thing this class avoids."""
@@ -75,7 +84,9 @@ class RowSparse:
         return out
 
     def astype(self, dtype):
-        return RowSparse(self.indices, self.values.astype(dtype), self.shape)
+        out = RowSparse(self.indices, self.values.astype(dtype), self.shape)
+        out.coalesced = self.coalesced
+        return out
 
     def __add__(self, other):
         if isinstance(other, RowSparse):

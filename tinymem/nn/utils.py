@@ -20,8 +20,10 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     """Scale the ``.grad`` of ``parameters`` in place so their total norm is <= ``max_norm``.
 
     As PyTorch: total = norm of the per-tensor norms; each grad *= min(1, max_norm /
-    (total + 1e-6)). Returns the total norm before clipping (a 0-d float32 Tensor). Norms are
-    computed in float32 even for float16 gradients (whose squares would overflow).
+    (total + 1e-6)). Returns the total norm before clipping (a 0-d float32 Tensor on the
+    gradients' device). Norms are computed in float32 even for float16 gradients (whose squares
+    would overflow). No host sync (nothing is read on the host) unless ``error_if_nonfinite``,
+    whose check reads the norm once, as in PyTorch.
     """
     if isinstance(parameters, Tensor):
         parameters = [parameters]
@@ -39,10 +41,14 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     if error_if_nonfinite and not bool(xp.isfinite(total)):
         raise RuntimeError(f"the total norm of order {norm_type} of the gradients is non-finite, so "
                            "they cannot be clipped; pass error_if_nonfinite=False to clip anyway")
-    coef = min(float(max_norm) / (float(total) + 1e-6), 1.0)
+    # The factor stays on the device and is always multiplied in (1 when no clipping is needed),
+    # as PyTorch does: deciding on the host whether to clip would read the norm, a host sync per
+    # step. It is computed in float64 from the float32 norm and then rounded to the gradients'
+    # dtype, one value per call.
+    coef = xp.minimum(float(max_norm) / (total.astype(np.float64) + 1e-6), 1.0)
     with np.errstate(invalid="ignore"):  # an inf norm makes NaN gradients, as in PyTorch
         for g in grads:
-            g *= g.dtype.type(coef)
+            g *= coef.astype(g.dtype)
     return Tensor(total)
 
 

@@ -9,22 +9,26 @@ float32 however few rows the batch touched, or (``sparse=True``) a :class:`~tiny
 of the touched rows only: 8·u + 4·u·D bytes for u distinct ids. Forward gathers the n rows
 (a transient 4·n·D bytes).
 """
+import numpy as np
+
 from ..autograd import Function
 from ..backend import array_module, scatter_add
 from ..sparse import RowSparse
+from .rows import check_ids, gather_rows, scatter_ids
 
 MODES = ("sum", "mean")
 
 
 def _bags(xp, input, offsets):
-    """Flat row ids, the bag of each, and the number of bags."""
+    """Flat row ids, the bag of each, the number of bags, and ``bad``: None, or for offsets on a
+    device a 0-d device bool saying whether they are invalid (then every bag reads NaN)."""
     if input.dtype.kind not in "iu":
         raise TypeError(f"embedding_bag ids must be integers, got {input.dtype}")
     if input.ndim == 2:
         if offsets is not None:
             raise ValueError("embedding_bag: offsets must be None when input is 2-D (B, N)")
         B, N = input.shape
-        return input.reshape(-1), xp.repeat(xp.arange(B), N), B
+        return input.reshape(-1), xp.repeat(xp.arange(B), N), B, None
     if offsets is not None and offsets.dtype.kind not in "iu":
         raise TypeError(f"embedding_bag offsets must be integers, got {offsets.dtype}")
     if input.ndim != 1 or offsets is None or offsets.ndim != 1:
@@ -32,14 +36,25 @@ def _bags(xp, input, offsets):
                          f"got input {input.shape} and offsets "
                          f"{None if offsets is None else offsets.shape}")
     n, B = len(input), len(offsets)
-    if B and (int(offsets[0]) != 0 or bool((offsets[1:] < offsets[:-1]).any()) or int(offsets[-1]) > n):
-        raise ValueError("embedding_bag offsets must start at 0, not decrease and stay <= len(input)")
+    bad = None
+    if B:
+        bad = (offsets[0] != 0) | (offsets[1:] < offsets[:-1]).any() | (offsets[-1] > n)
+        if isinstance(offsets, np.ndarray):  # host offsets (the usual): checked for free
+            if bad:
+                raise ValueError("embedding_bag offsets must start at 0, not decrease and stay <= len(input)")
+            bad = None
+        else:
+            # Device offsets are not read on the host (three syncs): clipped into range so the
+            # bags below stay well formed, and if they were invalid every bag reads NaN.
+            offsets = xp.clip(offsets, 0, n)
+    offsets = xp.asarray(offsets)
     # int32: CuPy 13's scatter_add has no int64 (it came with CuPy 14); n row ids fit.
-    starts = xp.zeros(n, xp.int32)
+    starts = xp.zeros(n + 1, xp.int32)
     if B > 1:
-        # +1 at every bag start after the first; a running sum then numbers the bags.
-        scatter_add(xp, starts, offsets[1:][offsets[1:] < n], 1)
-    return input, xp.cumsum(starts), B
+        # +1 at every bag start after the first; a running sum then numbers the bags. An offset
+        # of n (empty bags at the end) lands in slot n, dropped: no mask to size on the host.
+        scatter_add(xp, starts, offsets[1:], 1)
+    return input, xp.cumsum(starts[:n]), B, bad
 
 
 class EmbeddingBag(Function):
@@ -48,15 +63,17 @@ class EmbeddingBag(Function):
         if mode not in MODES:
             raise ValueError(f"embedding_bag mode {mode!r} is not supported; choose one of {MODES}")
         # Ids may arrive as host arrays for a table on the GPU.
-        ids, bag, B = _bags(xp, xp.asarray(input), None if offsets is None else xp.asarray(offsets))
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= weight.shape[0]):
-            raise IndexError(f"embedding_bag ids must be in [0, {weight.shape[0]}), "
-                             f"got [{int(ids.min())}, {int(ids.max())}]")
+        ids, bag, B, bad = _bags(xp, xp.asarray(input), offsets)
+        # On a device an id out of range gives its bag NaN, not a host sync (ops/rows.py).
+        check_ids(xp, ids, weight.shape[0], "embedding_bag ids")
         out = xp.zeros((B,) + weight.shape[1:], weight.dtype)
-        scatter_add(xp, out, bag, weight[ids])
+        scatter_add(xp, out, bag, gather_rows(xp, weight, ids))
         counts = xp.bincount(bag, minlength=B).astype(weight.dtype) if ids.size else xp.zeros(B, weight.dtype)
         if mode == "mean":
             out /= xp.maximum(counts, 1)[:, None]
+        ctx.bad = bad if weight.dtype.kind == "f" else None
+        if ctx.bad is not None:
+            out = xp.where(bad, weight.dtype.type(np.nan), out)
         ctx.mode, ctx.sparse, ctx.table_shape = mode, bool(sparse), weight.shape
         ctx.save_for_backward(ids, bag, counts if mode == "mean" else None)
         return out
@@ -67,6 +84,9 @@ class EmbeddingBag(Function):
         rows = g[bag]
         if ctx.mode == "mean":
             rows /= counts[bag][:, None]
+        ids, rows = scatter_ids(xp, ids, rows, ctx.table_shape[0])
+        if ctx.bad is not None:  # invalid device offsets: the gradient is NaN too
+            rows = xp.where(ctx.bad, rows.dtype.type(np.nan), rows)
         if ctx.sparse:
             # int64 indices whatever the ids' type: 8 bytes per row, as RowSparse documents.
             return None, RowSparse(ids.astype(xp.int64), rows, ctx.table_shape).coalesce()

@@ -7,11 +7,11 @@ Memory of each (B rows, D features, float32 = 4 bytes):
 - ``embedding``: saves the indices (8·N); the gradient is a dense table (``embedding_bag`` with
   ``sparse=True`` gives a row-sparse one).
 """
-import numpy as np
 
 from .. import memory, random
 from ..autograd import Function
 from ..backend import array_module, device_of, scatter_add
+from .rows import check_ids, gather_rows, scatter_ids
 
 
 class Linear(Function):
@@ -168,29 +168,15 @@ class Embedding(Function):
             raise ValueError(f"embedding: weight must be a 2-d table (num_embeddings, embedding_dim), "
                              f"got shape {weight.shape}")
         xp = array_module(weight)
-        # NumPy would read row -1 as the last row and raise a bare IndexError past the end. On a
-        # device the check would be two host syncs per call: there a row out of range reads as
-        # NaN instead (a float table), as PyTorch's device assert does not raise on the host either.
-        if xp is np and indices.size and (int(indices.min()) < 0 or int(indices.max()) >= weight.shape[0]):
-            raise IndexError(f"embedding indices must be in [0, {weight.shape[0]}), "
-                             f"got [{int(indices.min())}, {int(indices.max())}]")
+        check_ids(xp, indices, weight.shape[0], "embedding indices")  # see ops/rows.py: no sync on a device
         ctx.num_rows = weight.shape[0]
         ctx.save_for_backward(indices)
-        if xp is np or weight.dtype.kind != "f":
-            return weight[indices]
-        valid = (indices >= 0) & (indices < weight.shape[0])  # gathered in range, then NaN where not
-        return xp.where(valid[..., None], weight[xp.clip(indices, 0, weight.shape[0] - 1)], weight.dtype.type(np.nan))
+        return gather_rows(xp, weight, indices)
 
     def backward(ctx, g):
         (indices,) = ctx.saved_tensors
         xp = array_module(g)
         out = xp.zeros((ctx.num_rows, g.shape[-1]), g.dtype)
-        indices, rows = indices.reshape(-1), g.reshape(-1, g.shape[-1])
-        if xp is not np and g.dtype.kind == "f":
-            # An index out of range read NaN: its gradient goes to the clipped row as NaN, where
-            # CuPy's scatter would wrap it into another row silently (a temporary of g's size).
-            valid = (indices >= 0) & (indices < ctx.num_rows)
-            rows = rows + xp.where(valid, g.dtype.type(0), g.dtype.type(np.nan))[:, None]
-            indices = xp.clip(indices, 0, ctx.num_rows - 1)
+        indices, rows = scatter_ids(xp, indices.reshape(-1), g.reshape(-1, g.shape[-1]), ctx.num_rows)
         scatter_add(xp, out, indices, rows)
         return None, out

@@ -49,15 +49,16 @@ class RowWiseAdagrad(Optimizer):
             index, g = slice(None), grad.reshape(p.shape[0], -1)
         # Only rows with a nonzero gradient step, in both forms, as FBGEMM updates only the rows
         # looked up: a dense gradient's zero rows would otherwise take weight decay, normalised
-        # by an empty accumulator (a large step), or 0 / 0 with eps = 0. When every row moves the
-        # slice stays a slice: views of the table, not fancy-indexed copies of it.
+        # by an empty accumulator (a large step), or 0 / 0 with eps = 0. The rows that stay put
+        # are masked on the device (no decay, a step of 0), not picked out: which
+        # rows move is known only on the device, and reading it on the host would stall every
+        # step (one host sync). A dense step thus works on views of the whole table.
         moving = xp.any(g != 0, axis=1)
-        if not bool(moving.all()):
-            index = xp.flatnonzero(moving) if isinstance(index, slice) else index[moving]
-            g = g[moving]
         if group["weight_decay"]:
-            g = g + group["weight_decay"] * rows[index]
+            g = g + xp.where(moving[:, None], group["weight_decay"] * rows[index], 0)
         acc = state["sum"]
         acc[index] += xp.einsum("ij,ij->i", g, g) / g.shape[1]  # no (rows, D) temporary for g²
+        # A still row's g is 0 and its factor lr / inf = 0 (not lr / 0: 0 · inf would be NaN).
+        scale = xp.where(moving, xp.sqrt(acc[index]) + group["eps"], float("inf"))
         # One (rows, D) temporary: the per-row factor is folded before it meets g.
-        rows[index] -= g * (group["lr"] / (xp.sqrt(acc[index]) + group["eps"]))[:, None]
+        rows[index] -= g * (group["lr"] / scale)[:, None]

@@ -52,7 +52,8 @@ def accumulate_gradients(loss_fn, batch, micro_batches=None, micro_batch_size=No
     ``batch`` is a tuple of Tensors (or arrays) whose first dimension is the sample;
     ``loss_fn(*micro_batch)`` returns a scalar loss reduced with ``reduction`` ("mean" or "sum")
     over its samples. Gradients are *added* to ``.grad`` (call ``zero_grad()`` before, step the
-    optimizer after), scaled so that they equal the gradient of the full-batch loss.
+    optimizer after), scaled so that they equal the gradient of the full-batch loss. The loss
+    is read on the host once, at the end (one host sync per call on a GPU).
     """
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
@@ -64,6 +65,8 @@ def accumulate_gradients(loss_fn, batch, micro_batches=None, micro_batch_size=No
         loss = loss_fn(*[_take(x, s) for x in batch])
         weight = (s.stop - s.start) / n if reduction == "mean" else 1.0
         (loss * weight).backward()
-        total += loss.item() * weight
+        # Summed on the loss's device, in float64 as Python's floats: the one host read is the
+        # returned float, one sync per call, not one per micro-batch (each stalls a GPU).
+        total = total + loss.data.reshape(()).astype(np.float64) * weight
         del loss  # drop this micro-batch's graph before the next forward
-    return total
+    return float(total)

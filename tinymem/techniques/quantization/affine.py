@@ -65,13 +65,15 @@ def qrange(dtype="quint8", reduce_range=False, quant_min=None, quant_max=None):
 
 
 def qparams_from_minmax(min_val, max_val, qscheme="per_tensor_affine", dtype="quint8",
-                        quant_min=0, quant_max=255, customized_qrange=False, eps=EPS):
+                        quant_min=0, quant_max=255, customized_qrange=False, eps=EPS, check=True):
     """Scale (float32) and zero_point (int64) covering [min_val, max_val] as PyTorch computes them.
 
     The range is first widened to contain 0 (zero must be exact: padding and ReLU produce it).
     Affine: scale = (max - min) / (qmax - qmin), zero_point = qmin - round(min / scale).
     Symmetric: scale = max|r| / ((qmax - qmin) / 2), zero_point 0 (int8) or 128 (uint8).
     Arithmetic is float32, rounding half to even, like ``UniformQuantizationObserverBase``.
+    ``check=False`` skips refusing a non-finite or reversed range, which reads it on the host (two
+    host syncs on a GPU): for a range finite and ordered by construction, an observer's.
     """
     check_qscheme(qscheme)
     if quant_min >= quant_max or not eps > 0:
@@ -79,10 +81,10 @@ def qparams_from_minmax(min_val, max_val, qscheme="per_tensor_affine", dtype="qu
     xp = np if isinstance(min_val, (int, float, np.generic)) else backend.array_module(min_val)
     min_val = xp.asarray(min_val, dtype=np.float32)
     max_val = xp.asarray(max_val, dtype=np.float32)
-    if not bool(xp.isfinite(min_val).all() & xp.isfinite(max_val).all()):
+    if check and not bool(xp.isfinite(min_val).all() & xp.isfinite(max_val).all()):
         raise ValueError(f"min {min_val} and max {max_val} must be finite: a NaN or inf range gives a "
                          "NaN or inf scale (observers ignore non-finite values for this reason)")
-    if bool(xp.any(min_val > max_val)):
+    if check and bool(xp.any(min_val > max_val)):
         raise ValueError(f"min {min_val} should not be larger than max {max_val}")
     zero = xp.zeros_like(min_val)
     min_neg = xp.minimum(min_val, zero)
@@ -193,13 +195,16 @@ class FakeQuantize(Function):
         return g * inside
 
 
-def fake_quantize(x, scale, zero_point, quant_min=0, quant_max=255, axis=None):
+def fake_quantize(x, scale, zero_point, quant_min=0, quant_max=255, axis=None, check=True):
     """Differentiable quantize-dequantize of a Tensor (PyTorch's ``fake_quantize_per_tensor_affine``
     and, with ``axis``, ``fake_quantize_per_channel_affine``). The gradient is the
-    straight-through rule: 1 inside [quant_min, quant_max] after rounding, 0 where clamped."""
+    straight-through rule: 1 inside [quant_min, quant_max] after rounding, 0 where clamped.
+    ``check=False`` skips refusing bad qparams, which copies them to the host (one host sync per
+    call on a GPU): for qparams valid by construction, an observer's, in a training step."""
     if quant_min >= quant_max:
         raise ValueError(f"quant_min ({quant_min}) must be smaller than quant_max ({quant_max})")
-    _check_qparams(scale, zero_point, quant_min, quant_max, "fake_quantize")
+    if check:
+        _check_qparams(scale, zero_point, quant_min, quant_max, "fake_quantize")
     return FakeQuantize.apply(x, scale, zero_point, quant_min, quant_max, axis)
 
 

@@ -79,8 +79,9 @@ class ObserverBase:
         raise NotImplementedError(f"{type(self).__name__} must define forward")
 
     def _qparams(self, min_val, max_val):
+        # The range is of finite values (__call__ drops the rest) and ordered: not read on the host.
         return qparams_from_minmax(min_val, max_val, self.qscheme, self.dtype, self.quant_min,
-                                   self.quant_max, self.customized_qrange, self.eps)
+                                   self.quant_max, self.customized_qrange, self.eps, check=False)
 
     def _default_qparams(self):
         warnings.warn(f"{type(self).__name__}: calculate_qparams before any data was observed; "
