@@ -4,6 +4,7 @@ was a bound method), so an unclosed one never died and its thread waited for job
 import gc
 
 import numpy as np
+import pytest
 
 from tinymem.techniques.offload.prefetch import Prefetcher, Worker
 from tinymem.techniques.offload.store import HostStore
@@ -39,3 +40,23 @@ def test_a_prefetcher_dropped_without_close_stops_its_worker_thread():
     del prefetcher
     gc.collect()
     assert _ended(thread), "the thread of a dropped Prefetcher still waits for jobs"
+
+
+def test_a_job_submitted_after_shutdown_is_refused_instead_of_never_running():
+    # Before, submit queued it behind the stop: its thread was gone and job.wait() hung forever.
+    worker = Worker()
+    worker.shutdown()
+    with pytest.raises(RuntimeError, match="this worker is shut down; make a new one"):
+        worker.submit(np.copyto, np.zeros(2), np.ones(2))
+
+
+def test_an_error_in_a_job_reaches_the_caller_and_the_thread_runs_the_next_job():
+    worker = Worker()
+    with pytest.raises(ZeroDivisionError):
+        worker.submit(lambda: 1 / 0).wait()
+    out = np.zeros(2)
+    worker.submit(np.copyto, out, np.ones(2)).wait()
+    assert out.tolist() == [1.0, 1.0]
+    worker.shutdown()
+    worker.shutdown()  # twice is allowed
+    assert not worker._thread.is_alive()

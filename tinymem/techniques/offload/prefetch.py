@@ -46,6 +46,8 @@ class Worker:
         self._stop = weakref.finalize(self, self._queue.put, None)
 
     def submit(self, fn, *args):
+        if self._closing.is_set():  # its thread is gone: the job would never run, and wait() never return
+            raise RuntimeError("Worker.submit: this worker is shut down; make a new one")
         job = _Job(fn, args)
         self._queue.put(job)
         return job
