@@ -4,6 +4,7 @@ forever, one more per Communicator made (the test-suite guard found them, test b
 import gc
 import threading
 
+import numpy as np
 import pytest
 
 from tinymem.distributed import Communicator, launch
@@ -58,3 +59,14 @@ def test_a_communicator_closed_during_a_blocking_call_still_aborts_it_at_its_dea
     assert result.returncode != 0
     assert "waited more than 2 s in barrier (rank 0 of 2)" in result.stderr
     assert "the barrier returned" not in result.stdout
+
+
+@pytest.mark.mpi
+def test_a_send_on_a_closed_communicator_is_refused_like_its_wait():
+    # Before, the send was posted (and counted in traffic) though wait() on it refuses, so its
+    # request could never complete (MPICH: "pending references" at exit).
+    comm = Communicator(timeout=60)
+    comm.close()
+    with pytest.raises(RuntimeError, match="send: this Communicator is closed; make a new one"):
+        comm.send(np.ones(4), 0)
+    assert comm.traffic.total() == 0

@@ -166,7 +166,7 @@ class Communicator:
 
     def close(self):
         """Stop the watchdog's thread (the MPI communicator stays usable by others). Closing
-        twice is allowed; a blocking call on a closed Communicator raises. Closed from another
+        twice is allowed; a blocking call, or a send, on a closed Communicator raises. Closed from another
         thread during a blocking call, it waits for that call, which the watchdog still aborts
         at its deadline."""
         self._stop_watchdog()
@@ -192,9 +192,12 @@ class Communicator:
         return device
 
     # -- plumbing ---------------------------------------------------------------------------
-    def _blocking(self, what, fn):
+    def _check_open(self, what):
         if not self._stop_watchdog.alive:  # no watchdog would abort a call that never returns
             raise RuntimeError(f"{what}: this Communicator is closed; make a new one")
+
+    def _blocking(self, what, fn):
+        self._check_open(what)
         self._watchdog.arm(f"{what} (rank {self.rank} of {self.size})")
         try:
             return fn()
@@ -353,6 +356,7 @@ class Communicator:
 
         The array must stay alive and unchanged until the request completes.
         """
+        self._check_open("send")  # its request could not be waited for: wait() refuses
         self._check_contiguous("send", array)
         check_rank("send: dest", dest, self.size)
         if self._use_nccl(array):
