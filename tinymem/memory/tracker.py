@@ -145,7 +145,7 @@ class Tracker:
                 self._peak, self._peak_split = sum(split.values()), split
                 self._since_peak.clear()
                 self._peak_state = None
-            elif entry is not None:
+            elif entry is not None and self._peak_state is None:  # once folded, the peak's state is known
                 self._since_peak.append((kind, entry, bucket))
                 if len(self._since_peak) > 2 * len(self._live) + 1000:
                     self._peak_state, self._since_peak = self.peak_entries(), []
@@ -208,8 +208,11 @@ class Tracker:
     def peak_entries(self):
         """``{ledger entry: bucket}`` of the device arrays live at the peak: the live set now,
         with the events since the peak undone."""
-        live = dict(self._live if self._peak_state is None else self._peak_state)
-        for kind, entry, bucket in reversed(self._since_peak):
+        with LEDGER.lock:  # another thread's event changes the live set and the log together
+            if self._peak_state is not None:  # the log was folded into the peak's state
+                return dict(self._peak_state)
+            live, since_peak = dict(self._live), list(self._since_peak)
+        for kind, entry, bucket in reversed(since_peak):
             if kind == "alloc":
                 live.pop(entry, None)
             else:
