@@ -2,6 +2,7 @@
 worker or a prefetcher is dropped without them. Before, the thread held its worker (its target
 was a bound method), so an unclosed one never died and its thread waited for jobs forever."""
 import gc
+import threading
 
 import numpy as np
 import pytest
@@ -60,3 +61,23 @@ def test_an_error_in_a_job_reaches_the_caller_and_the_thread_runs_the_next_job()
     worker.shutdown()
     worker.shutdown()  # twice is allowed
     assert not worker._thread.is_alive()
+
+
+def test_waiting_for_a_job_skipped_by_shutdown_raises_instead_of_returning_as_if_it_ran():
+    # Before, a job queued behind a running one and skipped by shutdown() was marked done with
+    # no error: wait() returned, and its caller took a copy that never ran for one that did.
+    worker = Worker()
+    started, release = threading.Event(), threading.Event()
+    worker.submit(lambda: (started.set(), release.wait(5)))
+    out = np.zeros(2)
+    skipped = worker.submit(np.copyto, out, np.ones(2))
+    started.wait(5)
+    stopper = threading.Thread(target=worker.shutdown)
+    stopper.start()
+    while not worker._closing.is_set():
+        stopper.join(timeout=0.001)
+    release.set()
+    stopper.join(timeout=5)
+    with pytest.raises(RuntimeError, match="skipped: its Worker was shut down before it started"):
+        skipped.wait()
+    assert out.tolist() == [0.0, 0.0]

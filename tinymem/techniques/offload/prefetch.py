@@ -65,7 +65,10 @@ def _run_jobs(jobs, closing):
         job = jobs.get()
         if job is None:
             return
-        if not closing.is_set():
+        if closing.is_set():  # its caller must not take a read or write that never ran for done
+            job.error = RuntimeError("this offload job was skipped: its Worker was shut down before "
+                                     "it started; wait for a job before shutting its worker down")
+        else:
             try:
                 job.fn(*job.args)
             except BaseException as exc:  # handed to the main thread by wait()
