@@ -160,3 +160,28 @@ def test_the_peak_entries_read_while_threads_allocate_sum_to_the_peak(fast_switc
     del live
     assert not errors and compared >= 20
     assert wrong == [], f"{len(wrong)} of {compared} reads did not sum to the peak, e.g. {wrong[:3]}"
+
+
+def test_a_budget_opened_in_one_thread_refuses_the_allocation_of_another_and_counts_nothing():
+    # The window is the process's (one device for all threads): the thread that allocates past
+    # it gets the error, and the refused array leaves no bytes behind.
+    opened, result = threading.Event(), {}
+    before = LEDGER.bytes()
+
+    def other():
+        opened.wait(timeout=30)
+        try:
+            memory.register(np.empty(10_000), "workspace", "device")
+            result["other"] = "allocated"
+        except memory.OutOfMemoryError:
+            result["other"] = "refused"
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with memory.track(budget=before + 40_000, measure=False) as t:
+        opened.set()
+        thread.join(timeout=30)
+        kept = memory.register(np.empty(1_000), "workspace", "device")  # a good one after
+        assert t.peak() == before + 8_000
+    del kept
+    assert result == {"other": "refused"} and LEDGER.bytes() == before

@@ -259,6 +259,9 @@ def track(budget=None, measure=True, timeline=True, device=None, monitor=False, 
     ``monitor`` (True, or a sampling interval in seconds) samples the process in a thread.
     ``shared`` names a simulated device that processes share (its budget is set by the first);
     ``fraction`` caps this process at that share of it.
+
+    A window is the process's, not the thread's: it counts every thread's device arrays, and its
+    budget refuses an allocation in any thread that would pass it (the threads share the device).
     """
     tracker = Tracker(budget, measure, timeline, device, monitor, shared, fraction)
     try:
