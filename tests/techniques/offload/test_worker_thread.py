@@ -2,6 +2,7 @@
 worker or a prefetcher is dropped without them. Before, the thread held its worker (its target
 was a bound method), so an unclosed one never died and its thread waited for jobs forever."""
 import gc
+import os
 import threading
 
 import numpy as np
@@ -81,3 +82,20 @@ def test_waiting_for_a_job_skipped_by_shutdown_raises_instead_of_returning_as_if
     with pytest.raises(RuntimeError, match="skipped: its Worker was shut down before it started"):
         skipped.wait()
     assert out.tolist() == [0.0, 0.0]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_is_refused_its_parents_worker_instead_of_waiting_forever():
+    # Before, the child queued the job for a thread that a fork does not copy: wait() hung.
+    worker = Worker()
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 only when the submit is refused with the message
+        try:
+            worker.submit(np.copyto, np.zeros(2), np.ones(2))
+            code = 1
+        except RuntimeError as exc:
+            code = 0 if "made in the parent process before a fork" in str(exc) else 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    worker.shutdown()
+    assert os.waitstatus_to_exitcode(status) == 0
