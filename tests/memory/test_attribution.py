@@ -134,6 +134,22 @@ def test_a_long_window_compacts_its_log_and_keeps_the_peak():
     assert sum(t.by_module().values()) == t.peak()
 
 
+def test_an_array_made_after_the_peak_and_freed_after_the_fold_is_not_put_back_at_the_peak():
+    # Before, the events after the fold were still logged and undone from the peak's state, so
+    # an array made after the peak and freed after the fold was added to it: 2,000 steps of a
+    # loop summed to 59,200 B in by_module for a peak of 36,800 B.
+    with memory.track(timeline=False) as t:
+        peak = memory.register(np.ones(50_000), "workspace")
+        del peak
+        later = memory.register(np.ones(1_000), "workspace")  # after the peak, before the fold
+        for _ in range(3000):
+            memory.register(np.ones(4), "workspace")
+        assert t._peak_state is not None  # folded
+        del later
+    assert [row["bytes"] for row in t.top(2)] == [400_000]
+    assert sum(t.by_module().values()) == t.peak() == t.start + 400_000
+
+
 def test_format_rows_prints_module_op_bucket_and_bytes():
     rows = [{"module": "blocks.0.attn", "op": "Softmax", "bucket": "activation", "bytes": 1234}]
     text = attribution.format_rows(rows)

@@ -119,3 +119,69 @@ def test_a_timeline_written_by_several_threads_adds_up_event_by_event(fast_switc
     assert not state, f"{len(state)} arrays allocated in the window were never freed in its log"
     assert t.peak() >= peak and t.peak() == peak, (t.peak(), peak)
     assert all(t.max_by_bucket()[b] >= bucket_max[b] for b in BUCKETS), (t.max_by_bucket(), bucket_max)
+
+
+def _churn(stop, size, errors):
+    try:
+        while not stop.is_set():
+            kept = [memory.register(np.empty(size), "workspace", "device") for _ in range(5)]
+            del kept
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def test_the_peak_entries_read_while_threads_allocate_sum_to_the_peak(fast_switching):
+    # Before, top()/by_module() copied the window's live set and then walked its log without the
+    # lock, so a change by another thread between the two was half seen: the rows summed to more
+    # or less than the peak read just before and after (most reads, at a 1 us switch interval).
+    stop, errors, wrong, compared = threading.Event(), [], [], 0
+    # Many arrays live: the window folds its log only after twice as many events, so that the
+    # reads below walk the log for a while.
+    live = [memory.register(np.empty(1), "workspace", "device") for _ in range(20_000)]
+    with memory.track(timeline=False) as t:
+        threads = [threading.Thread(target=_churn, args=(stop, size, errors)) for size in SIZES[:3]]
+        for thread in threads:
+            thread.start()
+        try:
+            for _ in range(300):
+                before = t.peak()
+                entries = t.peak_entries()
+                if t._peak_state is not None:
+                    break  # folded: the reads from here copy one dict
+                if t.peak() == before:  # no new peak meanwhile: the entries are those of `before`
+                    compared += 1
+                    total = sum(entry.nbytes for entry in entries)
+                    if total != before:
+                        wrong.append((total, before))
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+    del live
+    assert not errors and compared >= 20
+    assert wrong == [], f"{len(wrong)} of {compared} reads did not sum to the peak, e.g. {wrong[:3]}"
+
+
+def test_a_budget_opened_in_one_thread_refuses_the_allocation_of_another_and_counts_nothing():
+    # The window is the process's (one device for all threads): the thread that allocates past
+    # it gets the error, and the refused array leaves no bytes behind.
+    opened, result = threading.Event(), {}
+    before = LEDGER.bytes()
+
+    def other():
+        opened.wait(timeout=30)
+        try:
+            memory.register(np.empty(10_000), "workspace", "device")
+            result["other"] = "allocated"
+        except memory.OutOfMemoryError:
+            result["other"] = "refused"
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with memory.track(budget=before + 40_000, measure=False) as t:
+        opened.set()
+        thread.join(timeout=30)
+        kept = memory.register(np.empty(1_000), "workspace", "device")  # a good one after
+        assert t.peak() == before + 8_000
+    del kept
+    assert result == {"other": "refused"} and LEDGER.bytes() == before

@@ -307,3 +307,18 @@ def test_a_fresh_device_array_takes_the_ledgers_fast_path(standin, monkeypatch):
     memory.register(second[10:20])  # a view still finds its owner
     assert len(walked) == 1 and walked[0].base is second
     assert memory.locate(second) is not None and memory.locate(second[10:20]) == memory.locate(second)
+
+
+@pytest.mark.parametrize("nbytes", [True, False])
+def test_register_bytes_refuses_a_bool_for_a_size_and_counts_nothing(nbytes):
+    # Before, True was counted as 1 byte (a bool is an int to isinstance).
+    class Handle:
+        pass
+
+    before = memory.live_bytes("workspace", "disk")
+    handle = Handle()
+    with pytest.raises(ValueError, match="nbytes must be a whole number >= 0"):
+        memory.register_bytes(handle, nbytes, "workspace", "disk")
+    assert memory.live_bytes("workspace", "disk") == before
+    memory.register_bytes(handle, 16, "workspace", "disk")  # a good call after the refused one
+    assert memory.live_bytes("workspace", "disk") == before + 16

@@ -97,16 +97,25 @@ class _Watchdog:
             self.deadline = None
 
     def stop(self):
-        """Stop the thread and wait for it (at most one check of the deadline)."""
+        """Stop the thread and wait for it: at most one check of the deadline, or, when another
+        thread is in a blocking call, until that call returns or its deadline aborts the job."""
         self._stopped.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
 
     def _watch(self):
-        while not self._stopped.wait(min(1.0, self.timeout / 4)):
+        interval = min(1.0, self.timeout / 4)
+        while True:
+            stopping = self._stopped.wait(interval)
             with self.lock:
+                # A call in flight (closed from another thread) is still watched: stopping now
+                # would leave it to block forever if a rank never comes.
+                if stopping and self.deadline is None:
+                    return
                 expired = self.deadline is not None and time.monotonic() > self.deadline
                 what = self.what
+            if stopping and not expired:
+                time.sleep(interval)  # _stopped.wait no longer waits
             if expired:
                 rank = self.comm.Get_rank()
                 abort(self.comm,
@@ -157,7 +166,9 @@ class Communicator:
 
     def close(self):
         """Stop the watchdog's thread (the MPI communicator stays usable by others). Closing
-        twice is allowed; a blocking call on a closed Communicator raises."""
+        twice is allowed; a blocking call, or a send, on a closed Communicator raises. Closed from another
+        thread during a blocking call, it waits for that call, which the watchdog still aborts
+        at its deadline."""
         self._stop_watchdog()
 
     def __enter__(self):
@@ -181,9 +192,12 @@ class Communicator:
         return device
 
     # -- plumbing ---------------------------------------------------------------------------
-    def _blocking(self, what, fn):
+    def _check_open(self, what):
         if not self._stop_watchdog.alive:  # no watchdog would abort a call that never returns
             raise RuntimeError(f"{what}: this Communicator is closed; make a new one")
+
+    def _blocking(self, what, fn):
+        self._check_open(what)
         self._watchdog.arm(f"{what} (rank {self.rank} of {self.size})")
         try:
             return fn()
@@ -342,6 +356,7 @@ class Communicator:
 
         The array must stay alive and unchanged until the request completes.
         """
+        self._check_open("send")  # its request could not be waited for: wait() refuses
         self._check_contiguous("send", array)
         check_rank("send: dest", dest, self.size)
         if self._use_nccl(array):

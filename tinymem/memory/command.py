@@ -70,6 +70,7 @@ class CommandMonitor(SamplingThread):
             self.samples.append((time.perf_counter() - self.t0, rss, gpu))
 
     def start(self):
+        self._refuse_if_running()
         self.sample()
         self._start_thread("tinymem-command-monitor")
         return self

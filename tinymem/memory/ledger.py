@@ -29,6 +29,7 @@ import weakref
 
 import numpy as np
 
+from ..checks import is_int
 from .attribution import SCOPE
 
 
@@ -181,8 +182,7 @@ class Ledger:
                 raise ValueError(f"register_bytes: this {type(owner).__name__} is already counted "
                                  f"({self.entries[id(owner)].nbytes} bytes); give each counted buffer "
                                  "its own owner object")
-            if not (isinstance(nbytes, (int, np.integer)) or (isinstance(nbytes, float) and nbytes.is_integer())) \
-                    or nbytes < 0:
+            if not (is_int(nbytes) or (isinstance(nbytes, float) and nbytes.is_integer())) or nbytes < 0:
                 raise ValueError(f"register_bytes: nbytes must be a whole number >= 0, got {nbytes!r}")
             self.register(None, bucket, place, owner, label, int(nbytes))
 

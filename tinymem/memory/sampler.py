@@ -78,6 +78,12 @@ class SamplingThread:
 
     interval = 0.005
 
+    def _refuse_if_running(self):
+        # A second thread would replace the first's stop event: stop() would end only the new one.
+        if getattr(self, "_thread", None) is not None:
+            raise RuntimeError(f"this {type(self).__name__} is running already: stop() it before "
+                               "starting it again")
+
     def _start_thread(self, name):
         self._stop, self._error = threading.Event(), None
         self._thread = threading.Thread(target=_sample_until_stopped,
@@ -156,6 +162,7 @@ class Monitor(SamplingThread):
         return True
 
     def start(self):
+        self._refuse_if_running()  # before the high-water mark is reset
         own_cpu = self.device == "cpu" and self.pid == os.getpid()
         self._hwm_seen = 0
         if own_cpu:

@@ -145,7 +145,7 @@ class Tracker:
                 self._peak, self._peak_split = sum(split.values()), split
                 self._since_peak.clear()
                 self._peak_state = None
-            elif entry is not None:
+            elif entry is not None and self._peak_state is None:  # once folded, the peak's state is known
                 self._since_peak.append((kind, entry, bucket))
                 if len(self._since_peak) > 2 * len(self._live) + 1000:
                     self._peak_state, self._since_peak = self.peak_entries(), []
@@ -208,8 +208,11 @@ class Tracker:
     def peak_entries(self):
         """``{ledger entry: bucket}`` of the device arrays live at the peak: the live set now,
         with the events since the peak undone."""
-        live = dict(self._live if self._peak_state is None else self._peak_state)
-        for kind, entry, bucket in reversed(self._since_peak):
+        with LEDGER.lock:  # another thread's event changes the live set and the log together
+            if self._peak_state is not None:  # the log was folded into the peak's state
+                return dict(self._peak_state)
+            live, since_peak = dict(self._live), list(self._since_peak)
+        for kind, entry, bucket in reversed(since_peak):
             if kind == "alloc":
                 live.pop(entry, None)
             else:
@@ -256,6 +259,9 @@ def track(budget=None, measure=True, timeline=True, device=None, monitor=False, 
     ``monitor`` (True, or a sampling interval in seconds) samples the process in a thread.
     ``shared`` names a simulated device that processes share (its budget is set by the first);
     ``fraction`` caps this process at that share of it.
+
+    A window is the process's, not the thread's: it counts every thread's device arrays, and its
+    budget refuses an allocation in any thread that would pass it (the threads share the device).
     """
     tracker = Tracker(budget, measure, timeline, device, monitor, shared, fraction)
     try:

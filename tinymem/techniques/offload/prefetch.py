@@ -6,6 +6,7 @@ on a :class:`Worker` thread while backward computes. Cost: up to ``depth`` array
 ahead of use. Time: a load that finished in the background costs nothing; ``wait_s`` measures
 what was not hidden. A wrong guess (a branchy graph) costs only a synchronous load.
 """
+import os
 import queue
 import threading
 import time
@@ -35,7 +36,7 @@ class Worker:
     """
 
     def __init__(self):
-        self._queue = queue.SimpleQueue()
+        self._queue, self._pid = queue.SimpleQueue(), os.getpid()
         self._closing = threading.Event()  # set: the jobs not started are skipped
         # The thread holds the queue, not the worker: a worker dropped without shutdown() dies,
         # and its finalizer stops the thread (a None in the queue), which would otherwise wait
@@ -46,6 +47,11 @@ class Worker:
         self._stop = weakref.finalize(self, self._queue.put, None)
 
     def submit(self, fn, *args):
+        if self._closing.is_set():  # its thread is gone: the job would never run, and wait() never return
+            raise RuntimeError("Worker.submit: this worker is shut down; make a new one")
+        if self._pid != os.getpid():  # a fork copies the worker, not its thread: the same wait forever
+            raise RuntimeError("Worker.submit: this worker was made in the parent process before a fork, "
+                               "and its thread is not in this one; make a new one in this process")
         job = _Job(fn, args)
         self._queue.put(job)
         return job
@@ -63,7 +69,10 @@ def _run_jobs(jobs, closing):
         job = jobs.get()
         if job is None:
             return
-        if not closing.is_set():
+        if closing.is_set():  # its caller must not take a read or write that never ran for done
+            job.error = RuntimeError("this offload job was skipped: its Worker was shut down before "
+                                     "it started; wait for a job before shutting its worker down")
+        else:
             try:
                 job.fn(*job.args)
             except BaseException as exc:  # handed to the main thread by wait()

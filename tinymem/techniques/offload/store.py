@@ -23,9 +23,9 @@ prefetcher of :mod:`.offload_prefetch` that drives them:
   its array on the device until written.
 
 Contract: a store's ``put(array, worker=None)`` returns a handle; ``begin_load(handle, worker)``
-allocates the destination *in the calling thread* (the ledger is not thread safe, so it is only
-touched there) and starts the copy, on ``worker`` when given; ``finish_load(pending)`` waits and
-returns the array. Every byte moved is counted in ``moved_out`` / ``moved_in``.
+allocates the destination *in the calling thread* (so an array is counted, and freed, at a
+moment the caller chose, not the worker) and starts the copy, on ``worker`` when given;
+``finish_load(pending)`` waits and returns the array. Every byte moved is counted in ``moved_out`` / ``moved_in``.
 
 Pitfalls: pinned memory is finite (the OS cannot page it out; pinning many GiB slows the whole
 machine); a disk write that fails (disk full) raises :class:`OffloadError` naming the file.
