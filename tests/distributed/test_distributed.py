@@ -247,5 +247,10 @@ def test_a_rank_that_raises_or_exits_stops_the_job_at_once_not_at_the_watchdog(h
     start = time.perf_counter()
     result = run_worker(2, "crash", "--how", how, "--timeout", "60", check=False, timeout=120)
     assert time.perf_counter() - start < 20, result.stderr
-    assert result.returncode == (1 if how == "raise" else 3)
+    # The job fails, and says which rank and why. Its exit status is mpiexec's: MPI_Abort's code
+    # reaches it "if possible" (the standard's words), and on a loaded machine MPICH sometimes
+    # gave 1 for a rank's sys.exit(3) (seen on main at 353218f, about 1 run in 4).
+    assert result.returncode != 0
+    expected = "rank 1 of 2 failed: RuntimeError" if how == "raise" else "rank 1 of 2 exited with status 3"
+    assert expected in result.stderr, result.stderr
     assert "waited more than" not in result.stderr
