@@ -9,6 +9,7 @@ Memory: one float32 copy of one gradient at a time for its norm (4 bytes per val
 largest gradient), no extra persistent bytes.
 """
 import math
+import numbers
 
 import numpy as np
 
@@ -23,8 +24,12 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     (total + 1e-6)). Returns the total norm before clipping (a 0-d float32 Tensor on the
     gradients' device). Norms are computed in float32 even for float16 gradients (whose squares
     would overflow). No host sync (nothing is read on the host) unless ``error_if_nonfinite``,
-    whose check reads the norm once, as in PyTorch.
+    whose check reads the norm once, as in PyTorch. ``max_norm`` must be >= 0 (inf: measure the
+    norm without clipping); PyTorch takes a negative one (gradients flipped) or NaN (NaN gradients).
     """
+    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not max_norm >= 0:
+        raise ValueError(f"clip_grad_norm_: max_norm must be a number >= 0 (inf to measure the norm "
+                         f"without clipping), got {max_norm!r}")
     if isinstance(parameters, Tensor):
         parameters = [parameters]
     grads = [p.grad.data for p in parameters if p.grad is not None]
@@ -43,12 +48,15 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
                            "they cannot be clipped; pass error_if_nonfinite=False to clip anyway")
     # The factor stays on the device and is always multiplied in (1 when no clipping is needed),
     # as PyTorch does: deciding on the host whether to clip would read the norm, a host sync per
-    # step. It is computed in float64 from the float32 norm and then rounded to the gradients'
-    # dtype, one value per call.
-    coef = xp.minimum(float(max_norm) / (total.astype(np.float64) + 1e-6), 1.0)
+    # step. It is PyTorch's float32 arithmetic, bit for bit: max_norm / t is computed as
+    # reciprocal(t) * max_norm (float64 arithmetic differed in the last bit for a third of norms).
+    with np.errstate(over="ignore", divide="ignore"):
+        coef = xp.minimum(np.float32(1) / (total + np.float32(1e-6)) * np.float32(max_norm), np.float32(1))
     with np.errstate(invalid="ignore"):  # an inf norm makes NaN gradients, as in PyTorch
         for g in grads:
-            g *= coef.astype(g.dtype)
+            # Multiplied in float32 and rounded once (as PyTorch's float16 * float32 scalar), not
+            # by the factor first rounded to float16 (an error of up to an fp16 ulp).
+            xp.multiply(g, coef, out=g, casting="unsafe")
     return Tensor(total)
 
 
@@ -61,4 +69,5 @@ def _vector_norm(xp, a, order):
         return a.min()
     if order == 0:
         return xp.asarray(xp.count_nonzero(a), dtype=np.float32)
-    return (a ** order).sum() ** (1.0 / order)
+    with np.errstate(divide="ignore"):  # a negative order over a zero: inf, then a norm of 0
+        return (a ** order).sum() ** (1.0 / order)
