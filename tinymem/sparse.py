@@ -93,6 +93,16 @@ class RowSparse:
             out.indices.flags.writeable = False
         return out
 
+    def coalesce_(self):
+        """Coalesce in place: this object takes the coalesced arrays (for code that holds it, as
+        ``param.grad`` does, and scales its values in place: a norm of repeated rows would be
+        wrong). Returns itself."""
+        if not self.coalesced:
+            out = self.coalesce()
+            self.indices, self.values = out.indices, out.values
+            self.coalesced = True
+        return self
+
     def to_dense(self):
         """The full (R, ...) array: 4·R·D bytes in float32, the thing this class avoids."""
         xp = array_module(self.values)

@@ -100,3 +100,21 @@ def test_a_bad_max_norm_is_refused_and_changes_nothing(max_norm):
     with pytest.raises(ValueError, match="max_norm must be a number >= 0"):
         clip_grad_norm_(p, max_norm)
     np.testing.assert_array_equal(p.grad.numpy(), [3.0, 4.0])
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf"), float("-inf"), 0.0])
+def test_row_sparse_gradients_clip_as_their_dense_form(device, norm_type):
+    """embedding_bag(sparse=True) gives a RowSparse gradient: clipping it raised "expected a NumPy
+    or CuPy array ... wrap it first, e.g. tm.tensor(x)". It clips as the dense gradient does (-inf:
+    the untouched rows make the smallest |g| 0)."""
+    results = []
+    for sparse in (True, False):
+        tm.manual_seed(0)
+        layer = tm.nn.EmbeddingBag(8, 3, mode="sum", sparse=sparse).to(device)
+        layer(tm.tensor(np.array([[0, 1, 1], [5, 0, 2]])).to(device)).sum().backward()
+        total = clip_grad_norm_(layer.parameters(), 0.5, norm_type)
+        grad = layer.weight.grad.data
+        results.append((total.item(), tm.backend.to_numpy(grad.to_dense() if sparse else grad)))
+    (sparse_total, sparse_grad), (dense_total, dense_grad) = results
+    assert sparse_total == pytest.approx(dense_total, rel=1e-6)
+    np.testing.assert_allclose(sparse_grad, dense_grad, rtol=1e-6)

@@ -32,7 +32,13 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
                          f"without clipping), got {max_norm!r}")
     if isinstance(parameters, Tensor):
         parameters = [parameters]
+    # A row-sparse gradient (embedding_bag(sparse=True)) is normed and scaled through its values,
+    # each row once (coalesced): the zero rows it leaves out add nothing to a norm, but for -inf
+    # (the smallest |g|) they make it 0.
     grads = [p.grad.data for p in parameters if p.grad is not None]
+    grads = [g.coalesce_() if getattr(g, "is_sparse", False) else g for g in grads]
+    holes = [getattr(g, "is_sparse", False) and len(g.indices) < g.shape[0] for g in grads]
+    grads = [g.values if getattr(g, "is_sparse", False) else g for g in grads]
     norm_type = float(norm_type)
     if not grads:
         return Tensor(np.zeros((), np.float32))  # no gradient anywhere: a 0 on the default device
@@ -41,7 +47,8 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             raise TypeError(f"clip_grad_norm_: gradient of dtype {g.dtype} (bfloat16 bits?); clip the "
                             "fp32 masters instead: clip_grad_norm_(optimizer.master_params(), max_norm)")
     xp = backend.array_module(grads[0])
-    norms = [_vector_norm(xp, xp.abs(g.astype(np.float32)), norm_type) for g in grads]
+    norms = [xp.zeros((), np.float32) if hole and norm_type == -math.inf
+             else _vector_norm(xp, xp.abs(g.astype(np.float32)), norm_type) for g, hole in zip(grads, holes)]
     total = _vector_norm(xp, xp.stack(norms), norm_type).astype(np.float32)
     if error_if_nonfinite and not bool(xp.isfinite(total)):
         raise RuntimeError(f"the total norm of order {norm_type} of the gradients is non-finite, so "
