@@ -65,15 +65,17 @@ def _clip_both(grads, max_norm, norm_type, device="cpu"):
 
 
 @requires_torch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("norm_type", [1.0, 2.0, float("inf")])
-def test_clipped_gradients_match_torch_bit_for_bit(device, norm_type):
+def test_clipped_gradients_match_torch_bit_for_bit(device, norm_type, dtype):
     """Where the norm itself is exact (small integers: sums and the max round nowhere), the clip
     factor and the clipped gradients are PyTorch's to the last bit. The factor computed in
-    float64 then rounded differed in the last bit for about a third of the max_norms."""
-    grads = [np.array([[3.0, -4.0], [0.0, 12.0]], np.float32), np.array([-84.0], np.float32)]
+    float64 then rounded differed in the last bit for about a third of the max_norms; float64
+    gradients were normed and scaled in float32 precision."""
+    grads = [np.array([[3.0, -4.0], [0.0, 12.0]], dtype), np.array([-84.0], dtype)]
     for max_norm in np.random.default_rng(0).uniform(0.01, 50.0, 40).tolist():
         total, expected, ours, theirs = _clip_both(grads, max_norm, norm_type, device)
-        assert total.item() == expected.item()
+        assert total.item() == expected.item() and total.dtype == expected.numpy().dtype
         for o, t in zip(ours, theirs):
             np.testing.assert_array_equal(o, t, err_msg=f"max_norm {max_norm}")
 

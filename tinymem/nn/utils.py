@@ -22,8 +22,8 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
 
     As PyTorch: total = norm of the per-tensor norms; each grad *= min(1, max_norm /
     (total + 1e-6)). Returns the total norm before clipping (a 0-d float32 Tensor on the
-    gradients' device). Norms are computed in float32 even for float16 gradients (whose squares
-    would overflow). No host sync (nothing is read on the host) unless ``error_if_nonfinite``,
+    gradients' device; float64 if a gradient is). Norms are computed in float32 even for float16
+    gradients (whose squares would overflow). No host sync (nothing is read on the host) unless ``error_if_nonfinite``,
     whose check reads the norm once, as in PyTorch. ``max_norm`` must be >= 0 (inf: measure the
     norm without clipping); PyTorch takes a negative one (gradients flipped) or NaN (NaN gradients).
     """
@@ -47,9 +47,11 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             raise TypeError(f"clip_grad_norm_: gradient of dtype {g.dtype} (bfloat16 bits?); clip the "
                             "fp32 masters instead: clip_grad_norm_(optimizer.master_params(), max_norm)")
     xp = backend.array_module(grads[0])
-    norms = [xp.zeros((), np.float32) if hole and norm_type == -math.inf
-             else _vector_norm(xp, xp.abs(g.astype(np.float32)), norm_type) for g, hole in zip(grads, holes)]
-    total = _vector_norm(xp, xp.stack(norms), norm_type).astype(np.float32)
+    # float32, or float64 when a gradient is (as PyTorch, whose norm has the gradients' dtype).
+    acc = np.result_type(np.float32, *(g.dtype for g in grads)).type
+    norms = [xp.zeros((), acc) if hole and norm_type == -math.inf
+             else _vector_norm(xp, xp.abs(g.astype(acc)), norm_type) for g, hole in zip(grads, holes)]
+    total = _vector_norm(xp, xp.stack(norms), norm_type).astype(acc)
     if error_if_nonfinite and not bool(xp.isfinite(total)):
         raise RuntimeError(f"the total norm of order {norm_type} of the gradients is non-finite, so "
                            "they cannot be clipped; pass error_if_nonfinite=False to clip anyway")
@@ -58,7 +60,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     # step. It is PyTorch's float32 arithmetic, bit for bit: max_norm / t is computed as
     # reciprocal(t) * max_norm (float64 arithmetic differed in the last bit for a third of norms).
     with np.errstate(over="ignore", divide="ignore"):
-        coef = xp.minimum(np.float32(1) / (total + np.float32(1e-6)) * np.float32(max_norm), np.float32(1))
+        coef = xp.minimum(acc(1) / (total + acc(1e-6)) * acc(max_norm), acc(1))
     with np.errstate(invalid="ignore"):  # an inf norm makes NaN gradients, as in PyTorch
         for g in grads:
             # Multiplied in float32 and rounded once (as PyTorch's float16 * float32 scalar), not
@@ -75,6 +77,6 @@ def _vector_norm(xp, a, order):
     if order == -math.inf:
         return a.min()
     if order == 0:
-        return xp.asarray(xp.count_nonzero(a), dtype=np.float32)
+        return xp.asarray(xp.count_nonzero(a), dtype=a.dtype)
     with np.errstate(divide="ignore"):  # a negative order over a zero: inf, then a norm of 0
         return (a ** order).sum() ** (1.0 / order)
