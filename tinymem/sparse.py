@@ -17,7 +17,13 @@ Contract:
   the others raise a clear error, as PyTorch's Adam does. Sparse gradients reach the table only
   when the table is a leaf: a cast or a view of the table in between densifies nothing and is
   not supported.
+- Once coalesced (as backward makes it) it remembers so, and the optimizer does not coalesce it
+  again (a host sync on a GPU). Assigning new ``indices`` clears that; on the host the coalesced
+  indices are read-only, so an in-place edit raises instead of leaving repeated rows that the
+  update would apply once. On a device an in-place edit cannot be seen: assign a new array.
 """
+import numpy as np
+
 from . import memory
 from .backend import array_module, device_of, scatter_add
 
@@ -40,6 +46,15 @@ class RowSparse:
         self.coalesced = False  # set by coalesce(): each row at most once, rows sorted
         memory.register(indices, "gradient")
         memory.register(values, "gradient")
+
+    @property
+    def indices(self):
+        return self._indices
+
+    @indices.setter
+    def indices(self, value):
+        # New rows may repeat or be out of order: coalesce() must look at them again.
+        self._indices, self.coalesced = value, False
 
     @property
     def dtype(self):
@@ -74,7 +89,19 @@ class RowSparse:
             scatter_add(xp, values, inverse.reshape(-1), self.values)
             out = RowSparse(rows, values, self.shape)
         out.coalesced = True
+        if isinstance(out.indices, np.ndarray):
+            out.indices.flags.writeable = False
         return out
+
+    def coalesce_(self):
+        """Coalesce in place: this object takes the coalesced arrays (for code that holds it, as
+        ``param.grad`` does, and scales its values in place: a norm of repeated rows would be
+        wrong). Returns itself."""
+        if not self.coalesced:
+            out = self.coalesce()
+            self.indices, self.values = out.indices, out.values
+            self.coalesced = True
+        return self
 
     def to_dense(self):
         """The full (R, ...) array: 4·R·D bytes in float32, the thing this class avoids."""

@@ -89,3 +89,23 @@ def test_rows_without_gradient_stay_put_dense_or_sparse(eps, weight_decay):
         np.testing.assert_array_equal(tables[-1][2:], start[2:])
     np.testing.assert_allclose(tables[0], tables[1], rtol=1e-6)
 
+
+
+def test_a_coalesced_gradient_given_new_indices_is_coalesced_again():
+    """A row-sparse gradient remembers that backward coalesced it, so the step does not coalesce
+    it again; new indices (here two ids mapped onto one row) must clear that, else the repeated
+    row's squares are added once (acc 1 instead of 4) and its step taken once."""
+    layer = nn.EmbeddingBag(6, 2, mode="sum", sparse=True)
+    opt = optim.RowWiseAdagrad(layer.parameters(), lr=1.0)
+    layer(tm.tensor(np.array([[0, 1]]))).sum().backward()
+    grad = layer.weight.grad.data
+    grad.indices = np.array([3, 3], np.int64)
+    opt.step()
+    np.testing.assert_allclose(to_np(opt.state[layer.weight]["sum"]), [0, 0, 0, 4.0, 0, 0])
+
+
+def test_a_coalesced_gradients_indices_cannot_be_edited_in_place_on_the_host():
+    layer = nn.EmbeddingBag(6, 2, mode="sum", sparse=True)
+    layer(tm.tensor(np.array([[0, 1]]))).sum().backward()
+    with pytest.raises(ValueError, match="read-only"):
+        layer.weight.grad.data.indices[...] = 3

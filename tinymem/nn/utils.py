@@ -9,6 +9,7 @@ Memory: one float32 copy of one gradient at a time for its norm (4 bytes per val
 largest gradient), no extra persistent bytes.
 """
 import math
+import numbers
 
 import numpy as np
 
@@ -21,13 +22,23 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
 
     As PyTorch: total = norm of the per-tensor norms; each grad *= min(1, max_norm /
     (total + 1e-6)). Returns the total norm before clipping (a 0-d float32 Tensor on the
-    gradients' device). Norms are computed in float32 even for float16 gradients (whose squares
-    would overflow). No host sync (nothing is read on the host) unless ``error_if_nonfinite``,
-    whose check reads the norm once, as in PyTorch.
+    gradients' device; float64 if a gradient is). Norms are computed in float32 even for float16
+    gradients (whose squares would overflow). No host sync (nothing is read on the host) unless ``error_if_nonfinite``,
+    whose check reads the norm once, as in PyTorch. ``max_norm`` must be >= 0 (inf: measure the
+    norm without clipping); PyTorch takes a negative one (gradients flipped) or NaN (NaN gradients).
     """
+    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not max_norm >= 0:
+        raise ValueError(f"clip_grad_norm_: max_norm must be a number >= 0 (inf to measure the norm "
+                         f"without clipping), got {max_norm!r}")
     if isinstance(parameters, Tensor):
         parameters = [parameters]
+    # A row-sparse gradient (embedding_bag(sparse=True)) is normed and scaled through its values,
+    # each row once (coalesced): the zero rows it leaves out add nothing to a norm, but for -inf
+    # (the smallest |g|) they make it 0.
     grads = [p.grad.data for p in parameters if p.grad is not None]
+    grads = [g.coalesce_() if getattr(g, "is_sparse", False) else g for g in grads]
+    holes = [getattr(g, "is_sparse", False) and len(g.indices) < g.shape[0] for g in grads]
+    grads = [g.values if getattr(g, "is_sparse", False) else g for g in grads]
     norm_type = float(norm_type)
     if not grads:
         return Tensor(np.zeros((), np.float32))  # no gradient anywhere: a 0 on the default device
@@ -36,19 +47,25 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             raise TypeError(f"clip_grad_norm_: gradient of dtype {g.dtype} (bfloat16 bits?); clip the "
                             "fp32 masters instead: clip_grad_norm_(optimizer.master_params(), max_norm)")
     xp = backend.array_module(grads[0])
-    norms = [_vector_norm(xp, xp.abs(g.astype(np.float32)), norm_type) for g in grads]
-    total = _vector_norm(xp, xp.stack(norms), norm_type).astype(np.float32)
+    # float32, or float64 when a gradient is (as PyTorch, whose norm has the gradients' dtype).
+    acc = np.result_type(np.float32, *(g.dtype for g in grads)).type
+    norms = [xp.zeros((), acc) if hole and norm_type == -math.inf
+             else _vector_norm(xp, xp.abs(g.astype(acc)), norm_type) for g, hole in zip(grads, holes)]
+    total = _vector_norm(xp, xp.stack(norms), norm_type).astype(acc)
     if error_if_nonfinite and not bool(xp.isfinite(total)):
         raise RuntimeError(f"the total norm of order {norm_type} of the gradients is non-finite, so "
                            "they cannot be clipped; pass error_if_nonfinite=False to clip anyway")
     # The factor stays on the device and is always multiplied in (1 when no clipping is needed),
     # as PyTorch does: deciding on the host whether to clip would read the norm, a host sync per
-    # step. It is computed in float64 from the float32 norm and then rounded to the gradients'
-    # dtype, one value per call.
-    coef = xp.minimum(float(max_norm) / (total.astype(np.float64) + 1e-6), 1.0)
+    # step. It is PyTorch's float32 arithmetic, bit for bit: max_norm / t is computed as
+    # reciprocal(t) * max_norm (float64 arithmetic differed in the last bit for a third of norms).
+    with np.errstate(over="ignore", divide="ignore"):
+        coef = xp.minimum(acc(1) / (total + acc(1e-6)) * acc(max_norm), acc(1))
     with np.errstate(invalid="ignore"):  # an inf norm makes NaN gradients, as in PyTorch
         for g in grads:
-            g *= coef.astype(g.dtype)
+            # Multiplied in float32 and rounded once (as PyTorch's float16 * float32 scalar), not
+            # by the factor first rounded to float16 (an error of up to an fp16 ulp).
+            xp.multiply(g, coef, out=g, casting="unsafe")
     return Tensor(total)
 
 
@@ -60,5 +77,6 @@ def _vector_norm(xp, a, order):
     if order == -math.inf:
         return a.min()
     if order == 0:
-        return xp.asarray(xp.count_nonzero(a), dtype=np.float32)
-    return (a ** order).sum() ** (1.0 / order)
+        return xp.asarray(xp.count_nonzero(a), dtype=a.dtype)
+    with np.errstate(divide="ignore"):  # a negative order over a zero: inf, then a norm of 0
+        return (a ** order).sum() ** (1.0 / order)

@@ -97,7 +97,13 @@ class EmbeddingBag(Function):
 
 def embedding_bag(input, weight, offsets=None, mode="mean", sparse=False):
     """PyTorch's ``F.embedding_bag(input, weight, offsets, mode=..., sparse=...)`` for sum and
-    mean: (B, D) bag sums or means of the rows of ``weight`` named by ``input``."""
+    mean: (B, D) bag sums or means of the rows of ``weight`` named by ``input``.
+
+    Bad ids or offsets raise on the CPU (IndexError, ValueError), and so do host offsets for a
+    table on a device; on a device, where checking would read them on the host (a sync per
+    call), an id out of range makes its bag NaN and invalid device offsets make every bag NaN
+    (a float table), gradients included, so a GradScaler skips the step.
+    """
     from ..autograd import Tensor
 
     def raw(x):

@@ -190,3 +190,30 @@ def test_a_scale_collapsed_to_zero_skips_the_step_instead_of_writing_nan():
     assert not any(stepped), "a step ran with 1/scale = inf"
     assert np.array_equal(w, w0) and np.isfinite(w).all()
 
+
+
+def test_row_sparse_gradients_are_unscaled_and_checked(device):
+    """A sparse embedding_bag with RowWiseAdagrad under a GradScaler: unscale_ raised "expected a
+    NumPy or CuPy array ... wrap it first" on the RowSparse gradient. Its values are unscaled (the
+    step equals the unscaled one) and a NaN among them skips the step."""
+    weights = []
+    for scaled in (True, False):
+        tm.manual_seed(0)
+        layer = tm.nn.EmbeddingBag(6, 2, mode="sum", sparse=True).to(device)
+        opt = tm.optim.RowWiseAdagrad(layer.parameters(), lr=0.1)
+        scaler = GradScaler(init_scale=1024.0, enabled=scaled)
+        loss = layer(tm.tensor(np.array([[0, 1], [1, 4]])).to(device)).sum()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        weights.append(tm.backend.to_numpy(layer.weight.data))
+    np.testing.assert_allclose(weights[0], weights[1], rtol=1e-6)
+    layer = tm.nn.EmbeddingBag(6, 2, mode="sum", sparse=True).to(device)
+    opt = tm.optim.RowWiseAdagrad(layer.parameters(), lr=0.1)
+    before = tm.backend.to_numpy(layer.weight.data).copy()
+    scaler = GradScaler(init_scale=1024.0)
+    scaler.scale(layer(tm.tensor(np.array([[0, 1]])).to(device)).sum() * float("nan")).backward()
+    scaler.step(opt)
+    scaler.update()
+    np.testing.assert_array_equal(tm.backend.to_numpy(layer.weight.data), before)
+    assert scaler.get_scale() == 512.0

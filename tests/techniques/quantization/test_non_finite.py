@@ -113,3 +113,26 @@ def test_a_saved_inf_reaches_the_gradients_as_it_does_without_compression():
     np.testing.assert_array_equal(np.isfinite(packed), np.isfinite(plain))
     assert not np.isfinite(packed).all()
 
+
+
+def test_a_range_set_by_hand_on_the_host_is_still_checked():
+    """Observers skip the range check on a device (a host sync); on the host it is free, and a
+    ``min_val`` set by hand (NaN, or above ``max_val``) must still be refused, not give a NaN
+    scale or a range that leaves out the data."""
+    obs = Q.MinMaxObserver()
+    obs(np.array([-1.0, 2.0], np.float32))
+    obs.min_val = np.float32(np.nan)
+    with pytest.raises(ValueError, match="finite"):
+        obs.calculate_qparams()
+    obs.min_val, obs.max_val = np.float32(3.0), np.float32(1.0)
+    with pytest.raises(ValueError, match="larger"):
+        obs.calculate_qparams()
+
+
+def test_fake_quant_linear_on_the_host_refuses_an_overflowing_range():
+    """Finite activations near the float32 limit give an inf scale ((max - min) / 255 overflows):
+    on the host FakeQuantLinear refuses it (the check is free there) instead of quantizing every
+    activation to 0 with it."""
+    layer = Q.FakeQuantLinear(tm.nn.Linear(2, 1), averaging_constant=0.5)
+    with pytest.raises(ValueError, match="scale must be finite"):
+        layer(tm.tensor(np.array([[-3e38, 3e38]], np.float32)))

@@ -124,7 +124,9 @@ class GradScaler:
             raise RuntimeError("unscale_() is being called after step().")
         with np.errstate(divide="ignore"):  # a scale of 0 gives inf, caught below
             inv_scale = np.float32(1.0 / np.float64(self._scale))  # PyTorch: double reciprocal, then float
-        grads = [grad.data for grad in _grads_of(optimizer)]
+        # A row-sparse gradient (embedding_bag(sparse=True)) is unscaled and checked through its values.
+        grads = [grad.data.values if getattr(grad.data, "is_sparse", False) else grad.data
+                 for grad in _grads_of(optimizer)]
         for data in grads:  # all checked before any is divided: a refused call changes nothing
             if data.dtype == np.float16:
                 raise ValueError("Attempting to unscale FP16 gradients: unscale fp32 copies instead "

@@ -72,8 +72,9 @@ def qparams_from_minmax(min_val, max_val, qscheme="per_tensor_affine", dtype="qu
     Affine: scale = (max - min) / (qmax - qmin), zero_point = qmin - round(min / scale).
     Symmetric: scale = max|r| / ((qmax - qmin) / 2), zero_point 0 (int8) or 128 (uint8).
     Arithmetic is float32, rounding half to even, like ``UniformQuantizationObserverBase``.
-    ``check=False`` skips refusing a non-finite or reversed range, which reads it on the host (two
-    host syncs on a GPU): for a range finite and ordered by construction, an observer's.
+    ``check=False`` skips refusing a non-finite or reversed range on a device, where it would read
+    the range on the host (two host syncs): for a range finite and ordered by construction, an
+    observer's. On the host the check is free and always made (a user may set ``min_val``).
     """
     check_qscheme(qscheme)
     if quant_min >= quant_max or not eps > 0:
@@ -81,6 +82,7 @@ def qparams_from_minmax(min_val, max_val, qscheme="per_tensor_affine", dtype="qu
     xp = np if isinstance(min_val, (int, float, np.generic)) else backend.array_module(min_val)
     min_val = xp.asarray(min_val, dtype=np.float32)
     max_val = xp.asarray(max_val, dtype=np.float32)
+    check = check or xp is np
     if check and not bool(xp.isfinite(min_val).all() & xp.isfinite(max_val).all()):
         raise ValueError(f"min {min_val} and max {max_val} must be finite: a NaN or inf range gives a "
                          "NaN or inf scale (observers ignore non-finite values for this reason)")
@@ -199,16 +201,21 @@ def fake_quantize(x, scale, zero_point, quant_min=0, quant_max=255, axis=None, c
     """Differentiable quantize-dequantize of a Tensor (PyTorch's ``fake_quantize_per_tensor_affine``
     and, with ``axis``, ``fake_quantize_per_channel_affine``). The gradient is the
     straight-through rule: 1 inside [quant_min, quant_max] after rounding, 0 where clamped.
-    ``check=False`` skips refusing bad qparams, which copies them to the host (one host sync per
-    call on a GPU): for qparams valid by construction, an observer's, in a training step."""
+    ``check=False`` skips refusing bad qparams on a device, where it would copy them to the host
+    (one host sync per call): for qparams valid by construction, an observer's, in a training
+    step. Host qparams are always checked: there it costs nothing."""
     if quant_min >= quant_max:
         raise ValueError(f"quant_min ({quant_min}) must be smaller than quant_max ({quant_max})")
-    if check:
+    if check or not any(hasattr(_raw(v), "__cuda_array_interface__") for v in (scale, zero_point)):
         _check_qparams(scale, zero_point, quant_min, quant_max, "fake_quantize")
     return FakeQuantize.apply(x, scale, zero_point, quant_min, quant_max, axis)
 
 
+def _raw(v):
+    return v.data if isinstance(v, Tensor) else v
+
+
 def _value(v):
     """A host array of a scale or zero_point given as a number, a list, an array or a Tensor."""
-    v = v.data if isinstance(v, Tensor) else v
+    v = _raw(v)
     return backend.to_numpy(v) if hasattr(v, "__cuda_array_interface__") else np.asarray(v)
