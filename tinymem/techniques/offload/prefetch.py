@@ -36,7 +36,8 @@ class Worker:
     """
 
     def __init__(self):
-        self._queue, self._pid = queue.SimpleQueue(), os.getpid()
+        self._queue = queue.SimpleQueue()
+        self._pid = os.getpid()
         self._closing = threading.Event()  # set: the jobs not started are skipped
         # The thread holds the queue, not the worker: a worker dropped without shutdown() dies,
         # and its finalizer stops the thread (a None in the queue), which would otherwise wait
