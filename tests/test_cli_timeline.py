@@ -56,7 +56,7 @@ def test_a_script_that_raises_halfway_has_its_page_up_to_the_failure(tmp_path, c
                      "--", "python", str(script)]) == 1
     err = capsys.readouterr().err
     assert f'File "{script}", line 8, in <module>' in err and "RuntimeError: diverged" in err
-    assert "ended with exit status 1, as under python; its page shows memory up to then" in err
+    assert "the script raised RuntimeError: exit status 1, as under python; its page shows memory up to then" in err
     assert sorted(os.listdir(out)) == ["run.html", "run.pickle"]
     numbers = _page_numbers(out / "run.html")
     assert numbers["peak"]["bytes"] > 0 and any("train.py:7" in d for d in numbers["details"])
@@ -97,7 +97,7 @@ def test_a_script_that_ends_with_sys_exit_0_is_written_and_a_failing_status_is_p
     os.remove(page)
     script.write_text(SCRIPT.format(tail="import sys\nsys.exit(3)"))
     assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 3
-    assert "the script ended with exit status 3, as under python" in capsys.readouterr().err
+    assert "the script called sys.exit(3): exit status 3, as under python" in capsys.readouterr().err
     assert _page_numbers(page)["peak"]["bytes"] > 0
 
 
@@ -106,7 +106,7 @@ def test_a_value_error_of_the_script_is_its_failure_not_a_refused_argument(tmp_p
     script.write_text(SCRIPT.format(tail="raise ValueError('bad learning rate')"))
     assert cli.main(["timeline", "--out", str(tmp_path / "run.html"), "--", "python", str(script)]) == 1
     err = capsys.readouterr().err
-    assert "ValueError: bad learning rate" in err and "ended with exit status 1" in err
+    assert "ValueError: bad learning rate" in err and "raised ValueError: exit status 1" in err
 
 
 def test_dash_dash_without_a_script_and_a_folder_as_snapshot_are_refused_before_the_step(tmp_path, capsys):
@@ -145,6 +145,6 @@ def test_a_workload_step_that_raises_has_its_page_and_traceback(tmp_path, capsys
     assert cli.main(["timeline", "--workload", "mlp", "--sizes", "16,32,4", "--batch", "4", "--out", str(page)]) == 1
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "FloatingPointError: the update diverged" in err
-    assert "the step ended with exit status 1; its page shows memory up to then" in err
+    assert "the step raised FloatingPointError: exit status 1; its page shows memory up to then" in err
     numbers = _page_numbers(page)
     assert [label for _, label in numbers["marks"]] == ["forward", "backward"] and numbers["peak"]["bytes"] > 0

@@ -37,7 +37,10 @@ def test_the_exit_status_and_what_is_printed_are_pythons(tmp_path, capsys, code)
     assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == done.returncode
     err = capsys.readouterr().err
     assert err.startswith(done.stderr)  # "0.0" or "no data" on a line of its own, as python prints it
-    assert ("ended with exit status" in err) == (done.returncode != 0)
+    if code in ("", "None", "0"):
+        assert err == ""
+    else:  # said, with the status the shell sees: "called sys.exit(256): exit status 0, as under python"
+        assert f"the script called sys.exit({eval(code)!r}): exit status {done.returncode}, as under python" in err
     assert page.exists()  # memory up to the exit, whatever the status
 
 
@@ -49,7 +52,7 @@ def test_a_failing_script_shows_pythons_traceback(tmp_path, capsys):
     assert cli.main(["timeline", "--out", str(tmp_path / "run.html"), "--", "python", str(script)]) == 1
     err = capsys.readouterr().err
     assert err.startswith(traceback)  # the same frames: none of runpy's or tinymem's
-    assert err[len(traceback):] == "tinymem timeline: the script ended with exit status 1, as under python; " \
+    assert err[len(traceback):] == "tinymem timeline: the script raised KeyError: exit status 1, as under python; " \
                                     "its page shows memory up to then\n"
 
 
@@ -98,3 +101,12 @@ def test_an_output_the_script_writes_itself_is_not_replaced(tmp_path, monkeypatc
     assert "the script itself wrote" in capsys.readouterr().err
     assert (tmp_path / "report.html").read_text() == "the script's own report"
     assert sorted(os.listdir(tmp_path)) == ["report.html", "train.py"]
+
+
+def test_an_output_linked_into_a_missing_folder_is_refused_before_the_script_runs(tmp_path, monkeypatch, capsys):
+    (tmp_path / "train.py").write_text(MAKES_AN_ARRAY + "open('ran', 'w').close()\n")
+    os.symlink("gone/page.html", tmp_path / "page.html")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["timeline", "--out", "page.html", "--", "python", "train.py"]) == 2
+    assert f"the folder {tmp_path / 'gone'} does not exist" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["page.html", "train.py"]  # the script did not run

@@ -73,6 +73,15 @@ def exit_status(error):
     return 1
 
 
+def ending(error):
+    """How a script or step ended, in words: ``"raised KeyError"``, ``"called sys.exit(256)"``."""
+    if error is None:
+        return "ran to its end"
+    if isinstance(error, SystemExit):
+        return "called sys.exit(" + ("" if error.code is None else repr(error.code)) + ")"
+    return f"raised {type(error).__name__}"
+
+
 def report(error, script=None):
     """Print on stderr what ``python`` prints when ``script`` ends with ``error``: a traceback
     from the script's own frame on (every frame when ``script`` is None), the argument of

@@ -73,7 +73,7 @@ def output_paths(args, inputs):
     not the other. Raises ValueError saying what is wrong."""
     given = [("--out", args.out)] + ([("--snapshot", args.snapshot)] if args.snapshot else [])
     for flag, path in given:
-        folder = os.path.dirname(os.path.abspath(path))
+        folder = os.path.dirname(os.path.realpath(path))  # a symlink is written through: its target's folder
         if not os.path.isdir(folder):
             raise ValueError(f"cannot write {path}: the folder {folder} does not exist; create it first")
         if os.path.isdir(path):
@@ -141,10 +141,10 @@ def run(args):
     if error is not None:
         as_python.report(error, script)
     written = _write(tracker, title, out, snap, before)
-    if status:
-        print(f"tinymem timeline: {'the script' if command else 'the step'} ended with exit status {status}"
-              + (", as under python" if command else "") + ("; its page shows memory up to then" if written else ""),
-              file=sys.stderr)
+    if status or (error is not None and getattr(error, "code", None) not in (None, 0)):  # sys.exit(256) too
+        print(f"tinymem timeline: {'the script' if command else 'the step'} {as_python.ending(error)}: exit status "
+              f"{status}" + (", as under python" if command else "")
+              + ("; its page shows memory up to then" if written and status else ""), file=sys.stderr)
     if not written:
         return status or 2
     names = f"{args.out}" + (f" and {args.snapshot}" if args.snapshot else "")
