@@ -5,6 +5,7 @@ Each check names the argument, repeats the value it got and says what it expects
 from the call they wrote, not from deep inside NumPy. They cost a comparison or two; ops that
 run on every call use them only where NumPy would not already refuse the input.
 """
+import math
 import numbers
 
 
@@ -30,7 +31,10 @@ def real_number(name, value):
     TypeError naming ``name``; the range is the caller's to check."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer past float64's range (10**400): no number a caller means
+        raise ValueError(f"{name} is too large for a float, got {value!r}") from None
 
 
 def axis_index(op, axis, ndim):
@@ -43,3 +47,14 @@ def axis_index(op, axis, ndim):
         raise AxisError(f"{op}: axis {axis!r} is out of range for a tensor with {ndim} dimensions "
                         f"(valid axes: {allowed})")
     return axis % ndim
+
+
+def finite_number(name, value):
+    """``value`` as a ``float`` when it is a finite real number, else a TypeError (not a number,
+    as :func:`real_number`) or a ValueError (inf or NaN) naming ``name``; the range is the
+    caller's to check. NaN matters most: every comparison with it is False, so a range check
+    written as ``if x < low: raise`` lets it through."""
+    value = real_number(name, value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return value
