@@ -81,7 +81,10 @@ class LoRALinear(Module):
     def delta_weight(self):
         """``(alpha / r) · B A`` as an array of the base weight's shape (out, in): 4·in·out bytes."""
         delta = self.lora_B.data @ self.lora_A.data
-        delta *= np.float32(self.scaling)
+        # alpha / r rounded to float32 or the weight's dtype, the wider: float64 adapters keep it
+        # to float64 (rounded to float32 it moved a float64 layer's merged output by 2e-8), and a
+        # float16 product is scaled in float32 and rounded once, as before.
+        delta *= np.promote_types(delta.dtype, np.float32).type(self.scaling)
         return delta
 
     def merge(self):
