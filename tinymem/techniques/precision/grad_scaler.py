@@ -110,10 +110,8 @@ class GradScaler:
 
     def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
                  growth_interval=2000, enabled=True):
-        settings = _settings(_ARGUMENTS, init_scale, growth_factor, backoff_factor, growth_interval)
+        self._take(_settings(_ARGUMENTS, init_scale, growth_factor, backoff_factor, growth_interval))
         self._enabled = bool(enabled)
-        (self._scale, self._growth_factor, self._backoff_factor, self._growth_interval,
-         self._growth_tracker) = settings
         self._per_optimizer = {}
 
     # -- the four calls of the loop -------------------------------------------------------------
@@ -265,10 +263,17 @@ class GradScaler:
         if missing:
             raise ValueError(f"load_state_dict: the state lacks {missing} (it has {sorted(map(str, state_dict))}); "
                              "pass the dict that GradScaler.state_dict() returned")
-        settings = _settings([f"load_state_dict: {key}" for key in _STATE_KEYS],
-                             *(state_dict[key] for key in _STATE_KEYS))
-        (self._scale, self._growth_factor, self._backoff_factor, self._growth_interval,
-         self._growth_tracker) = settings
+        self._take(_settings([f"load_state_dict: {key}" for key in _STATE_KEYS],
+                             *(state_dict[key] for key in _STATE_KEYS)))
+
+    def _take(self, settings):
+        """Set the five settings that :func:`_settings` checked (all of them or none)."""
+        scale, growth, backoff, interval, tracker = settings
+        self._scale = scale
+        self._growth_factor = growth
+        self._backoff_factor = backoff
+        self._growth_interval = interval
+        self._growth_tracker = tracker
 
     def _state(self, optimizer):
         if not hasattr(optimizer, "param_groups"):  # None, or the model passed by mistake
