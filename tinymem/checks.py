@@ -5,7 +5,6 @@ Each check names the argument, repeats the value it got and says what it expects
 from the call they wrote, not from deep inside NumPy. They cost a comparison or two; ops that
 run on every call use them only where NumPy would not already refuse the input.
 """
-import math
 import numbers
 
 
@@ -49,12 +48,11 @@ def axis_index(op, axis, ndim):
     return axis % ndim
 
 
-def finite_number(name, value):
-    """``value`` as a ``float`` when it is a finite real number, else a TypeError (not a number,
-    as :func:`real_number`) or a ValueError (inf or NaN) naming ``name``; the range is the
-    caller's to check. NaN matters most: every comparison with it is False, so a range check
-    written as ``if x < low: raise`` lets it through."""
-    value = real_number(name, value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return value
+def dropout_probability(name, value):
+    """``value`` as a ``float`` when it is a number in [0, 1), else a TypeError (not a number)
+    or a ValueError (NaN, below 0, 1 or above) naming ``name``. 1 would drop every value and
+    scale the survivors by 1 / (1 - p), a division by zero."""
+    p = real_number(name, value)
+    if not 0 <= p < 1:
+        raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
+    return p

@@ -33,7 +33,7 @@ import numpy as np
 from ... import backend
 from ... import functional as F
 from ...autograd import no_grad
-from ...checks import positive_int, real_number
+from ...checks import dropout_probability, positive_int, real_number
 from ...nn import Linear, Module, Parameter
 from ...nn.init import uniform
 
@@ -161,10 +161,7 @@ def check_options(who, r, alpha, dropout):
     r = positive_int(f"{who}: r (the adapter's rank)", r)
     if alpha is not None and not math.isfinite(real_number(f"{who}: alpha", alpha)):
         raise ValueError(f"{who}: alpha must be a finite number (the update is scaled by alpha / r), got {alpha!r}")
-    dropout = real_number(f"{who}: dropout (a probability, e.g. 0.1)", dropout)
-    if not 0 <= dropout < 1:
-        raise ValueError(f"{who}: dropout must be in [0, 1), got {dropout!r}")
-    return r, alpha, dropout
+    return r, alpha, dropout_probability(f"{who}: dropout (a probability, e.g. 0.1)", dropout)
 
 
 def lora_modules(model):
