@@ -1,4 +1,8 @@
 """measure_torch_step against allocations whose sizes and order are known, and steps derived by hand."""
+import json
+import pickle
+import re
+
 import pytest
 
 from tinymem.measure import torch_step
@@ -10,6 +14,21 @@ pytestmark = pytest.mark.torch
 def _sgd_linear(torch, n_in, n_out):
     lin = torch.nn.Linear(n_in, n_out)
     return lin, torch.optim.SGD(lin.parameters(), lr=0.1)  # plain SGD keeps no state
+
+
+def _adamw_step(torch, *middle):
+    """An AdamW step of Linear(8, 32), ``middle``, Linear(32, 4) on a batch of 8: (step, its objects)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), *middle, torch.nn.Linear(32, 4))
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(8, 8)
+
+    def step():
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    return step, dict(model=model, optimizer=opt, inputs=(x,))
 
 
 def test_known_allocations_give_the_known_peak_and_op():
@@ -33,7 +52,7 @@ def test_known_allocations_give_the_known_peak_and_op():
     assert r.buckets["parameter"] == 8 and r.buckets["temporary"] == 5500
     assert sum(r.buckets.values()) == r.peak
     # The events replay to the same peak; the returned tensor is kept to the end of the step.
-    total, totals = 0, []
+    total, totals = 8, []
     for _, nbytes, _, _, _ in r.events:
         total += nbytes
         totals.append(total)
@@ -116,17 +135,8 @@ def test_cross_entropy_backward_holds_two_gradients_of_the_logits_beside_the_sav
 
 def test_the_marking_hooks_move_no_byte(monkeypatch):
     import torch
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4))
-    opt = torch.optim.AdamW(model.parameters())
-    x = torch.randn(8, 8)
-
-    def step():
-        model(x).square().mean().backward()
-        opt.step()
-        opt.zero_grad()
-
-    marked = measure_torch_step(step, model=model, optimizer=opt, inputs=(x,))
+    step, kwargs = _adamw_step(torch, torch.nn.GELU(), torch.nn.LayerNorm(32))
+    marked = measure_torch_step(step, **kwargs)
 
     class NoHooks:
         def __init__(self, *args):
@@ -139,7 +149,7 @@ def test_the_marking_hooks_move_no_byte(monkeypatch):
             pass
 
     monkeypatch.setattr(torch_step, "StepHooks", NoHooks)
-    plain = measure_torch_step(step, model=model, optimizer=opt, inputs=(x,))
+    plain = measure_torch_step(step, **kwargs)
     assert plain.peak == marked.peak and plain.baseline == marked.baseline
     assert marked.buckets["activation"] > 0 == plain.buckets["activation"]  # what the hooks add is the naming
 
@@ -174,3 +184,18 @@ def test_cuda_without_a_gpu_is_refused_clearly():
     lin, opt = _sgd_linear(torch, 2, 2)
     with pytest.raises(RuntimeError, match="torch sees no CUDA GPU.*device='cpu'"):
         measure_torch_step(lambda: None, model=lin, optimizer=opt, device="cuda")
+
+
+def test_the_step_is_drawn_by_the_timeline_page_and_the_snapshot_at_its_peak(tmp_path):
+    import torch
+    step, kwargs = _adamw_step(torch, torch.nn.Tanh())
+    r = measure_torch_step(step, **kwargs)
+    r.export_page(tmp_path / "step.html")
+    text = (tmp_path / "step.html").read_text()
+    numbers = json.loads(re.search(r"const DATA = (\{.*?\});\n", text).group(1))
+    assert numbers["peak"]["bytes"] == r.peak and numbers["entered"] == r.baseline
+    assert numbers["peak"]["by_bucket"] == r.buckets
+    assert [m[1] for m in numbers["marks"]] == ["backward", "optimizer"]
+    r.export_snapshot(tmp_path / "step.pickle", at="peak")
+    with open(tmp_path / "step.pickle", "rb") as f:
+        assert pickle.load(f)["segments"][0]["allocated_size"] == r.peak

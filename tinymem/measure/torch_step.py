@@ -33,9 +33,10 @@ import gc
 from dataclasses import dataclass, field
 
 from ..checks import positive_int
+from ..memory.recording import Recording
 from ..memory.units import format_bytes
 from .torch_profile import Profile, StepHooks, state_storages, storage_of, _tensors
-from .torch_replay import label_in_flight, phase_at, replay
+from .torch_replay import BUCKETS, label_in_flight, phase_at, replay
 
 CUDA_NOTE = "unmeasured on CUDA in this project until a GPU run confirms it"
 
@@ -50,8 +51,8 @@ class TorchStepMemory:
     backward), in_flight (gradients between backward nodes), temporary (the rest: op workspaces,
     unsaved intermediates, what the caller keeps). ``op_at_peak``: the op whose allocation reached
     the peak; ``node_at_peak``: the backward node it ran in (None in forward and the optimizer);
-    ``phase_at_peak``: 'forward', 'backward' or 'optimizer'. ``events``: the step's allocations and
-    bucket changes for the timeline page (see :meth:`recording`)."""
+    ``phase_at_peak``: 'forward', 'backward' or 'optimizer'. :attr:`events`: the step's allocations
+    and bucket changes, which :meth:`export_page` and :meth:`export_snapshot` draw."""
     peak: int
     baseline: int
     buckets: dict
@@ -63,7 +64,27 @@ class TorchStepMemory:
     missed_free_bytes: int = 0
     allocator_peak: int = None  # CUDA: torch.cuda.max_memory_allocated over the step
     note: str = ""
-    events: list = field(default_factory=list, repr=False)
+    rows: tuple = field(default=((), (), ()), repr=False)  # (entered, events, marks): see recording()
+
+    @property
+    def events(self):
+        """The step's allocations, frees and bucket changes: ``(time s, +-bytes, bucket, op, description)``."""
+        return self.rows[1]
+
+    def recording(self):
+        """The step as a :class:`~tinymem.memory.recording.Recording`: the baseline's arrays, the
+        events and the phase marks, in this result's buckets."""
+        entered, events, marks = self.rows
+        return Recording(BUCKETS, entered, events, marks)
+
+    def export_page(self, path, title="one PyTorch training step"):
+        """Write the step as tinymem's timeline page: memory stacked by bucket, the phases, the peak."""
+        self.recording().export_page(path, title)
+
+    def export_snapshot(self, path, at="end"):
+        """Write the step as PyTorch's memory snapshot (``at`` 'end' or 'peak'), for pytorch.org/memory_viz.
+        The addresses are laid out by tinymem's first-fit model, not the allocator's."""
+        self.recording().export_snapshot(path, at)
 
     def __str__(self):
         rows = "\n".join(f"  {b:<11}{n:>16,d} B" for b, n in self.buckets.items() if n)
@@ -143,24 +164,34 @@ def _result(record, device, cuda_peak):
         node_at_peak=None if block is None else block.node, phase_at_peak=phase, device=device,
         method="torch.profiler allocation replay" + (" + torch.cuda memory stats" if cuda else ""),
         missed_free_bytes=record.missed_free_bytes, allocator_peak=cuda_peak.value if cuda else None,
-        note=CUDA_NOTE if cuda else "", events=_events(record))
+        note=CUDA_NOTE if cuda else "", rows=_rows(record))
 
 
-def _events(record):
-    """The step as ``(time s, +-bytes, bucket, op, description)`` rows, from its start; a bucket
-    change is a free and then an allocation at one instant. At one instant births come before
-    deaths (the higher total, as the peak counts it), a bucket change's free before its birth."""
-    rows = []
+def _rows(record):
+    """``(entered, events, marks)`` for :class:`~tinymem.memory.recording.Recording`: the baseline's
+    arrays, then the step's births, deaths and bucket changes as ``(time s, +-bytes, bucket, op,
+    description)`` (a change is a free and then a birth at one instant; at one instant births come
+    before deaths, the higher total, as the peak counts it), and the phases' starts."""
+    def where(b):
+        return phase_at(b.born, record.backward_start, record.optimizer_start) + (f": {b.node}" if b.node else "")
+
+    rows, entered = [], []
     for b in list(record.baseline) + list(record.blocks):
         changes = [max(b.born, record.start)]
         for t in sorted({t for t, _ in b.labels if t > changes[0]}):
             if b.bucket_at(t) != b.bucket_at(changes[-1]):
                 changes.append(t)
-        what = phase_at(b.born, record.backward_start, record.optimizer_start) + (f": {b.node}" if b.node else "")
         for i, (t0, t1) in enumerate(zip(changes, changes[1:] + [b.died])):
             bucket = b.bucket_at(t0)
-            rows.append((t0, 1, b.nbytes, bucket, b.op, what))
+            if b.born > record.start or i:
+                rows.append((t0, 1, b.nbytes, bucket, b.op, where(b)))
+            else:
+                entered.append((b.nbytes, bucket, b.op, "before the step"))
             if t1 is not None:
-                rows.append((t1, 0 if i + 1 < len(changes) else 2, -b.nbytes, bucket, b.op, what))
+                rows.append((t1, 0 if i + 1 < len(changes) else 2, -b.nbytes, bucket, b.op,
+                             "before the step" if b.born <= record.start and not i else where(b)))
     rows.sort(key=lambda r: r[:2])
-    return [((t - record.start) / 1e9, nbytes, bucket, op, what) for t, _, nbytes, bucket, op, what in rows]
+    events = [((t - record.start) / 1e9, nbytes, bucket, op, what) for t, _, nbytes, bucket, op, what in rows]
+    marks = [((t - record.start) / 1e9, phase) for t, phase in
+             ((record.backward_start, "backward"), (record.optimizer_start, "optimizer")) if t is not None]
+    return entered, events, marks
