@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from ..checks import positive_int
 from ..memory.recording import Recording
 from ..memory.units import format_bytes
-from .torch_profile import Profile, StepHooks, state_storages, storage_of, _tensors
+from .torch_profile import Profile, StepHooks, state_storages
 from .torch_replay import BUCKETS, label_in_flight, phase_at, replay
 
 CUDA_NOTE = "unmeasured on CUDA in this project until a GPU run confirms it"
@@ -145,8 +145,7 @@ def measure_torch_step(step, *, model, optimizer, steps=2, inputs=(), device=Non
                 pass
             with StepHooks(torch, params):
                 kept = step()
-        at_end = {storage_of(t)[0] for t in _tensors(list(optimizer.state.values()), torch)
-                  if storage_of(t) is not None}
+        at_end = state_storages(torch, model, optimizer, inputs, device)
     del kept  # after the profile: what the step returns stays alive to its end, as the caller keeps it
     record = Profile(torch, prof, device, "tinymem::measured_step", known, at_end)
     return _result(record, device, cuda_peak)
@@ -164,7 +163,11 @@ def _result(record, device, cuda_peak):
         node_at_peak=None if block is None else block.node, phase_at_peak=phase, device=device,
         method="torch.profiler allocation replay" + (" + torch.cuda memory stats" if cuda else ""),
         missed_free_bytes=record.missed_free_bytes, allocator_peak=cuda_peak.value if cuda else None,
-        note=CUDA_NOTE if cuda else "", rows=_rows(record))
+        note="; ".join(([CUDA_NOTE] if cuda else []) + ([
+            f"{record.missed_free_bytes:,d} B made before profiling were freed unseen: the peak may count up "
+            "to that many bytes too many (steps >= 2 profiles what the step before leaves)"]
+            if record.missed_free_bytes else [])),
+        rows=_rows(record))
 
 
 def _rows(record):
