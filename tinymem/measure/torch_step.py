@@ -17,10 +17,13 @@ tensors and accumulated gradients on the profiler's clock (``torch_profile.py``)
 
 **Limits.** The bytes are what the allocator was asked for (``nbytes`` of each storage): the
 CPU allocator's alignment (64 B) and malloc's own headers are not in them, nor is memory that
-does not pass through c10's allocator (oneDNN scratchpads, OpenMP and Python objects). A
-storage made before the step before the measured one and freed during the measured one is
-noticed late (``missed_free_bytes``). The two hooks cost one empty ``record_function`` per saved
-tensor and per parameter, which moves no byte.
+does not pass through c10's allocator (oneDNN scratchpads, OpenMP and Python objects), nor
+allocations on a thread the profiler does not follow (one the step starts itself). A storage
+made before the step before the measured one and freed during the measured one is noticed late
+(``missed_free_bytes``). Under ``torch.utils.checkpoint`` the tensors recomputed in backward are
+saved by checkpoint's own hooks, not these: they count as ``in_flight``, not ``activation``.
+The two hooks cost one empty ``record_function`` per saved tensor and per parameter, which moves
+no byte (a test holds the peak with and without them equal).
 
 **On CUDA** (``device="cuda"``) the same replay reads the profiler's CUDA allocations (the
 caching allocator's blocks, 512 B multiples; the baseline's storages are rounded up alike), and
