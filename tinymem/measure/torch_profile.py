@@ -123,7 +123,7 @@ def _records(tree, device_type, allocation_tag):
         ops.append((event.start_time_ns, event.end_time_ns, event.name))
         if event.name.startswith(NODE):
             node, chain = (event.name[len(NODE):], event.end_time_ns), ()
-        elif not event.name.startswith((MARK, OPTIMIZER_STEP, "Optimizer.")) and "::" in event.name:
+        elif "::" in event.name and not event.name.startswith(MARK):  # an op, not a record_function
             chain = chain + (event.name,)
         stack.extend((c, chain, node) for c in reversed(event.children))
     return allocations, ops
@@ -139,7 +139,6 @@ class Profile:
         allocations, ops = _records(prof.profiler.kineto_results.experimental_event_tree(),
                                     device_type, allocation_tag)
         self.start = min(s for s, _, name in ops if name == start_mark)
-        self.end = max([e for _, e, _ in ops] + [a[0] for a in allocations])
         nodes = [s for s, _, name in ops if s >= self.start and name.startswith(NODE)]
         steps = [s for s, _, name in ops if s >= self.start and name.startswith(OPTIMIZER_STEP)]
         self.backward_start = min(nodes, default=None)
@@ -169,7 +168,7 @@ class Profile:
             _, ptr, nbytes, op, node, node_end = item
             if nbytes > 0:
                 old = live.pop(ptr, None)
-                if old is not None:  # its free was never reported: freed before this allocation
+                if old is not None:  # a baseline storage's free was never reported: freed before this
                     old.died = t
                     self.missed_free_bytes += old.nbytes
                 block = Block(ptr, nbytes, t, op=op, node=node, node_end=node_end)
@@ -188,6 +187,4 @@ class Profile:
             if ptr not in live:
                 live[ptr] = Block(ptr, nbytes, self.start, op=UNSEEN)
             live[ptr].labels.append((self.start, bucket))
-        for b in live.values():
-            b.born = min(b.born, self.start)
         self.baseline = list(live.values())
