@@ -43,3 +43,14 @@ def test_phases_follow_the_first_backward_node_and_the_optimizer_step():
     assert [phase_at(t, 10, 20) for t in (5, 10, 15, 20, 30)] == [
         "forward", "backward", "backward", "optimizer", "optimizer"]
     assert phase_at(50, None, None) == "forward" and phase_at(50, 10, None) == "backward"
+
+
+def test_the_timeline_page_has_a_colour_for_every_bucket_of_a_pytorch_step():
+    import re
+
+    from tinymem.memory.page import TEMPLATE
+    from tinymem.measure.torch_replay import BUCKETS
+
+    with open(TEMPLATE, encoding="utf-8") as f:
+        colours = re.search(r"const COLORS = \{(.*?)\};", f.read(), re.S).group(1)
+    assert set(BUCKETS) <= set(re.findall(r"(\w+): \"#[0-9a-f]{6}\"", colours))
