@@ -59,6 +59,12 @@ CASES = {
     # accepted: integer scales
     "dequantize_nf4(packed, int absmax, n)": (lambda: dequantize_nf4(codes()[0], codes()[1].astype(np.int32), 100),
                                               TypeError, "absmax must be the float array.*got int32 on cpu"),
+    # ValueError: operands could not be broadcast together with shapes (1,50) (1,1,2) (1,50)
+    "dequantize_nf4(packed, absmax (1, 2), n)": (lambda: dequantize_nf4(codes()[0], codes()[1].reshape(1, 2), 100),
+                                                 ValueError, r"absmax must be the flat array .* got shape \(1, 2\)"),
+    # ValueError: could not broadcast input array from shape (2,25) into shape (50,)
+    "dequantize_nf4(packed (2, 25), absmax, n)": (lambda: dequantize_nf4(codes()[0].reshape(2, 25), codes()[1], 100),
+                                                  ValueError, r"packed must be the flat array .* got shape \(2, 25\)"),
 }
 
 
