@@ -68,6 +68,22 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("training", ["no", 0, None])
+def test_the_training_flag_is_true_or_false_for_dropout_and_module_train(training):
+    """F.dropout(x, 0.5, "no") dropped half the values and model.train("no") set every module's
+    training to "no", so Dropout dropped; 0 and None were taken as False. PyTorch refuses a
+    non-bool in both. A refused train() changes no module, and a good call after it works."""
+    with pytest.raises(TypeError, match=f"dropout: training must be True or False, got {training!r}"):
+        F.dropout(x3(), 0.5, training)
+    model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
+    model.eval()
+    with pytest.raises(TypeError, match=f"train: mode must be True or False, got {training!r}"):
+        model.train(training)
+    assert [m.training for m in model.modules()] == [False, False, False]
+    assert [m.training for m in model.train(np.True_).modules()] == [True, True, True]
+    np.testing.assert_array_equal(F.dropout(x3(), 0.5, np.False_).numpy(), np.ones(3))
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_refused_with_a_message_saying_what_was_wrong(name):
     make, error, message = CASES[name]
