@@ -70,6 +70,14 @@ def _lerp_(xp, start, end, weight):
 
 class Adafactor(Optimizer):
     def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0):
+        super().__init__(params, lr=lr, beta2_decay=beta2_decay, eps=eps, d=d, weight_decay=weight_decay)
+
+    @staticmethod
+    def _checked_group(group, hyper):
+        """The base checks, then Adafactor's own, for the constructor's options, a group's own
+        and those a loaded state brings (``load_state_dict`` checks through this too)."""
+        full = Optimizer._checked_group(group, hyper)
+        beta2_decay, eps, d, weight_decay = (full[key] for key in ("beta2_decay", "eps", "d", "weight_decay"))
         if real_number("Adafactor: beta2_decay", beta2_decay) > 0:
             raise ValueError(f"beta2_decay must be <= 0, got {beta2_decay}")
         if not (isinstance(eps, (tuple, list)) and len(eps) == 2):
@@ -81,8 +89,8 @@ class Adafactor(Optimizer):
             raise ValueError(f"the clipping threshold d must be >= 1, got {d}")
         if real_number("Adafactor: weight_decay", weight_decay) < 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
-        super().__init__(params, lr=lr, beta2_decay=beta2_decay, eps=tuple(eps), d=d,
-                         weight_decay=weight_decay)
+        full["eps"] = tuple(eps)
+        return full
 
     @staticmethod
     def bytes_for(shape, itemsize, group):
