@@ -148,6 +148,18 @@ def test_adafactor_options_are_checked_in_a_group_and_in_a_loaded_state(options,
     assert np.isfinite(w.numpy()).all() and opt.state[w]["step"] == 2
 
 
+@pytest.mark.parametrize("cls, options, message", [
+    (optim.SGD, {"momentum": 0.9, "nesterov": True, "dampening": 0.5}, "Nesterov momentum needs momentum > 0"),
+    (optim.SGD, {"nesterov": True}, "Nesterov momentum needs momentum > 0"),
+    (optim.RMSprop, {"alpha": 1.5}, r"invalid alpha 1.5: it must be in \[0, 1\]"),
+])
+def test_a_group_s_own_options_are_checked_as_the_constructor_s(cls, options, message):
+    """SGD's nesterov rule and RMSprop's alpha were checked in the constructor only: a group of its
+    own with dampening 0.5 stepped as no Nesterov SGD does, alpha=1.5 made every weight NaN."""
+    with pytest.raises(ValueError, match=message):
+        cls([{"params": [Parameter(np.ones(3, np.float32))], **options}], lr=0.1)
+
+
 @pytest.mark.parametrize("label", list(CONFIGS))
 @pytest.mark.parametrize("other", [(80, 64), (32, 80), (5,)])
 def test_state_saved_from_other_shapes_is_refused_at_load(label, other):
