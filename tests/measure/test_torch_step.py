@@ -170,6 +170,8 @@ def test_refused_inputs_name_the_argument_and_run_nothing():
         measure_torch_step(step, model=lin, optimizer=lin)
     with pytest.raises(ValueError, match="steps"):
         measure_torch_step(step, model=lin, optimizer=opt, steps=0)
+    with pytest.raises(TypeError, match="inputs= holds a ndarray"):
+        measure_torch_step(step, model=lin, optimizer=opt, inputs=(torch.zeros(2), [torch.zeros(2).numpy()]))
     with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
         measure_torch_step(step, model=lin, optimizer=opt, device="mps")
     assert ran == []

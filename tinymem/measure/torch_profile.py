@@ -43,17 +43,21 @@ def storage_of(tensor):
     return storage.data_ptr(), storage.nbytes()
 
 
-def _tensors(value, torch):
-    """Every tensor in a nest of tuples, lists and dicts."""
+def leaves(value):
+    """Every value in a nest of tuples, lists and dicts that is not one of them."""
     stack = [value]
     while stack:
         v = stack.pop()
-        if isinstance(v, torch.Tensor):
-            yield v
-        elif isinstance(v, dict):
+        if isinstance(v, dict):
             stack.extend(v.values())
         elif isinstance(v, (tuple, list)):
             stack.extend(v)
+        else:
+            yield v
+
+
+def _tensors(value, torch):
+    return (v for v in leaves(value) if isinstance(v, torch.Tensor))
 
 
 def state_storages(torch, model, optimizer, inputs, device_type):

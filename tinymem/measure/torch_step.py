@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from ..checks import positive_int
 from ..memory.recording import Recording
 from ..memory.units import format_bytes
-from .torch_profile import Profile, StepHooks, state_storages
+from .torch_profile import Profile, StepHooks, leaves, state_storages
 from .torch_replay import BUCKETS, label_in_flight, phase_at, replay
 
 CUDA_NOTE = "unmeasured on CUDA in this project until a GPU run confirms it"
@@ -99,7 +99,7 @@ class TorchStepMemory:
                 f"baseline {self.baseline:,d} B\n{rows}" + (f"\n({self.note})" if self.note else ""))
 
 
-def _check(step, model, optimizer, steps, device):
+def _check(step, model, optimizer, steps, inputs, device):
     if not callable(step):
         raise TypeError(f"measure_torch_step: step must be a function that runs one training step, "
                         f"got {type(step).__name__}")
@@ -111,6 +111,10 @@ def _check(step, model, optimizer, steps, device):
         raise TypeError(f"measure_torch_step: optimizer= must be the torch.optim.Optimizer the step "
                         f"uses, got {type(optimizer).__name__}")
     steps = positive_int("measure_torch_step: steps (how many steps to run; the last is measured)", steps)
+    stray = next((v for v in leaves(inputs) if not isinstance(v, torch.Tensor)), None)
+    if stray is not None:
+        raise TypeError(f"measure_torch_step: inputs= holds a {type(stray).__name__} ({stray!r:.40}); give the "
+                        "tensors the step reads, alone or in tuples, lists and dicts")
     if device is None:
         device = next((p.device.type for p in model.parameters()), "cpu")
     device = torch.device(device).type if isinstance(device, (str, torch.device)) else device
@@ -131,7 +135,7 @@ def measure_torch_step(step, *, model, optimizer, steps=2, inputs=(), device=Non
     ``device``: 'cpu' or 'cuda' (None: the model's). The model and optimizer are left as the
     steps leave them; the hooks are removed. See the module's docstring for the method and limits.
     """
-    torch, steps, device = _check(step, model, optimizer, steps, device)
+    torch, steps, device = _check(step, model, optimizer, steps, inputs, device)
     from torch.profiler import ProfilerActivity, profile, record_function
     from . import torch_cuda
     for _ in range(steps - 2):
