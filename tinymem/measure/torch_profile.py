@@ -153,8 +153,8 @@ class Profile:
             bucket = known_at_end.get(b.ptr, (0, None))[1] if b.died is None else None
             if bucket in ("parameter", "buffer", "optimizer"):
                 b.labels.append((b.born, bucket))
-        for b in self.baseline:  # made before profiling, gone by the end: freed unseen
-            if b.op == UNSEEN and b.died is None and b.ptr not in known_at_end:
+        for b in self.baseline:  # named at the start, made before profiling, gone by the end: freed unseen
+            if b.op == UNSEEN and b.died is None and known[b.ptr][1] != "temporary" and b.ptr not in known_at_end:
                 self.missed_free_bytes += b.nbytes
 
     def _replay(self, allocations, marks, known):

@@ -25,11 +25,11 @@ saved by checkpoint's own hooks, not these: they count as ``in_flight``, not ``a
 The two hooks cost one empty ``record_function`` per saved tensor and per parameter, which moves
 no byte (a test holds the peak with and without them equal).
 
-**On CUDA** (``device="cuda"``) the same replay reads the profiler's CUDA allocations (the
-caching allocator's blocks, 512 B multiples; the baseline's storages are rounded up alike), and
-the result carries the allocator's own peak beside it: ``max_memory_allocated`` and the peak of
-``_record_memory_history``'s trace (``torch_cuda.py``). It is unmeasured on CUDA in this project
-until a GPU run confirms it; the result says so.
+**On CUDA** (``device="cuda"``) the same replay reads the profiler's CUDA allocations, which are
+the caching allocator's blocks; the baseline is every active block (``torch_cuda.py``), so the
+peak is in the unit of ``max_memory_allocated``, which the result carries beside it, with the
+requested-bytes peak and its rebuild from ``_record_memory_history``'s trace. It is unmeasured
+on CUDA in this project until a GPU run confirms it; the result says so.
 
 Memory and time: the profiler keeps one record per op and per allocation of the last two steps
 (about 100 bytes each) and slows small ops several times; measure a small configuration.
@@ -67,8 +67,9 @@ class TorchStepMemory:
     device: str
     method: str
     missed_free_bytes: int = 0
-    allocator_peak: int = None  # CUDA: torch.cuda.max_memory_allocated over the step
-    allocator_trace_peak: int = None  # CUDA: the same, rebuilt from _record_memory_history's trace
+    allocator_peak: int = None  # CUDA: torch.cuda.max_memory_allocated over the step (blocks)
+    allocator_requested_peak: int = None  # CUDA: the allocator's peak of requested bytes
+    allocator_trace_peak: int = None  # CUDA: the requested peak rebuilt from _record_memory_history
     note: str = ""
     rows: tuple = field(default=((), (), ()), repr=False)  # (entered, events, marks): see recording()
 
@@ -150,7 +151,7 @@ def measure_torch_step(step, *, model, optimizer, steps=2, inputs=(), device=Non
                 pass
             step()
             gc.collect()
-        known = torch_cuda.as_blocks(state_storages(torch, model, optimizer, inputs, device), device)
+        known = torch_cuda.baseline_blocks(torch, state_storages(torch, model, optimizer, inputs, device), device)
         with torch_cuda.allocator_record(torch, device) as allocator:
             with record_function("tinymem::measured_step"):
                 pass
@@ -174,7 +175,7 @@ def _result(record, device, allocator):
         node_at_peak=None if block is None else block.node, phase_at_peak=phase, device=device,
         method="torch.profiler allocation replay" + (" + torch.cuda memory stats" if cuda else ""),
         missed_free_bytes=record.missed_free_bytes, allocator_peak=allocator.max_allocated,
-        allocator_trace_peak=allocator.trace_peak,
+        allocator_requested_peak=allocator.requested_peak, allocator_trace_peak=allocator.trace_peak,
         note="; ".join(([CUDA_NOTE] if cuda else []) + ([
             f"{record.missed_free_bytes:,d} B made before profiling were freed unseen: the peak may count up "
             "to that many bytes too many (steps >= 2 profiles what the step before leaves)"]
