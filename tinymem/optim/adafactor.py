@@ -37,8 +37,30 @@ def _rms(x, xp):
 
 
 def _larger(xp, a, b):
-    """max(a, b) for a float and an RMS (a float, or a 0-d device array: no host sync)."""
-    return max(a, b) if xp is np else xp.maximum(a, b)
+    """max(a, b) for a float ``a`` and an RMS ``b`` (a float, or a 0-d device array: no host
+    sync). A NaN RMS gives ``a``, on a device as on the CPU: Python's ``max`` (PyTorch's too)
+    keeps its first argument when the second is NaN, and so does ``fmax``, where ``maximum``
+    would return NaN. So one inf gradient element makes one NaN weight of a vector on a device
+    as on the CPU (its update is NaN there, and the clipping divisor stays 1), not all of them."""
+    return max(a, b) if xp is np else xp.fmax(a, b)
+
+
+def _lerp_(xp, start, end, weight, scratch=lambda a: a):
+    """``start += weight * (end - start)`` in place, rounded as ``torch.lerp_`` rounds it: from
+    the start below weight 1/2, from the end above (so weight 1, the first step, gives exactly
+    ``end``). PyTorch's form also decides what one inf gradient element does: at weight >= 1/2,
+    ``inf - inf * (1 - weight)`` is NaN, so the running mean of an inf row is NaN and every weight
+    of a matrix becomes NaN, as in PyTorch. ``end`` is a temporary and is overwritten; above 1/2
+    one more temporary of its size (given to ``scratch``, the ledger's count)."""
+    w = start.dtype.type(weight)  # PyTorch's scalar weight, in the tensor's dtype
+    if weight < 0.5:
+        end -= start
+        end *= w
+        start += end
+    else:
+        diff = scratch(end - start)
+        diff *= start.dtype.type(1) - w
+        xp.subtract(end, diff, out=start)
 
 
 class Adafactor(Optimizer):
@@ -83,13 +105,13 @@ class Adafactor(Optimizer):
         if factored:
             row, col = state["row_var"], state["col_var"]
             # mean of g^2 along one axis without a full-size g*g temporary
-            row += weight * (xp.einsum("...ij,...ij->...i", grad, grad)[..., None] / grad.shape[-1] - row)
-            col += weight * (xp.einsum("...ij,...ij->...j", grad, grad)[..., None, :] / grad.shape[-2] - col)
+            _lerp_(xp, row, xp.einsum("...ij,...ij->...i", grad, grad)[..., None] / grad.shape[-1], weight)
+            _lerp_(xp, col, xp.einsum("...ij,...ij->...j", grad, grad)[..., None, :] / grad.shape[-2], weight)
             var = self.scratch(row @ col)
             var /= xp.maximum(row.mean(axis=-2, keepdims=True), eps1)
         else:
             v = state["variance"]
-            v += self.scratch(weight * (grad * grad - v))
+            _lerp_(xp, v, self.scratch(grad * grad), weight, self.scratch)
             var = self.scratch(v.copy())
         xp.maximum(var, eps1 * eps1, out=var)
         xp.sqrt(var, out=var)
