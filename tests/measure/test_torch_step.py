@@ -218,3 +218,26 @@ def test_a_storage_made_before_profiling_and_freed_unseen_is_reported_and_two_st
     twice = measure_torch_step(step, model=lin, optimizer=opt, steps=2)
     assert (twice.peak, twice.missed_free_bytes, twice.note) == (24 + 4000, 0, "")
     assert twice.buckets["buffer"] == 4000
+
+
+def test_a_step_that_raises_leaves_no_hook_behind_and_the_next_measurement_works():
+    import torch
+    lin, opt = _sgd_linear(torch, 2, 2)
+    x = torch.randn(3, 2)
+    calls = []
+
+    def step():
+        calls.append(1)
+        loss = lin(x).square().sum()
+        if len(calls) == 2:  # the measured step
+            raise RuntimeError("the step failed")
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    with pytest.raises(RuntimeError, match="the step failed"):
+        measure_torch_step(step, model=lin, optimizer=opt)
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    assert all(not p._post_accumulate_grad_hooks for p in lin.parameters())
+    r = measure_torch_step(step, model=lin, optimizer=opt)
+    assert r.phase_at_peak == "backward" and r.buckets["activation"] > 0 and sum(r.buckets.values()) == r.peak
