@@ -11,7 +11,7 @@ importing this file imports no torch):
   (``register_post_accumulate_grad_hook``). A mark is an empty ``record_function`` named
   ``tinymem::saved <address>`` or ``tinymem::grad <address>``: it lands on the profiler's own
   clock, between the allocations around it.
-- :func:`read_profile`: the profiler's allocation records (address, signed bytes, time, the ops
+- :class:`Profile`: the profiler's allocation records (address, signed bytes, time, the ops
   around it) and the marks, replayed in time order into :class:`~.torch_replay.Block` s.
 
 The profiler reports a block's free only if it saw the block's allocation: a block allocated
@@ -140,7 +140,7 @@ class Profile:
 
     def __init__(self, torch, prof, device_type, start_mark, known, known_at_end):
         allocation_tag = torch._C._profiler._EventType.Allocation
-        allocations, ops = _records(prof.profiler.kineto_results.experimental_event_tree(),
+        allocations, ops = _records(prof.kineto_results.experimental_event_tree(),
                                     device_type, allocation_tag)
         self.start = min(s for s, _, name in ops if name == start_mark)
         nodes = [s for s, _, name in ops if s >= self.start and name.startswith(NODE)]

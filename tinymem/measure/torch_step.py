@@ -6,9 +6,11 @@ when the optimizer state exists. The answer, a :class:`TorchStepMemory`, counts 
 when that step starts (the **baseline**: parameters, buffers, optimizer state, leftover ``.grad``,
 the ``inputs`` tensors, and whatever the step before left alive) plus the step's own allocations.
 
-**The method, on the CPU.** ``torch.profiler.profile(profile_memory=True, activities=[CPU])``
-records every allocation and free of c10's CPU allocator with its address, signed bytes and
-time, inside the op that made it. The replay (``torch_replay.py``) adds them to the baseline in
+**The method, on the CPU.** PyTorch's profiler with ``profile_memory=True`` (CPU activity, no
+shapes, no stacks) records every allocation and free of c10's CPU allocator with its address,
+signed bytes and time, inside the op that made it. It is opened as
+``torch.autograd.profiler.profile(use_kineto=True)``, the profiler that ``torch.profiler.profile``
+wraps: the wrapper's first use imports ``torch._inductor`` (8 s on a shared 2-core machine). The replay (``torch_replay.py``) adds them to the baseline in
 time order; the peak is the highest total. Buckets come from addresses, not from
 ``torch.profiler._memory_profiler``: that private categorizer needs ``record_shapes`` and
 ``with_stack`` (slower, and it infers categories from the graph after the fact), while the step's
@@ -137,15 +139,14 @@ def measure_torch_step(step, *, model, optimizer, steps=2, inputs=(), device=Non
     steps leave them; the hooks are removed. See the module's docstring for the method and limits.
     """
     torch, steps, device = _check(step, model, optimizer, steps, inputs, device)
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.autograd.profiler import profile, record_function
     from . import torch_cuda
     for _ in range(steps - 2):
         step()
     gc.collect()  # cycles the earlier steps left must not die inside the measured one
     params = list({id(p): p for g in optimizer.param_groups for p in g["params"]}.values())
     # CPU activity alone: allocations are recorded on the host side, CUDA's included.
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=False,
-                 with_stack=False) as prof:
+    with profile(use_kineto=True, use_cpu=True, profile_memory=True, record_shapes=False, with_stack=False) as prof:
         if steps > 1:  # profiled so that what it leaves is seen from birth
             with record_function("tinymem::previous_step"):
                 pass
