@@ -131,6 +131,11 @@ def test_cross_entropy_backward_holds_two_gradients_of_the_logits_beside_the_sav
     assert r.buckets["in_flight"] == 2 * 4 * n * v  # dlogp from nll_loss, dlogits being written
     assert r.buckets["activation"] == 4 * n * v  # log_softmax's saved output
     assert r.buckets["temporary"] >= 4 * n * v  # the logits the caller holds
+    largest = r.top(4)
+    assert [row["bytes"] for row in largest] == [4 * n * v] * 4 and r.top(5)[4]["bytes"] < 4 * n * v
+    assert sorted((row["bucket"], row["op"]) for row in largest) == [
+        ("activation", "aten::_log_softmax"), ("in_flight", "aten::_log_softmax_backward_data"),
+        ("in_flight", "aten::nll_loss_backward"), ("temporary", "aten::mm")]
 
 
 def test_the_marking_hooks_move_no_byte(monkeypatch):

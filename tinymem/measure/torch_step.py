@@ -74,6 +74,13 @@ class TorchStepMemory:
     allocator_trace_peak: int = None  # CUDA: the requested peak rebuilt from _record_memory_history
     note: str = ""
     rows: tuple = field(default=((), (), ()), repr=False)  # (entered, events, marks): see recording()
+    at_peak: list = field(default_factory=list, repr=False)  # (bytes, bucket, op, where) alive at the peak
+
+    def top(self, n=10):
+        """The ``n`` largest blocks alive at the peak, largest first: dicts of bytes, bucket, op
+        (the op that made it) and where (the phase, and the backward node, it was made in)."""
+        n = positive_int("top: n (how many blocks)", n)
+        return [dict(zip(("bytes", "bucket", "op", "where"), row)) for row in self.at_peak[:n]]
 
     @property
     def events(self):
@@ -181,7 +188,16 @@ def _result(record, device, allocator):
             f"{record.missed_free_bytes:,d} B made before profiling were freed unseen: the peak may count up "
             "to that many bytes too many (steps >= 2 profiles what the step before leaves)"]
             if record.missed_free_bytes else [])),
-        rows=_rows(record))
+        rows=_rows(record), at_peak=sorted(
+            ((b.nbytes, b.bucket_at(peak.time), b.op, _where(record, b)) for b in peak.live), key=lambda r: -r[0]))
+
+
+def _where(record, block):
+    """The phase a block was made in, and its backward node: 'backward: MmBackward0'."""
+    if block.born <= record.start:
+        return "before the step"
+    phase = phase_at(block.born, record.backward_start, record.optimizer_start)
+    return phase + (f": {block.node}" if block.node else "")
 
 
 def _rows(record):
@@ -189,9 +205,6 @@ def _rows(record):
     arrays, then the step's births, deaths and bucket changes as ``(time s, +-bytes, bucket, op,
     description)`` (a change is a free and then a birth at one instant; at one instant births come
     before deaths, the higher total, as the peak counts it), and the phases' starts."""
-    def where(b):
-        return phase_at(b.born, record.backward_start, record.optimizer_start) + (f": {b.node}" if b.node else "")
-
     rows, entered = [], []
     for b in list(record.baseline) + list(record.blocks):
         changes = [max(b.born, record.start)]
@@ -201,12 +214,11 @@ def _rows(record):
         for i, (t0, t1) in enumerate(zip(changes, changes[1:] + [b.died])):
             bucket = b.bucket_at(t0)
             if b.born > record.start or i:
-                rows.append((t0, 1, b.nbytes, bucket, b.op, where(b)))
+                rows.append((t0, 1, b.nbytes, bucket, b.op, _where(record, b)))
             else:
-                entered.append((b.nbytes, bucket, b.op, "before the step"))
+                entered.append((b.nbytes, bucket, b.op, _where(record, b)))
             if t1 is not None:
-                rows.append((t1, 0 if i + 1 < len(changes) else 2, -b.nbytes, bucket, b.op,
-                             "before the step" if b.born <= record.start and not i else where(b)))
+                rows.append((t1, 0 if i + 1 < len(changes) else 2, -b.nbytes, bucket, b.op, _where(record, b)))
     rows.sort(key=lambda r: r[:2])
     events = [((t - record.start) / 1e9, nbytes, bucket, op, what) for t, _, nbytes, bucket, op, what in rows]
     marks = [((t - record.start) / 1e9, phase) for t, phase in
