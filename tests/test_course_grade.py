@@ -1,0 +1,152 @@
+"""``tinymem course grade`` on a small class made here: each row exactly, nothing else touched.
+
+The class: the reference answers, wrong answers on file (tests/exercises/wrong/), a syntax error,
+an endless loop, a submission that deletes a file beside the class's folder and one of the
+course's own files, one that prints megabytes (and fails with a ``<script>`` message), and a
+folder without lessons/exercises/. The course is a copy of this checkout made in the test, so a
+deletion that got through could never reach the real one. Only lessons 00 and 05 are graded,
+with two students side by side, to keep the test near 30 s on a busy 2-core machine.
+"""
+import csv
+import pathlib
+import re
+import shutil
+
+import pytest
+
+from tinymem.course import grade as grading
+from tinymem.course.grade_landlock import abi_version
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "lessons" / "solutions"
+WRONG = ROOT / "tests" / "exercises" / "wrong"
+SCRIPT = "<script>alert('graded')</script>"
+
+
+def tree(folder):
+    """``{relative path: bytes}`` of every file under ``folder``."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+def copy_course(dest):
+    for part in ("tinymem", "tests", "lessons"):
+        shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    return dest
+
+
+def student(folder, name, ex00, ex05):
+    exercises = folder / name / "lessons" / "exercises"
+    exercises.mkdir(parents=True)
+    (exercises / "ex00.py").write_text(ex00)
+    (exercises / "ex05.py").write_text(ex05)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grading")
+    course, submissions = copy_course(root / "course"), root / "class"
+    canary = root / "canary.txt"
+    canary.write_text("the teacher's file beside the class's folder")
+    ok00, ok05 = (SOLUTIONS / "ex00.py").read_text(), (SOLUTIONS / "ex05.py").read_text()
+    student(submissions, "correct", ok00, ok05)
+    student(submissions, "wrong", ok00 + (WRONG / "ex00_fixed_four_bytes.py").read_text(),
+            ok05 + (WRONG / "ex05_lion_in_place.py").read_text())
+    student(submissions, "syntax", ok00 + "\nbroken = (1,\n", ok05)
+    student(submissions, "loops", "while True:\n    pass\n" + ok00, ok05)
+    course_file = course / "lessons" / "solutions" / "ex00.py"
+    student(submissions, "deletes", f"import os\nos.remove({str(canary)!r})\nos.remove({str(course_file)!r})\n"
+            + ok00, ok05)
+    student(submissions, "prints", "import sys\nsys.stdout.write('x' * (1 << 21))\n" + ok00,
+            ok05 + f"\n\ndef lion_step(*args, **kwargs):\n    raise AssertionError({SCRIPT!r})\n")
+    (submissions / "no_layout" / "lessons").mkdir(parents=True)
+    outside = {"course": tree(course), "canary": canary.read_bytes(), "class": tree(submissions)}
+    out, page = root / "grades.csv", root / "grades.html"
+    rows = grading.grade(submissions, out, html=page, timeout=10, memory_mb=3072, only=["00", "05"], jobs=2,
+                         checkout=course, echo=lambda line: None)
+    return {"rows": {r["student"]: r for r in rows}, "out": out, "page": page, "root": root, "course": course,
+            "canary": canary, "submissions": submissions, "outside": outside, "course_file": course_file}
+
+
+def test_each_row_is_graded_exactly(graded):
+    rows, confined = graded["rows"], abi_version() >= 1
+    assert rows["correct"] == {"student": "correct", "ex00": "passed", "ex05": "passed", "notes": "" if confined
+                               else "writes not confined (no Landlock here)"}
+    # bytes_per_value=2 asked, 4 assumed: twice the bytes (the check's own assertion, as pytest shows it)
+    assert rows["wrong"]["ex00"] == "failed: test_parameter_bytes[sizes0]: assert 60 == (60 // 2)"
+    assert rows["wrong"]["ex05"] == ("failed: test_lion_step_matches_the_optimizer: "
+                                     "return new arrays: leave p, m, g as they are")
+    line = len(source(graded, "syntax"))  # the file's last line opens a parenthesis
+    assert rows["syntax"]["ex00"] == ("error: test_parameter_bytes[sizes0]: SyntaxError: '(' was never closed "
+                                      f"(ex00.py, line {line})")
+    assert rows["syntax"]["ex05"] == "passed"
+    # the loop is killed at the time limit; ex05, not yet reached, runs again in a fresh process
+    assert (rows["loops"]["ex00"], rows["loops"]["ex05"]) == ("timeout", "passed")
+    assert rows["prints"]["ex00"] == "passed"
+    assert rows["prints"]["ex05"] == f"failed: test_lion_step_matches_the_optimizer: {SCRIPT}"
+    printed = float(re.fullmatch(r"printed (\d+\.\d) MB \(not kept\).*", rows["prints"]["notes"]).group(1))
+    assert printed >= 2.0  # 2 MiB per import of the file, each check imports it afresh
+    assert rows["no_layout"]["ex00"] == rows["no_layout"]["ex05"] == (
+        "error: no lessons/exercises/ in this folder (the grader expects STUDENT/lessons/exercises/exNN.py)")
+    if confined:  # the kernel refused both deletions: the first one's error is the verdict
+        assert rows["deletes"]["ex00"] == (f"error: test_parameter_bytes[sizes0]: PermissionError: [Errno 13] "
+                                           f"Permission denied: {str(graded['canary'])!r}")
+        assert rows["deletes"]["notes"] == ""
+    else:  # both deletions went through; the course's file was put back and the row says so
+        assert rows["deletes"]["ex00"] == "passed"
+        assert "course files changed while it ran (other students were checked at the same time), restored: " \
+               "lessons/solutions/ex00.py deleted" in rows["deletes"]["notes"]
+    assert rows["deletes"]["ex05"] == "passed"
+
+
+def source(graded, name):
+    return (graded["submissions"] / name / "lessons" / "exercises" / "ex00.py").read_text().splitlines()
+
+
+def test_nothing_outside_the_submissions_changed(graded):
+    assert tree(graded["course"]) == graded["outside"]["course"]
+    assert tree(graded["submissions"]) == graded["outside"]["class"]  # graded on copies
+    if abi_version() >= 1:
+        assert graded["canary"].read_bytes() == graded["outside"]["canary"]
+    else:
+        pytest.skip("without Landlock a submission can delete the teacher's files (the README says so)")
+    assert sorted(p.name for p in graded["root"].iterdir()) == ["canary.txt", "class", "course", "grades.csv",
+                                                                "grades.html"]
+
+
+def test_the_csv_and_the_page_hold_the_rows(graded):
+    with open(graded["out"], newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [r["student"] for r in table] == ["correct", "deletes", "loops", "no_layout", "prints", "syntax", "wrong"]
+    assert table == [dict(graded["rows"][r["student"]]) for r in table]
+    page = graded["page"].read_text()
+    assert SCRIPT not in page and "&lt;script&gt;alert(&#x27;graded&#x27;)&lt;/script&gt;" in page
+    passed00 = sum(r["ex00"] == "passed" for r in table)
+    assert f"<td>passed</td><td>{passed00} / 7</td>" in page
+
+
+def test_a_refused_call_writes_nothing(tmp_path):
+    (tmp_path / "class" / "a" / "lessons" / "exercises").mkdir(parents=True)
+    out = tmp_path / "grades.csv"
+    with pytest.raises(ValueError, match="only: lessons \\['99'\\] have no exercises; choose among 00, 01"):
+        grading.grade(tmp_path / "class", out, only=["99"])
+    with pytest.raises(ValueError, match="memory: 100 MB is too little"):
+        grading.grade(tmp_path / "class", out, memory_mb=100)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no student folders"):
+        grading.grade(tmp_path / "empty", out)
+    with pytest.raises(ValueError, match="is not a tinymem checkout .*tests/conftest.py"):
+        grading.grade(tmp_path / "class", out, checkout=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["class", "empty"]
+
+
+def test_the_command_line_names_the_layout_and_refuses_clearly(tmp_path, capsys):
+    from tinymem.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["course", "grade", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "STUDENT/lessons/exercises/exNN.py" in text and "not a security sandbox" in text
+    assert main(["course", "grade", str(tmp_path / "nowhere"), "--out", str(tmp_path / "g.csv")]) == 2
+    assert "submissions: " in capsys.readouterr().err and not list(tmp_path.iterdir())
