@@ -43,6 +43,14 @@ def student(folder, name, ex00, ex05):
     (exercises / "ex05.py").write_text(ex05)
 
 
+def deleter(*paths):
+    """Source that tries to delete every one of ``paths`` (at each import: each check imports the
+    file afresh, so a path already gone is passed over), then raises the first refusal."""
+    return (f"import os\nrefused = []\nfor path in {[str(p) for p in paths]!r}:\n    try:\n        os.remove(path)\n"
+            "    except FileNotFoundError:\n        pass\n    except OSError as exc:\n        refused.append(exc)\n"
+            "if refused:\n    raise refused[0]\n")
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("grading")
@@ -54,10 +62,10 @@ def graded(tmp_path_factory):
     student(submissions, "wrong", ok00 + (WRONG / "ex00_fixed_four_bytes.py").read_text(),
             ok05 + (WRONG / "ex05_lion_in_place.py").read_text())
     student(submissions, "syntax", ok00 + "\nbroken = (1,\n", ok05)
-    student(submissions, "loops", "while True:\n    pass\n" + ok00, ok05)
+    # an endless loop that sleeps: the limit is on wall-clock time, and the test spares the CPU
+    student(submissions, "loops", "import time\nwhile True:\n    time.sleep(0.1)\n" + ok00, ok05)
     course_file = course / "lessons" / "solutions" / "ex00.py"
-    student(submissions, "deletes", f"import os\nos.remove({str(canary)!r})\nos.remove({str(course_file)!r})\n"
-            + ok00, ok05)
+    student(submissions, "deletes", deleter(canary, course_file) + ok00, ok05)
     student(submissions, "prints", "import sys\nsys.stdout.write('x' * (1 << 21))\n" + ok00,
             ok05 + f"\n\ndef lion_step(*args, **kwargs):\n    raise AssertionError({SCRIPT!r})\n")
     (submissions / "no_layout" / "lessons").mkdir(parents=True)
@@ -72,7 +80,7 @@ def graded(tmp_path_factory):
 def test_each_row_is_graded_exactly(graded):
     rows, confined = graded["rows"], abi_version() >= 1
     assert rows["correct"] == {"student": "correct", "ex00": "passed", "ex05": "passed", "notes": "" if confined
-                               else "writes not confined (no Landlock here)"}
+                               else "writes not confined by Landlock"}
     # bytes_per_value=2 asked, 4 assumed: twice the bytes (the check's own assertion, as pytest shows it)
     assert rows["wrong"]["ex00"] == "failed: test_parameter_bytes[sizes0]: assert 60 == (60 // 2)"
     assert rows["wrong"]["ex05"] == ("failed: test_lion_step_matches_the_optimizer: "
@@ -88,7 +96,7 @@ def test_each_row_is_graded_exactly(graded):
     printed = float(re.fullmatch(r"printed (\d+\.\d) MB \(not kept\).*", rows["prints"]["notes"]).group(1))
     assert printed >= 2.0  # 2 MiB per import of the file, each check imports it afresh
     assert rows["no_layout"]["ex00"] == rows["no_layout"]["ex05"] == (
-        "error: no lessons/exercises/ in this folder (the grader expects STUDENT/lessons/exercises/exNN.py)")
+        "error: this folder has no lessons/exercises/ (the grader expects STUDENT/lessons/exercises/exNN.py)")
     if confined:  # the kernel refused both deletions: the first one's error is the verdict
         assert rows["deletes"]["ex00"] == (f"error: test_parameter_bytes[sizes0]: PermissionError: [Errno 13] "
                                            f"Permission denied: {str(graded['canary'])!r}")
@@ -150,3 +158,19 @@ def test_the_command_line_names_the_layout_and_refuses_clearly(tmp_path, capsys)
     assert "STUDENT/lessons/exercises/exNN.py" in text and "not a security sandbox" in text
     assert main(["course", "grade", str(tmp_path / "nowhere"), "--out", str(tmp_path / "g.csv")]) == 2
     assert "submissions: " in capsys.readouterr().err and not list(tmp_path.iterdir())
+
+
+def test_without_landlock_a_deleted_course_file_is_put_back_and_named(tmp_path):
+    """Where the kernel cannot confine writes (confine=False here), the deletion goes through:
+    the grader finds the course's file gone after the student, restores it and says so."""
+    course = copy_course(tmp_path / "course")
+    target, canary = course / "lessons" / "solutions" / "ex00.py", tmp_path / "canary.txt"
+    canary.write_text("beside the class")
+    before = tree(course)
+    student(tmp_path / "class", "deletes", deleter(canary, target) + (SOLUTIONS / "ex00.py").read_text(), "")
+    rows = grading.grade(tmp_path / "class", tmp_path / "grades.csv", timeout=20, memory_mb=3072, only=["00"],
+                         checkout=course, confine=False, echo=lambda line: None)
+    assert rows == [{"student": "deletes", "ex00": "passed", "notes": "course files changed while it ran, restored: "
+                     "lessons/solutions/ex00.py deleted; writes not confined by Landlock"}]
+    assert tree(course) == before
+    assert not canary.exists()  # the limit the README states: without Landlock it writes where you can

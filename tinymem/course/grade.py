@@ -34,6 +34,7 @@ from .grade_run import check_folder
 
 LAYOUT = pathlib.PurePosixPath("lessons", "exercises")
 COURSE_PARTS = ("lessons", "tests", "tinymem", "pyproject.toml")
+STAGE_LIMIT = 64 << 20  # a student's lessons/exercises/ is a few files of source
 
 
 def course_checkout(checkout=None):
@@ -106,61 +107,72 @@ def _restore(checkout, before):
 def _stage(folder, stage):
     """Copy a student's exercises into ``stage``; None, or why their row cannot be graded."""
     source = folder / LAYOUT
-    if not source.is_dir():
-        return f"error: no {LAYOUT}/ in this folder (the grader expects STUDENT/{LAYOUT}/exNN.py)"
+    if source.is_symlink() or not source.is_dir():
+        return f"error: this folder has no {LAYOUT}/ (the grader expects STUDENT/{LAYOUT}/exNN.py)"
+    size = sum(p.lstat().st_size for p in source.rglob("*"))
+    if size > STAGE_LIMIT:
+        return f"error: {LAYOUT}/ holds {size / 1e6:.0f} MB; the grader copies at most {STAGE_LIMIT >> 20} MiB"
     shutil.copytree(source, stage, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     return None
+
+
+def _grade_one(student, stage, problem, stems, checkout, limits, course):
+    """One student's row: their checks, then the course's files compared (and restored) under the
+    lock ``course = (files before the batch, lock, jobs)``."""
+    row = {"student": student, "notes": []}
+    if problem is None:
+        missing = [s for s in stems if not (stage / f"{s}.py").is_file()]
+        row.update({s: f"error: {LAYOUT}/{s}.py is missing" for s in missing})
+        verdicts, notes, _ = check_folder(checkout, stage, [s for s in stems if s not in missing], *limits)
+        row.update(verdicts)
+        row["notes"] += notes
+    else:
+        row.update({s: problem for s in stems})
+    before, lock, jobs = course
+    with lock:
+        changes = _restore(checkout, before)
+    if changes:
+        alongside = " (other students were checked at the same time)" if jobs > 1 else ""
+        row["notes"].append(f"course files changed while it ran{alongside}, restored: " + ", ".join(changes))
+    if not limits[-1]:
+        row["notes"].append("writes not confined by Landlock")
+    row["notes"] = "; ".join(dict.fromkeys(row["notes"]))
+    return row
 
 
 def grade(submissions, out, html=None, timeout=120.0, memory_mb=4096, only=None, jobs=1, checkout=None,
           confine=True, echo=print):
     """Grade every student folder in ``submissions``; write the CSV ``out`` (and the page ``html``).
-    Returns the rows (dicts keyed by ``student``, each exercise name, ``notes``)."""
+    ``confine=False`` (or a kernel without Landlock) leaves writes unconfined. Returns the rows
+    (dicts keyed by ``student``, each exercise name, ``notes``)."""
     submissions, out = pathlib.Path(submissions), pathlib.Path(out)
     checkout = course_checkout(checkout)
     if not submissions.is_dir():
-        raise ValueError(f"submissions: {submissions} is not a folder; give the folder that holds one folder per student")
+        raise ValueError(f"submissions: {submissions} is not a folder; give the folder that holds one folder "
+                         "per student")
     for name, value in (("timeout", timeout), ("memory", memory_mb), ("jobs", jobs)):
-        if not value > 0:
-            raise ValueError(f"{name}: {value!r} must be positive")
+        if not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name}: {value!r} must be a positive number")
     if memory_mb < 512:
         raise ValueError(f"memory: {memory_mb} MB is too little to import NumPy, PyTorch and pytest; give 512 or more")
     for name, path in (("out", out), ("html", html)):
         if path is not None and not pathlib.Path(path).resolve().parent.is_dir():
             raise ValueError(f"{name}: the folder of {path} does not exist; create it first")
     stems, students = exercise_names(checkout, only), _students(submissions)
-    confine = confine and abi_version() >= 1
-    before, course_lock = _snapshot(checkout), threading.Lock()
+    limits = (timeout, memory_mb, confine and abi_version() >= 1)
+    course = (_snapshot(checkout), threading.Lock(), jobs)
     with tempfile.TemporaryDirectory(prefix="tinymem-grade-") as batch:
-        batch = pathlib.Path(batch)
-        staged = {s.name: _stage(s, batch / "stage" / str(i)) for i, s in enumerate(students)}
+        # the whole class is copied first: no submission can reach another's files before they are read
+        stages = [pathlib.Path(batch) / str(i) for i in range(len(students))]
+        problems = [_stage(student, stage) for student, stage in zip(students, stages)]
 
-        def one(i, student):
-            row = {"student": student.name, "notes": []}
-            problem = staged[student.name]
-            if problem is None:
-                missing = [s for s in stems if not (batch / "stage" / str(i) / f"{s}.py").is_file()]
-                row.update({s: f"error: {LAYOUT}/{s}.py is missing" for s in missing})
-                verdicts, notes, _ = check_folder(checkout, batch / "stage" / str(i),
-                                                  [s for s in stems if s not in missing], timeout, memory_mb, confine)
-                row.update(verdicts)
-                row["notes"] += notes
-            else:
-                row.update({s: problem for s in stems})
-            with course_lock:
-                changes = _restore(checkout, before)
-            if changes:
-                alongside = " (other students were checked at the same time)" if jobs > 1 else ""
-                row["notes"].append(f"course files changed while it ran{alongside}, restored: " + ", ".join(changes))
-            row["notes"] = "; ".join(dict.fromkeys(row["notes"]))
+        def one(student, stage, problem):
+            row = _grade_one(student.name, stage, problem, stems, checkout, limits, course)
             echo(f"{student.name}: " + ", ".join(f"{s} {row[s].split(':')[0]}" for s in stems))
             return row
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            rows = list(pool.map(one, range(len(students)), students))
-    if not confine:
-        for row in rows:
-            row["notes"] = "; ".join(filter(None, [row["notes"], "writes not confined (no Landlock here)"]))
+            rows = list(pool.map(one, students, stages, problems))
     columns = ["student", *stems, "notes"]
     write_csv(out, columns, rows)
     if html is not None:

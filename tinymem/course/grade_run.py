@@ -137,7 +137,8 @@ def _one_child(checkout, run_dir, stems, timeout, memory_mb, confine):
                "-p", "no:cacheprovider", "-q", "-s", "--tb=no", "--no-header", "--rootdir", str(checkout),
                "-c", str(checkout / "pyproject.toml"), "-m", markers, *[str(tests / f"test_{s}.py") for s in stems]]
     work = run_dir / "work"
-    child = subprocess.Popen(command, cwd=work, env=_environment(checkout, run_dir, work / "lessons" / "exercises", confine),
+    env = _environment(checkout, run_dir, work / "lessons" / "exercises", confine)
+    child = subprocess.Popen(command, cwd=work, env=env,
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              start_new_session=True, preexec_fn=_limits(memory_mb << 20))
     reader = _CappedReader(child.stdout)
