@@ -30,8 +30,9 @@ def add_parser(actions):
     grade.add_argument("--out", required=True, help="the CSV to write (e.g. grades.csv)")
     grade.add_argument("--html", default=None, help="also write a short HTML summary here")
     grade.add_argument("--timeout", type=float, default=120.0,
-                       help="wall-clock seconds for the checks of one exercise file (default 120); past it "
-                            "that exercise is 'timeout' and the student's later ones run in a fresh process")
+                       help="wall-clock seconds for the checks of one exercise file, from its first check "
+                            "(default 120); past it that exercise is 'timeout' and the student's later ones run "
+                            "in a fresh process")
     grade.add_argument("--memory", type=int, default=4096,
                        help="address-space limit per student in MB (default 4096)")
     grade.add_argument("--only", default=None, metavar="NN,NN",
@@ -42,8 +43,12 @@ def add_parser(actions):
 
 def run(args):
     from .grade import grade
+    from .grade_landlock import abi_version
 
     only = args.only.split(",") if args.only is not None else None
+    if abi_version() < 1:
+        print("tinymem course grade: this kernel has no Landlock, so a submission's code can write and delete "
+              "anything your user can (see --help)", file=sys.stderr)
     try:
         rows = grade(args.submissions, args.out, html=args.html, timeout=args.timeout, memory_mb=args.memory,
                      only=only, jobs=args.jobs)

@@ -69,7 +69,8 @@ def _environment(checkout, run_dir, exercises, confine):
     home.mkdir(exist_ok=True)
     tmp.mkdir(exist_ok=True)
     env = dict(os.environ, HOME=str(home), TMPDIR=str(tmp), MPLCONFIGDIR=str(home), MPLBACKEND="Agg",
-               PYTHONPATH=str(checkout), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(checkout), os.environ.get("PYTHONPATH")])),
+               PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
                TINYMEM_EXERCISES=str(exercises), TINYMEM_GRADE_CONFINE="1" if confine else "0")
     # One thread per BLAS: students run one after another (or --jobs side by side), not in a pool
     env.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
