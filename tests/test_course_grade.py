@@ -174,3 +174,13 @@ def test_without_landlock_a_deleted_course_file_is_put_back_and_named(tmp_path):
                      "lessons/solutions/ex00.py deleted; writes not confined by Landlock"}]
     assert tree(course) == before
     assert not canary.exists()  # the limit the README states: without Landlock it writes where you can
+
+
+@pytest.mark.slow
+def test_the_reference_answers_pass_every_exercise_under_the_grader(tmp_path):
+    """Every exercise's checks can pass inside the grader's limits and confinement (lesson 9's
+    two jobs share a simulated device in /dev/shm: confined away from it, they failed)."""
+    shutil.copytree(SOLUTIONS, tmp_path / "class" / "reference" / "lessons" / "exercises")
+    rows = grading.grade(tmp_path / "class", tmp_path / "grades.csv", echo=lambda line: None)
+    assert {k: v for k, v in rows[0].items() if v != "passed"} == {"student": "reference", "notes": ""}
+    assert len(rows[0]) == 2 + len(list(SOLUTIONS.glob("ex*.py")))

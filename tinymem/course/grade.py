@@ -12,7 +12,7 @@ CSV and optionally a short HTML page (:mod:`grade_report`).
 Isolation (what it gives): each student runs on a scratch copy of their ``lessons/exercises/``
 (copied for the whole class before the first student runs), with HOME and TMPDIR inside it,
 under a time and a memory limit, with its output capped; where Linux has Landlock, the process
-can change files only inside its scratch folder. After each student the course's own files
+can change files only inside its scratch folder (and /dev/shm). After each student the course's own files
 (``lessons/``, ``tests/``, ``tinymem/``, ``pyproject.toml``) are compared with their contents
 before the batch; a change is restored and named in that student's notes.
 What it does not give: the checks run as the teacher's user. Without Landlock (older kernels,

@@ -1,8 +1,8 @@
 """One student's checks process: ``python -m tinymem.course.grade_child RESULTS WRITABLE -- PYTEST_ARGS``.
 
 Started by :mod:`tinymem.course.grade_run`, never by hand. Before any of the student's code runs
-it confines the process's writes to the folder ``WRITABLE`` (:mod:`grade_landlock`, where the
-kernel allows it), then runs pytest on the course's own checks with a plugin that appends one
+it confines the process's writes to the folder ``WRITABLE`` and /dev/shm (:mod:`grade_landlock`,
+where the kernel allows it), then runs pytest on the course's own checks with a plugin that appends one
 JSON line per event to ``RESULTS``, flushed at once, so that what finished before a time limit
 or a crash is kept:
 
@@ -68,7 +68,10 @@ def main(argv):
     results, writable, dash, *pytest_args = argv
     if dash != "--":
         raise SystemExit("usage: python -m tinymem.course.grade_child RESULTS WRITABLE -- PYTEST_ARGS")
-    confined = confine_writes([writable]) if os.environ.get("TINYMEM_GRADE_CONFINE") == "1" else None
+    # /dev/shm too: shared memory is how processes share (multiprocessing's semaphores, the
+    # simulated device two jobs share in lesson 9's checks); it holds no file of the course's
+    folders = [writable] + (["/dev/shm"] if os.path.isdir("/dev/shm") else [])
+    confined = confine_writes(folders) if os.environ.get("TINYMEM_GRADE_CONFINE") == "1" else None
     recorder = Recorder(results)
     recorder.write(confined=confined)
     return pytest.main(pytest_args, plugins=[recorder])

@@ -15,7 +15,7 @@ The CSV has one row per student: a column per exercise file (passed | failed: <c
 
 EPILOG = """\
 Isolation, honestly: the checks run as your user. Where Linux has Landlock (5.13+, most
-distributions since 2022) a student's process may change files only inside its scratch copy;
+distributions since 2022) a student's process may change files only inside its scratch copy (and /dev/shm);
 elsewhere it can write or delete anything you can. The course's own files (lessons/, tests/,
 tinymem/) are compared after each student and restored if changed (named in the notes). A
 student's code can still read your files, use the network, start processes and forge its own
