@@ -5,7 +5,7 @@ an endless loop, a submission that deletes a file beside the class's folder and 
 course's own files, one that prints megabytes (and fails with a ``<script>`` message), and a
 folder without lessons/exercises/. The course is a copy of this checkout made in the test, so a
 deletion that got through could never reach the real one. Only lessons 00 and 05 are graded,
-with two students side by side, to keep the test near 30 s on a busy 2-core machine.
+with two students side by side (where Landlock is), to keep the test cheap.
 """
 import csv
 import pathlib
@@ -71,8 +71,10 @@ def graded(tmp_path_factory):
     (submissions / "no_layout" / "lessons").mkdir(parents=True)
     outside = {"course": tree(course), "canary": canary.read_bytes(), "class": tree(submissions)}
     out, page = root / "grades.csv", root / "grades.html"
-    rows = grading.grade(submissions, out, html=page, timeout=10, memory_mb=3072, only=["00", "05"], jobs=2,
-                         checkout=course, echo=lambda line: None)
+    # side by side only where Landlock stops the deletions: else a course file deleted by one
+    # student could be found (and named) after another's run, and rows could not be exact
+    rows = grading.grade(submissions, out, html=page, timeout=10, memory_mb=3072, only=["00", "05"],
+                         jobs=2 if abi_version() >= 1 else 1, checkout=course, echo=lambda line: None)
     return {"rows": {r["student"]: r for r in rows}, "out": out, "page": page, "root": root, "course": course,
             "canary": canary, "submissions": submissions, "outside": outside, "course_file": course_file}
 
@@ -103,8 +105,8 @@ def test_each_row_is_graded_exactly(graded):
         assert rows["deletes"]["notes"] == ""
     else:  # both deletions went through; the course's file was put back and the row says so
         assert rows["deletes"]["ex00"] == "passed"
-        assert "course files changed while it ran (other students were checked at the same time), restored: " \
-               "lessons/solutions/ex00.py deleted" in rows["deletes"]["notes"]
+        assert rows["deletes"]["notes"] == ("course files changed while it ran, restored: lessons/solutions/ex00.py "
+                                            "deleted; writes not confined by Landlock")
     assert rows["deletes"]["ex05"] == "passed"
 
 
