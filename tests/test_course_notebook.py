@@ -36,6 +36,10 @@ def test_each_lessons_notebook_is_valid_and_names_every_exercise(lesson):
     assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code")
 
 
+def test_the_lessons_with_exercises_are_those_with_reference_answers():
+    assert grade_notebook.exercise_lessons() == LESSONS and "06" in LESSONS and "13" in LESSONS
+
+
 def test_a_lesson_without_exercises_is_refused():
     with pytest.raises(ValueError, match=r"only: lessons \['99'\] have no exercises; choose among 00"):
         grade_notebook.exercises_notebook(99)

@@ -62,6 +62,11 @@ def _functions(stem, checkout):
     return []
 
 
+def exercise_lessons(checkout=None):
+    """The lesson numbers ("00", "01", ...) that have exercises: one notebook each."""
+    return sorted({stem[2:4] for stem in exercise_names(course_checkout(checkout))})
+
+
 def exercises_notebook(lesson, checkout=None):
     """The exercises notebook of lesson ``lesson`` (an int or "NN") as an ``nbformat`` v4
     NotebookNode, without outputs: a markdown cell naming the files and functions, a cell that
