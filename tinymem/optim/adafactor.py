@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from .. import backend
+from ..checks import real_number
 from .optimizer import Optimizer
 
 
@@ -65,13 +66,16 @@ def _lerp_(xp, start, end, weight, scratch=lambda a: a):
 
 class Adafactor(Optimizer):
     def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0):
-        if beta2_decay > 0:
+        if real_number("Adafactor: beta2_decay", beta2_decay) > 0:
             raise ValueError(f"beta2_decay must be <= 0, got {beta2_decay}")
-        if (eps[0] is not None and eps[0] < 0) or eps[1] < 0:
+        if not (isinstance(eps, (tuple, list)) and len(eps) == 2):
+            raise TypeError(f"Adafactor: eps must be a pair (eps1 or None, eps2), got {eps!r}")
+        if (eps[0] is not None and real_number("Adafactor: eps[0]", eps[0]) < 0) or \
+                real_number("Adafactor: eps[1]", eps[1]) < 0:
             raise ValueError(f"eps must be (None or >= 0, >= 0), got {eps}")
-        if d < 1.0:
+        if real_number("Adafactor: the clipping threshold d", d) < 1.0:
             raise ValueError(f"the clipping threshold d must be >= 1, got {d}")
-        if weight_decay < 0:
+        if real_number("Adafactor: weight_decay", weight_decay) < 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
         super().__init__(params, lr=lr, beta2_decay=beta2_decay, eps=tuple(eps), d=d,
                          weight_decay=weight_decay)

@@ -135,10 +135,12 @@ def deepspeed_estimate(stage, total_params, largest_layer_params=0, num_gpus_per
             raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
     if not (is_int(stage) and stage in (2, 3)):
         raise ValueError(f"DeepSpeed estimates ZeRO stage 2 or 3, got {stage!r}")
-    for name, flag in (("cpu_offload", cpu_offload), ("cpu_offload_params", cpu_offload_params), ("zero_init", zero_init)):
+    flags = (("cpu_offload", cpu_offload), ("cpu_offload_params", cpu_offload_params), ("zero_init", zero_init))
+    for name, flag in flags:
         if not isinstance(flag, (bool, np.bool_)):  # 2 or "no" would pick a branch by truth, silently
             raise TypeError(f"{name} must be True or False, got {flag!r}")
-    if not 0 < real_number("additional_buffer_factor", additional_buffer_factor) < math.inf:  # inf raised OverflowError in int()
+    # inf raised OverflowError in int()
+    if not 0 < real_number("additional_buffer_factor", additional_buffer_factor) < math.inf:
         raise ValueError("additional_buffer_factor is DeepSpeed's allowance, a finite number > 0, got "
                          f"{additional_buffer_factor!r}")
     # Python ints: a NumPy int64 count would wrap past 9.2e18 bytes without a word.
@@ -147,9 +149,9 @@ def deepspeed_estimate(stage, total_params, largest_layer_params=0, num_gpus_per
         return _deepspeed_bytes(int(stage), *counts, bool(cpu_offload), bool(cpu_offload_params), bool(zero_init),
                                 float(additional_buffer_factor))
     except OverflowError:  # a float past 1.8e308 (int() of inf), or a count too large for a float
-        raise ValueError(f"deepspeed_estimate: total_params={total_params}, largest_layer_params={largest_layer_params} "
-                         f"and additional_buffer_factor={additional_buffer_factor!r} give more bytes than a float "
-                         "holds (1.8e308); check the parameter counts and the factor") from None
+        raise ValueError(f"deepspeed_estimate: total_params={total_params}, largest_layer_params="
+                         f"{largest_layer_params} and additional_buffer_factor={additional_buffer_factor!r} give "
+                         "more bytes than a float holds (1.8e308); check the parameter counts and the factor") from None
 
 
 def _deepspeed_bytes(stage, total_params, largest_layer_params, num_gpus_per_node, num_nodes, cpu_offload,

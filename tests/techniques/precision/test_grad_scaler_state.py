@@ -104,3 +104,19 @@ def test_the_constructor_refuses_what_load_state_dict_refuses(key, value, error,
     name = CONSTRUCTOR[key]
     with pytest.raises(error, match=f"^{name}"):
         GradScaler(**{name: value})
+
+
+@pytest.mark.parametrize("new_scale, error", [(1e39, ValueError), ("8", TypeError), (True, TypeError)])
+def test_update_refuses_a_new_scale_float32_cannot_hold_or_not_a_number(new_scale, error):
+    """update(1e39) set the scale to float32 inf (every later step skipped); "8" raised Python's
+    "could not convert" and True set a scale of 1."""
+    scaler, w, opt = _trained_scaler()
+    opt.zero_grad()
+    scaler.scale((w * 1.0).sum()).backward()
+    scaler.step(opt)
+    before = scaler.state_dict()
+    with pytest.raises(error, match="update.new_scale.: the scale must be a"):
+        scaler.update(new_scale)
+    assert scaler.state_dict() == before
+    scaler.update(32.0)
+    assert scaler.get_scale() == 32.0 and _step(scaler, w, opt)

@@ -73,6 +73,15 @@ _STATE_KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_
 _ARGUMENTS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
 
 
+def _scale32(name, value):
+    """A scale as the float32 it is kept as, refused by ``name`` unless finite and > 0 there."""
+    with np.errstate(over="ignore"):
+        scale32 = np.float32(real_number(name, value))
+    if not (math.isfinite(scale32) and scale32 > 0):
+        raise ValueError(f"{name} must be a finite number > 0 that float32 holds (below 3.4e38), got {value!r}")
+    return scale32
+
+
 def _settings(names, scale, growth, backoff, interval, tracker=0):
     """``(scale, growth_factor, backoff_factor, growth_interval, growth_tracker)``, checked and
     converted; ``names`` are the five names an error shows (the constructor's arguments, or a
@@ -82,10 +91,7 @@ def _settings(names, scale, growth, backoff, interval, tracker=0):
     rounds to inf or 0) skips every step for good; a growth_factor below 1 (or NaN) shrinks the scale
     when it should grow; a backoff_factor of 0 collapses it at the first overflow; a tracker at
     or past growth_interval never reaches it, so the scale never grows."""
-    with np.errstate(over="ignore"):
-        scale32 = np.float32(real_number(names[0], scale))
-    if not (math.isfinite(scale32) and scale32 > 0):
-        raise ValueError(f"{names[0]} must be a finite number > 0 that float32 holds (below 3.4e38), got {scale!r}")
+    scale32 = _scale32(names[0], scale)
     if not 1.0 <= real_number(names[1], growth) < math.inf:
         raise ValueError(f"{names[1]} must be a finite number >= 1.0 (1.0 disables growth), got {growth!r}")
     if not 0.0 < real_number(names[2], backoff) <= 1.0:
@@ -194,10 +200,9 @@ class GradScaler:
         if not self._enabled:
             return
         if new_scale is not None:
-            value = float(new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
-            if not (math.isfinite(value) and value > 0):  # 0 would stop training for good, silently
-                raise ValueError(f"update(new_scale): the scale must be a finite number > 0, got {value}")
-            self._scale = np.float32(value)
+            # 0 would stop training for good, silently; 1e39 is inf in float32
+            self._scale = _scale32("update(new_scale): the scale",
+                                   new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
         else:
             found = [s["found_inf"] for s in self._per_optimizer.values() if s["found_inf"] is not None]
             if not found:
