@@ -27,6 +27,9 @@ per-thread buffers, the loss's two 4-byte scalars.
 
 
 
+RNG_STATE = 5056  # bytes of torch.get_rng_state() on the CPU (the Mersenne Twister's state)
+
+
 class Step:
     """Writes one training step of a GPT or LLaMA onto ``tape``: ``d`` its sizes
     (:class:`~.torch_step.Dims`), ``options`` the resolved :class:`~..inputs.TorchOptions`."""
@@ -72,8 +75,11 @@ class Step:
         new(tag + ".rstd", "activation", "LayerNorm 1/std", "4·N", 4 * d.N)
         return out
 
-    def block(self, i, x):
-        """One block's forward; returns its output's tag (the next block's saved input)."""
+    def block(self, i, x, stop_early=False):
+        """One block's forward; returns its output's tag (the next block's saved input). With
+        ``stop_early`` (a checkpoint's recomputation) it stops after the last op that saves a
+        tensor, as ``torch.utils.checkpoint``'s early stop does: the MLP's last Linear and the
+        residual add are not run again (with dropout, the Linear and the dropout are)."""
         d, new, t, p = self.d, self.new, self.t, f"{i}."
         Nh, aBss = 4 * d.N * d.h, 4 * d.a * d.B * d.s * d.s
         ln1 = self.norm(p + "ln1", x)
@@ -131,11 +137,43 @@ class Step:
         else:
             new(p + "fc", "activation", "c_fc output", "4·N·f", 4 * d.N * d.f)
             new(p + "gelu", "activation", "GELU output", "4·N·f", 4 * d.N * d.f)
+        if stop_early and not d.p:
+            return None
         out = new(p + "mlp", "temporary", "MLP output", "4·N·h", Nh)
         out = self.dropout(p + "mdrop", out, d.N * d.h, "N·h")
+        if stop_early:
+            t.free(out)
+            return None
         x2 = new(p + "x2", "activation", "residual stream", "4·N·h", Nh)
         t.free(out)
         return x2
+
+    def checkpointed_block(self, i, x):
+        """A block under ``torch.utils.checkpoint(use_reentrant=False)``: the CPU's RNG state
+        (5,056 bytes) kept for the recomputation, and nothing the block computes saved: each
+        tensor goes once no op holds it (written here as the whole block run, then its tensors
+        let go: the forward's peak is below the recomputation's, which holds the same tensors
+        beside gradients)."""
+        t = self.t
+        t.new(f"{i}.rng", "activation", "checkpoint's saved RNG state", "5056", RNG_STATE)
+        start = len(t.events)
+        out = self.block(i, x)
+        alive = {}
+        for _, tag, made in t.events[start:]:
+            if made is None:
+                alive.pop(tag, None)
+            else:
+                alive[tag] = made
+        t.free(*[tag for tag in alive if tag != out])
+        return out
+
+    def recompute(self, i, x):
+        """Block ``i``'s forward again, saving, as its backward begins, between a copy of the
+        RNG state of the moment (restored after) and the block's own (kept until its backward
+        is done: :meth:`block_backward` lets it go)."""
+        self.new(f"{i}.rng.now", "temporary", "RNG state restored after the recomputation", "5056", RNG_STATE)
+        self.block(i, x, stop_early=True)
+        self.t.free(f"{i}.rng.now")
 
     def head(self, x):
         """Final norm, head, cross-entropy: the logits (held by the caller, or let go once the
@@ -221,12 +259,15 @@ class Step:
         self.t.free(*([] if shared else [grad]), tag + ".noise")
         return g
 
+    def block_moment(self, i):
+        last, first = i == self.d.L - 1, i == 0
+        return "block backward (last layer)" if last else "block backward (first layer)" if first else "block backward"
+
     def block_backward(self, i, grad, x):
         """Block ``i``'s backward from the gradient of its output; ``x`` its saved input.
         Returns the gradient of its input."""
         d, new, t, p = self.d, self.new, self.t, f"{i}."
-        t.moment = "block backward (last layer)" if i == d.L - 1 else (
-            "block backward (first layer)" if i == 0 else "block backward")
+        t.moment = self.block_moment(i)
         Nh, aBss = 4 * d.N * d.h, 4 * d.a * d.B * d.s * d.s
         h, f = d.h, d.f
         g = self.dropout_backward(p + "mdrop", grad, d.N * d.h, "N·h", shared=True)
@@ -292,7 +333,7 @@ class Step:
         if d.llama:
             t.free(p + "ln1.out")
         dx0 = self.norm_backward(p + "ln1", dx, x)
-        t.free(dx1)
+        t.free(dx1, *([p + "rng"] if self.o.checkpoint else []))
         return dx0
 
     def embedding_backward(self, grad):

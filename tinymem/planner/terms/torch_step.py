@@ -12,12 +12,14 @@ are the named terms (so each byte of the peak is a term: the cross-entropy momen
 dlogits are :meth:`.torch_ops.Step.loss_backward`'s).
 
 Options (:class:`~..inputs.TorchOptions`, resolved at the door by :func:`~..inputs.resolve_torch`):
-AdamW's implementation, logits held by the caller, math attention or SDPA, tied or untied
-embeddings and dropout p (the Arch's ``tied`` and ``dropout``), the device.
+AdamW's implementation, logits held by the caller, math attention or SDPA, every block
+checkpointed (``torch.utils.checkpoint(use_reentrant=False)``: each block's RNG state kept, the
+block recomputed up to its last saving op as its backward begins), tied or untied embeddings and
+dropout p (the Arch's ``tied`` and ``dropout``), the device.
 
 Measured on the CPU (``tests/measure/test_torch_mode.py``: within 1% in fp32). Not modelled
-(refused): checkpointed blocks and bf16 autocast, which change what the forward saves (their
-programs are not written yet), grouped-query attention, experts. On CUDA the prediction is the
+(refused): bf16 autocast (its casts are not written yet), SDPA with dropout (the CPU runs
+PyTorch's math fallback), grouped-query attention, experts. On CUDA the prediction is the
 CPU's program with the CUDA differences below, and it is **unmeasured** (``measured=False``):
 dropout saves a 1-byte mask (bool) in place of float noise, every allocation is rounded up to
 512 bytes by the caching allocator, SDPA's flash and memory-efficient backends save a
@@ -100,10 +102,13 @@ def evaluate(arch, batch, options):
     inputs = []
     for i in range(arch.layers):
         inputs.append(x)
-        x = step.block(i, x)
+        x = step.checkpointed_block(i, x) if options.checkpoint else step.block(i, x)
     step.head(x)
     grad = step.loss_backward()
     for i in reversed(range(arch.layers)):
+        if options.checkpoint:
+            tape.moment = step.block_moment(i)
+            step.recompute(i, inputs[i])
         grad = step.block_backward(i, grad, inputs[i])
     step.embedding_backward(grad)
     step.optimizer(sizes)
