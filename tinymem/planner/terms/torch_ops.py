@@ -27,7 +27,7 @@ per-thread buffers, the loss's two 4-byte scalars.
 
 
 
-RNG_STATE = 5056  # bytes of torch.get_rng_state() on the CPU (the Mersenne Twister's state)
+RNG_STATE = 5056  # bytes of torch.get_rng_state() on the CPU (the Mersenne Twister's state); host memory on CUDA
 
 
 class Step:
@@ -42,10 +42,14 @@ class Step:
 
     # -- forward -----------------------------------------------------------------------------
     def dropout(self, tag, x, values, formula):
-        """CPU dropout over ``x``: its float noise saved, its output made, ``x`` let go."""
+        """Dropout over ``x``: its noise saved (the CPU's float noise, CUDA's ``native_dropout``
+        bool mask), its output made, ``x`` let go."""
         if not self.d.p:
             return x
-        self.new(tag + ".noise", "activation", "dropout noise (float, CPU)", "4·" + formula, 4 * values)
+        if self.d.cuda:
+            self.new(tag + ".noise", "activation", "dropout mask (bool, CUDA)", formula, values)
+        else:
+            self.new(tag + ".noise", "activation", "dropout noise (float, CPU)", "4·" + formula, 4 * values)
         out = self.new(tag + ".out", "activation", "dropout output", "4·" + formula, 4 * values)
         self.t.free(x)
         return out
@@ -155,7 +159,7 @@ class Step:
         let go: the forward's peak is below the recomputation's, which holds the same tensors
         beside gradients)."""
         t = self.t
-        t.new(f"{i}.rng", "activation", "checkpoint's saved RNG state", "5056", RNG_STATE)
+        t.new(f"{i}.rng", "activation", "checkpoint's saved RNG state", "5056", self.d.rng_state)
         start = len(t.events)
         out = self.block(i, x)
         alive = {}
@@ -171,7 +175,7 @@ class Step:
         """Block ``i``'s forward again, saving, as its backward begins, between a copy of the
         RNG state of the moment (restored after) and the block's own (kept until its backward
         is done: :meth:`block_backward` lets it go)."""
-        self.new(f"{i}.rng.now", "temporary", "RNG state restored after the recomputation", "5056", RNG_STATE)
+        self.new(f"{i}.rng.now", "temporary", "RNG state restored after the recomputation", "5056", self.d.rng_state)
         self.block(i, x, stop_early=True)
         self.t.free(f"{i}.rng.now")
 
@@ -192,12 +196,12 @@ class Step:
         """The cross-entropy backward, one place: dlogp (nll_loss) and dlogits (log_softmax)
         beside log_softmax's saved output (and the held logits): 12·N·V bytes, 16 held."""
         d, new, t = self.d, self.new, self.t
-        t.moment = "loss backward"
+        t.enter("loss backward")
         NV = 4 * d.N * d.V
         new("dlogp", "in_flight", "dlogp (nll_loss backward)", "4·N·V", NV)
         new("dlogits", "in_flight", "dlogits (log_softmax backward)", "4·N·V", NV)
         t.free("dlogp", "logp")
-        t.moment = "head backward"
+        t.enter("head backward")
         dw = "head.dW" if not d.tied else "tied.head_dW"
         new(dw, "gradient", "head weight gradient", "4·V·h", 4 * d.V * d.h)
         dx = new("head.dx", "in_flight", "head input gradient", "4·N·h", 4 * d.N * d.h)
@@ -267,7 +271,7 @@ class Step:
         """Block ``i``'s backward from the gradient of its output; ``x`` its saved input.
         Returns the gradient of its input."""
         d, new, t, p = self.d, self.new, self.t, f"{i}."
-        t.moment = self.block_moment(i)
+        t.enter(self.block_moment(i))
         Nh, aBss = 4 * d.N * d.h, 4 * d.a * d.B * d.s * d.s
         h, f = d.h, d.f
         g = self.dropout_backward(p + "mdrop", grad, d.N * d.h, "N·h", shared=True)
@@ -339,7 +343,7 @@ class Step:
     def embedding_backward(self, grad):
         """The embeddings' dense gradients; a tied table's is added to the head's out of place."""
         d, new, t = self.d, self.new, self.t
-        t.moment = "end of backward"
+        t.enter("end of backward")
         grad = self.dropout_backward("emb.drop", grad, d.N * d.h, "N·h")
         if not d.llama:
             new("pos.sum", "in_flight", "position gradient summed over the batch", "4·s·h", 4 * d.s * d.h)
@@ -360,7 +364,7 @@ class Step:
         parameter's denominator alive until the next one's is made; foreach: ``_foreach_sqrt``
         of every parameter at once; fused: no temporaries."""
         t = self.t
-        t.moment = "optimizer step"
+        t.enter("optimizer step")
         if self.o.optimizer == "foreach":
             tags = [self.new(f"opt.sqrt{j}", "temporary", "foreach sqrt of every exp_avg_sq", "4·n", 4 * n)
                     for j, n in enumerate(sizes)]

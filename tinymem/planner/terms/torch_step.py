@@ -23,15 +23,19 @@ PyTorch's math fallback), grouped-query attention, experts. On CUDA the predicti
 CPU's program with the CUDA differences below, and it is **unmeasured** (``measured=False``):
 dropout saves a 1-byte mask (bool) in place of float noise, every allocation is rounded up to
 512 bytes by the caching allocator, SDPA's flash and memory-efficient backends save a
-log-sum-exp (4·a·B·s) and not the s×s weights (as the CPU's flash kernel does), and AdamW
-defaults to foreach.
+log-sum-exp (4·a·B·s) and not the s×s weights (as the CPU's flash kernel does; with dropout too,
+which they run fused, where the CPU falls back to the math kernel), a checkpoint's RNG states are
+host memory, and AdamW defaults to foreach. Not written for CUDA: the kernels' workspaces
+(cuBLAS's, SDPA backward's), the CUDA context, fragmentation (``tinymem plan``'s allowances).
 """
 from collections import namedtuple
 
 from ..inputs import TorchOptions, resolve_torch
 from ..model import architectures as archs
-from .torch_ops import Step
+from .torch_ops import RNG_STATE, Step
 from .torch_tape import BUCKETS, Tape
+
+CUDA_ROUNDING = 512  # the CUDA caching allocator's unit: every block a multiple of 512 B
 
 __all__ = ["breakdown", "TorchBreakdown", "Dims", "parameter_sizes", "BUCKETS"]
 
@@ -47,11 +51,13 @@ largest, ``measured`` False on CUDA (a prediction no GPU has confirmed yet)."""
 class Dims:
     """The sizes the ops read: B, s, N = B·s, h, f, a, V, L, dropout p, bias, tied, llama."""
 
-    def __init__(self, arch, batch):
+    def __init__(self, arch, batch, device="cpu"):
         self.B, self.s, self.h, self.a = batch, arch.seq, arch.hidden, arch.heads
         self.V, self.L, self.f = arch.vocab, arch.layers, archs.ffn(arch)
         self.N, self.p, self.bias, self.tied = batch * arch.seq, arch.dropout, arch.bias, arch.tied
         self.llama = arch.norm == "rmsnorm"
+        self.cuda = device == "cuda"
+        self.rng_state = 0 if self.cuda else RNG_STATE  # CUDA keeps the RNG states on the host
 
 
 def parameter_sizes(arch):
@@ -82,10 +88,10 @@ def breakdown(arch, batch=1, options=TorchOptions()):
 
 def evaluate(arch, batch, options):
     """:func:`breakdown` below the door (``options`` resolved)."""
-    d = Dims(arch, batch)
+    d = Dims(arch, batch, options.device)
     sizes = parameter_sizes(arch)
-    tape = Tape()
-    tape.moment = "start"
+    tape = Tape(CUDA_ROUNDING if d.cuda else 1)
+    tape.enter("start")
     n = sum(sizes)
     tape.new("weights", "parameter", "weights", "4·n", 4 * n)
     if options.attention == "math":
@@ -96,7 +102,7 @@ def evaluate(arch, batch, options):
     tape.new("adamw state", "optimizer", "AdamW exp_avg and exp_avg_sq", "8·n", 8 * n)
     tape.new("adamw steps", "optimizer", "AdamW step counters (one float per parameter)", "4·tensors", 4 * len(sizes))
     tape.new("ids", "input", "token ids and targets (int64)", "16·B·s", 16 * d.N)
-    tape.moment = "forward"
+    tape.enter("forward")
     step = Step(tape, d, options)
     x = step.embedding()
     inputs = []
@@ -107,7 +113,7 @@ def evaluate(arch, batch, options):
     grad = step.loss_backward()
     for i in reversed(range(arch.layers)):
         if options.checkpoint:
-            tape.moment = step.block_moment(i)
+            tape.enter(step.block_moment(i))
             step.recompute(i, inputs[i])
         grad = step.block_backward(i, grad, inputs[i])
     step.embedding_backward(grad)
