@@ -47,7 +47,7 @@ def test_a_tied_table_adds_its_two_gradients_out_of_place():
                                                                                          hold_logits=False))
     Vh = 4 * 100 * 48
     end = {n: named(tied, "end of backward", n) for n in
-           ("head weight gradient", "token table gradient (dense)",
+           ("head weight gradients", "token table gradient (dense)",
             "tied table: head + embedding gradients, added out of place")}
     assert list(end.values()) == [Vh, Vh, Vh]
     assert named(untied, "end of backward", "token table gradient (dense)") == Vh

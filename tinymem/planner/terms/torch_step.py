@@ -9,7 +9,7 @@ makes gradients, the embedding's backward adds a tied table's two gradients out 
 AdamW's update makes its implementation's temporaries. :mod:`.torch_ops` writes each op onto a
 :class:`~.torch_tape.Tape`; the peak is the largest running total, and the tensors alive there
 are the named terms (so each byte of the peak is a term: the cross-entropy moment's dlogp and
-dlogits are :meth:`.torch_ops.Step.loss_backward`'s).
+dlogits are :meth:`.torch_backward.Step.loss_backward`'s).
 
 Options (:class:`~..inputs.TorchOptions`, resolved at the door by :func:`~..inputs.resolve_torch`):
 AdamW's implementation, logits held by the caller, math attention or SDPA, every block
@@ -32,7 +32,8 @@ from collections import namedtuple
 
 from ..inputs import TorchOptions, resolve_torch
 from ..model import architectures as archs
-from .torch_ops import RNG_STATE, Step
+from .torch_backward import Step
+from .torch_ops import RNG_STATE
 from .torch_tape import BUCKETS, Tape
 
 CUDA_ROUNDING = 512  # the CUDA caching allocator's unit: every block a multiple of 512 B
