@@ -3,7 +3,7 @@ stacks, ``--explain``'s term-by-term account), registered by :mod:`tinymem.cli`.
 import sys
 
 from ..model import architectures
-from . import arguments
+from . import arguments, torch_mode
 from .. import conventions
 from ..terms import finetune, inference
 from ..search import fits
@@ -20,7 +20,7 @@ def main(args, print_table):
         print(f"tinymem plan: {exc}", file=sys.stderr)
         return 2
     return {"probe": plan_probe, "training": plan_arch, "layout": plan_layout,
-            "inference": plan_inference}[mode](args, print_table)
+            "inference": plan_inference, "torch": plan_torch}[mode](args, print_table)
 
 
 def plan_probe(args, print_table):
@@ -65,6 +65,16 @@ def arch_from(args):
     if missing:
         raise ValueError(f"explicit sizes need {', '.join(missing)} too")
     return architectures.custom(args.layers, args.hidden, args.heads, args.seq, args.vocab, args.ffn)
+
+
+def plan_torch(args, print_table):
+    """``--mode torch``: one PyTorch step's peak (:mod:`.torch_mode`)."""
+    try:
+        arch, usable = arch_from(args), allowance(args)[2]
+    except ValueError as exc:
+        print(f"tinymem plan: {exc}", file=sys.stderr)
+        return 2
+    return torch_mode.plan_torch(args, arch, usable, print_table)
 
 
 def layout_stack(args):
