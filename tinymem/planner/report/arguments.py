@@ -21,6 +21,7 @@ from .. import conventions
 from ..terms import inference
 
 ARCH_FLAGS = ("arch", "layers", "hidden", "heads", "seq", "vocab", "ffn")
+OVERRIDES = ("layers", "hidden", "heads", "vocab", "ffn")  # with --arch: in place of the named model's
 LAYOUT_FLAGS = ("tensor_parallel", "pipeline", "data_parallel", "sequence_parallel")
 COMMON = ("batch", "gpu_memory", "cuda_context", "fragmentation")
 MODES = {
@@ -72,11 +73,13 @@ def add_arguments(parser):
     probe.add_argument("--top", type=int, default=None, help=f"rows to print (default {DEFAULTS['top']})")
     probe.add_argument("--all", action="store_true", help="print every combination")
     probe.add_argument("--verify", action="store_true", help="run one step with the proposal and compare")
-    model = parser.add_argument_group("the model of the closed form (--arch NAME, or all of --layers ... --vocab)")
+    model = parser.add_argument_group("the model of the closed form (--arch NAME, or all of --layers ... --vocab; "
+                                      "with --arch, each size given overrides the named model's)")
     model.add_argument("--arch", help="a named model: " + ", ".join(architectures.ARCHS))
     for name in ("layers", "hidden", "heads", "seq", "vocab", "ffn"):
         model.add_argument(f"--{name}", type=int, default=None, help=f"explicit {name}" +
-                           (" (with --arch: its sequence length)" if name == "seq" else ""))
+                           (" (with --arch: its sequence length)" if name == "seq" else
+                            " (with --arch: in place of the named model's)"))
     machine = parser.add_argument_group("the machine and the batch (every closed-form mode)")
     machine.add_argument("--batch", type=int, default=None,
                          help="sequences per micro-batch per GPU (default 1); probe: samples per step")
@@ -152,8 +155,6 @@ def check(args):
         size_or_none("--budget", args.budget)
     if args.lora_rank is not None and not args.finetune:
         raise ValueError("--lora-rank sets the rank of --finetune's adapters: give --finetune with it")
-    if mode != "probe" and args.arch and args.ffn is not None:
-        raise ValueError("--ffn sets an explicit architecture's MLP width; with --arch the width is the architecture's")
     if args.sequence_parallel and (args.tensor_parallel or 1) == 1:
         raise ValueError("--sequence-parallel splits activations over the tensor-parallel ranks: give "
                          "--tensor-parallel T (T > 1) with it")

@@ -57,10 +57,18 @@ def plan_probe(args, print_table):
 
 
 def arch_from(args):
-    """The :class:`~.architectures.Arch` the flags name (``--arch``, or explicit sizes)."""
+    """The :class:`~.architectures.Arch` the flags name (``--arch``, or explicit sizes). With
+    ``--arch``, each of :data:`.arguments.OVERRIDES` given replaces the named model's own size and
+    goes into its name (``gpt2 overridden by --layers 2``), which every mode's header prints; the
+    result passes the planner's own :func:`~.architectures.check`, whose refusals start with that
+    name and so name the flag. ``--seq`` is the training context, as the header says."""
     if args.arch:
         arch = architectures.get_arch(args.arch)
-        return architectures.check(arch._replace(seq=args.seq)) if args.seq is not None else arch
+        sizes = {n: getattr(args, n) for n in arguments.OVERRIDES if getattr(args, n) is not None}
+        if sizes:
+            flags = " ".join(f"{arguments.flag(n)} {v}" for n, v in sizes.items())
+            arch = arch._replace(name=f"{arch.name} overridden by {flags}", **sizes)
+        return architectures.check(arch._replace(seq=args.seq) if args.seq is not None else arch)
     missing = [f"--{n}" for n in ("layers", "hidden", "heads", "seq", "vocab") if getattr(args, n) is None]
     if missing:
         raise ValueError(f"explicit sizes need {', '.join(missing)} too")
@@ -115,8 +123,11 @@ def plan_arch(args, print_table):
         print(f"tinymem plan: {exc}", file=sys.stderr)
         return 2
     label = args.gpu_memory
+    if arch.name != (args.arch or "custom"):
+        print(architectures.describe(arch))
     print(f"per GPU, micro-batch of {batch} sequence(s) of {arch.seq} tokens, mode {args.mode}, convention "
-          f"{args.convention} (GB = 10^9 B; fewest GPUs: data-parallel ranks, or pipeline stages for the pipeline rows)")
+          f"{args.convention} (GB = 10^9 B; fewest GPUs: every GPU of the layout, grown by data-parallel copies, or by pipeline stages "
+          "for the pipeline rows)")
     # On one GPU a ZeRO stage or a pipeline is the stack above it: their fewest GPUs go on one line.
     shown = [r for r in rows if args.gpus > 1 or not fits.needs_gpus(r)]
     print_table(fits.table(shown, args.gpus, memory, label))
@@ -131,9 +142,9 @@ def plan_arch(args, print_table):
         chosen = proposal or min((r for r in rows if r.fewest_gpus is not None and not r.refused),
                                  key=lambda r: (r.fewest_gpus, r.time), default=None)
         if chosen is not None and proposal is None:  # the summary's "fewest GPUs": explain it there
-            stack = fits.grow(chosen.stack, chosen.fewest_gpus // (chosen.stack.tensor * (
-                1 if chosen.name in fits.PIPELINES else chosen.stack.pipeline)), chosen.name in fits.PIPELINES,
-                args.micro_batches)
+            stages = chosen.name in fits.PIPELINES
+            stack = fits.grow(chosen.stack, chosen.fewest_gpus // fits.gpus_per_count(chosen.stack, stages), stages,
+                              args.micro_batches)
             chosen = chosen._replace(stack=stack, breakdown=fits.run(arch, batch, stack, args.mode, args.convention))
         if chosen is None:
             print(f"\n--explain: no stack fits any number of GPUs of {args.gpu_memory}: nothing to explain")
