@@ -12,6 +12,7 @@
     attribution.py  the module path and op stamped on each entry; top and by-module reports
     snapshot.py the window as PyTorch's memory snapshot (Tracker.export_snapshot), for its viewer
     page.py     the window as one offline HTML page (Tracker.export_page; drawn by timeline.html)
+    recording.py  Recording: a record made outside the ledger (a PyTorch step), for the page and snapshot
     leaks.py    live_tensors(), find_leaks(step_fn): what grows per step, and what holds it
     shared.py   one simulated device for several processes; fractions, a device queue
     units.py    parse_bytes("64MB"), format_bytes, format_table

@@ -1,0 +1,197 @@
+"""Measure one PyTorch training step's memory: the peak, the buckets at the peak, the op there.
+
+``measure_torch_step(step, model=model, optimizer=opt, inputs=(x, y))`` runs ``step()`` (forward,
+loss, backward, ``optimizer.step()``, ``zero_grad``) ``steps`` times and measures the last run,
+when the optimizer state exists. The answer, a :class:`TorchStepMemory`, counts every byte alive
+when that step starts (the **baseline**: parameters, buffers, optimizer state, leftover ``.grad``,
+the ``inputs`` tensors, and whatever the step before left alive) plus the step's own allocations.
+
+**The method, on the CPU.** ``torch.profiler.profile(profile_memory=True, activities=[CPU])``
+records every allocation and free of c10's CPU allocator with its address, signed bytes and
+time, inside the op that made it. The replay (``torch_replay.py``) adds them to the baseline in
+time order; the peak is the highest total. Buckets come from addresses, not from
+``torch.profiler._memory_profiler``: that private categorizer needs ``record_shapes`` and
+``with_stack`` (slower, and it infers categories from the graph after the fact), while the step's
+own objects name parameters, buffers, optimizer state and inputs, and two hooks mark saved
+tensors and accumulated gradients on the profiler's clock (``torch_profile.py``).
+
+**Limits.** The bytes are what the allocator was asked for (``nbytes`` of each storage): the
+CPU allocator's alignment (64 B) and malloc's own headers are not in them, nor is memory that
+does not pass through c10's allocator (oneDNN scratchpads, OpenMP and Python objects). A
+storage made before the step before the measured one and freed during the measured one is
+noticed late (``missed_free_bytes``). The two hooks cost one empty ``record_function`` per saved
+tensor and per parameter, which moves no byte.
+
+**On CUDA** (``device="cuda"``) the same replay reads the profiler's CUDA allocations and the
+result carries ``torch.cuda.max_memory_allocated`` beside it (``torch_cuda.py``). It is
+unmeasured on CUDA in this project until a GPU run confirms it; the result says so.
+
+Memory and time: the profiler keeps one record per op and per allocation of the last two steps
+(about 100 bytes each) and slows small ops several times; measure a small configuration.
+"""
+import gc
+from dataclasses import dataclass, field
+
+from ..checks import positive_int
+from ..memory.recording import Recording
+from ..memory.units import format_bytes
+from .torch_profile import Profile, StepHooks, state_storages, storage_of, _tensors
+from .torch_replay import BUCKETS, label_in_flight, phase_at, replay
+
+CUDA_NOTE = "unmeasured on CUDA in this project until a GPU run confirms it"
+
+
+@dataclass
+class TorchStepMemory:
+    """One measured PyTorch step. Bytes throughout; ``buckets`` add up to ``peak``.
+
+    ``peak``: the most bytes alive at once during the step (baseline included). ``baseline``: bytes
+    alive when it started. ``buckets``: bytes per bucket at the peak: parameter, buffer, gradient
+    (``.grad`` of parameters), optimizer (state), input (the ``inputs``), activation (saved for
+    backward), in_flight (gradients between backward nodes), temporary (the rest: op workspaces,
+    unsaved intermediates, what the caller keeps). ``op_at_peak``: the op whose allocation reached
+    the peak; ``node_at_peak``: the backward node it ran in (None in forward and the optimizer);
+    ``phase_at_peak``: 'forward', 'backward' or 'optimizer'. :attr:`events`: the step's allocations
+    and bucket changes, which :meth:`export_page` and :meth:`export_snapshot` draw."""
+    peak: int
+    baseline: int
+    buckets: dict
+    op_at_peak: str
+    node_at_peak: str
+    phase_at_peak: str
+    device: str
+    method: str
+    missed_free_bytes: int = 0
+    allocator_peak: int = None  # CUDA: torch.cuda.max_memory_allocated over the step
+    note: str = ""
+    rows: tuple = field(default=((), (), ()), repr=False)  # (entered, events, marks): see recording()
+
+    @property
+    def events(self):
+        """The step's allocations, frees and bucket changes: ``(time s, +-bytes, bucket, op, description)``."""
+        return self.rows[1]
+
+    def recording(self):
+        """The step as a :class:`~tinymem.memory.recording.Recording`: the baseline's arrays, the
+        events and the phase marks, in this result's buckets."""
+        entered, events, marks = self.rows
+        return Recording(BUCKETS, entered, events, marks)
+
+    def export_page(self, path, title="one PyTorch training step"):
+        """Write the step as tinymem's timeline page: memory stacked by bucket, the phases, the peak."""
+        self.recording().export_page(path, title)
+
+    def export_snapshot(self, path, at="end"):
+        """Write the step as PyTorch's memory snapshot (``at`` 'end' or 'peak'), for pytorch.org/memory_viz.
+        The addresses are laid out by tinymem's first-fit model, not the allocator's."""
+        self.recording().export_snapshot(path, at)
+
+    def __str__(self):
+        rows = "\n".join(f"  {b:<11}{n:>16,d} B" for b, n in self.buckets.items() if n)
+        where = self.op_at_peak + (f" in {self.node_at_peak}" if self.node_at_peak else "")
+        return (f"peak {self.peak:,d} B ({format_bytes(self.peak)}) in {self.phase_at_peak}, at {where}; "
+                f"baseline {self.baseline:,d} B\n{rows}" + (f"\n({self.note})" if self.note else ""))
+
+
+def _check(step, model, optimizer, steps, device):
+    if not callable(step):
+        raise TypeError(f"measure_torch_step: step must be a function that runs one training step, "
+                        f"got {type(step).__name__}")
+    import torch
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"measure_torch_step: model= must be the torch.nn.Module the step trains, "
+                        f"got {type(model).__name__}")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"measure_torch_step: optimizer= must be the torch.optim.Optimizer the step "
+                        f"uses, got {type(optimizer).__name__}")
+    steps = positive_int("measure_torch_step: steps (how many steps to run; the last is measured)", steps)
+    if device is None:
+        device = next((p.device.type for p in model.parameters()), "cpu")
+    device = torch.device(device).type if isinstance(device, (str, torch.device)) else device
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"measure_torch_step: device must be 'cpu' or 'cuda' (or None: the model's), got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("measure_torch_step: device='cuda' but torch sees no CUDA GPU "
+                           "(torch.cuda.is_available() is False); measure on the CPU with device='cpu'")
+    return torch, steps, device
+
+
+def measure_torch_step(step, *, model, optimizer, steps=2, inputs=(), device=None):
+    """Run ``step()`` ``steps`` times and measure the last run: a :class:`TorchStepMemory`.
+
+    ``step()`` runs one whole training step; what it returns is kept alive until the measured
+    step ends (as a caller that holds the logits does) and dropped between steps. ``inputs``:
+    tensors (or nests of them) alive throughout that the step reads, counted in the baseline.
+    ``device``: 'cpu' or 'cuda' (None: the model's). The model and optimizer are left as the
+    steps leave them; the hooks are removed. See the module's docstring for the method and limits.
+    """
+    torch, steps, device = _check(step, model, optimizer, steps, device)
+    from torch.profiler import ProfilerActivity, profile, record_function
+    from . import torch_cuda
+    for _ in range(steps - 2):
+        step()
+    gc.collect()  # cycles the earlier steps left must not die inside the measured one
+    params = list({id(p): p for g in optimizer.param_groups for p in g["params"]}.values())
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities, profile_memory=True, record_shapes=False, with_stack=False) as prof:
+        if steps > 1:  # profiled so that what it leaves is seen from birth
+            with record_function("tinymem::previous_step"):
+                pass
+            step()
+            gc.collect()
+        known = state_storages(torch, model, optimizer, inputs, device)
+        with torch_cuda.peak_stats(torch, device) as cuda_peak:
+            with record_function("tinymem::measured_step"):
+                pass
+            with StepHooks(torch, params):
+                kept = step()
+        at_end = {storage_of(t)[0] for t in _tensors(list(optimizer.state.values()), torch)
+                  if storage_of(t) is not None}
+    del kept  # after the profile: what the step returns stays alive to its end, as the caller keeps it
+    record = Profile(torch, prof, device, "tinymem::measured_step", known, at_end)
+    return _result(record, device, cuda_peak)
+
+
+def _result(record, device, cuda_peak):
+    label_in_flight(record.blocks, record.optimizer_start)
+    peak = replay(record.baseline, record.blocks, record.start)
+    block = peak.block
+    phase = phase_at(peak.time, record.backward_start, record.optimizer_start)
+    cuda = device == "cuda"
+    return TorchStepMemory(
+        peak=peak.nbytes, baseline=sum(b.nbytes for b in record.baseline), buckets=peak.buckets,
+        op_at_peak="(step start)" if block is None else block.op,
+        node_at_peak=None if block is None else block.node, phase_at_peak=phase, device=device,
+        method="torch.profiler allocation replay" + (" + torch.cuda memory stats" if cuda else ""),
+        missed_free_bytes=record.missed_free_bytes, allocator_peak=cuda_peak.value if cuda else None,
+        note=CUDA_NOTE if cuda else "", rows=_rows(record))
+
+
+def _rows(record):
+    """``(entered, events, marks)`` for :class:`~tinymem.memory.recording.Recording`: the baseline's
+    arrays, then the step's births, deaths and bucket changes as ``(time s, +-bytes, bucket, op,
+    description)`` (a change is a free and then a birth at one instant; at one instant births come
+    before deaths, the higher total, as the peak counts it), and the phases' starts."""
+    def where(b):
+        return phase_at(b.born, record.backward_start, record.optimizer_start) + (f": {b.node}" if b.node else "")
+
+    rows, entered = [], []
+    for b in list(record.baseline) + list(record.blocks):
+        changes = [max(b.born, record.start)]
+        for t in sorted({t for t, _ in b.labels if t > changes[0]}):
+            if b.bucket_at(t) != b.bucket_at(changes[-1]):
+                changes.append(t)
+        for i, (t0, t1) in enumerate(zip(changes, changes[1:] + [b.died])):
+            bucket = b.bucket_at(t0)
+            if b.born > record.start or i:
+                rows.append((t0, 1, b.nbytes, bucket, b.op, where(b)))
+            else:
+                entered.append((b.nbytes, bucket, b.op, "before the step"))
+            if t1 is not None:
+                rows.append((t1, 0 if i + 1 < len(changes) else 2, -b.nbytes, bucket, b.op,
+                             "before the step" if b.born <= record.start and not i else where(b)))
+    rows.sort(key=lambda r: r[:2])
+    events = [((t - record.start) / 1e9, nbytes, bucket, op, what) for t, _, nbytes, bucket, op, what in rows]
+    marks = [((t - record.start) / 1e9, phase) for t, phase in
+             ((record.backward_start, "backward"), (record.optimizer_start, "optimizer")) if t is not None]
+    return entered, events, marks
