@@ -29,7 +29,7 @@ MODES = {
     "probe": ("model", "sizes", "batch", "budget", "schedules", "precisions", "optimizers", "offloads", "top", "all",
               "verify", "json"),
     "training": ARCH_FLAGS + COMMON + ("gpus", "micro_batches", "mode", "convention", "explain", "finetune",
-                                       "lora_rank"),
+                                       "lora_rank", "verify_torch"),
     "layout": ARCH_FLAGS + COMMON + LAYOUT_FLAGS + ("micro_batches", "mode", "convention", "explain", "recompute",
                                                     "zero"),
     "inference": ARCH_FLAGS + COMMON + ("inference", "context", "weights", "kv_cache"),
@@ -48,6 +48,7 @@ EPILOG = """examples:
   tinymem plan --arch llama2-70b --tensor-parallel 8 --pipeline 4 --data-parallel 2   one 3D layout
   tinymem plan --arch llama3-8b --inference --context 32768    weights, KV cache, workspace of generation
   tinymem plan --config config.json --gpus 1 --json            a Hugging Face or nanoGPT config; bytes as JSON
+  tinymem plan --arch gpt2 --layers 2 --seq 128 --batch 4 --verify-torch foreach   the torch mode against PyTorch
   tinymem plan --model mlp --sizes 64,256,256,10 --batch 32 --budget 4MB   probe a tinymem model here
 
 exit codes:
@@ -112,6 +113,11 @@ def add_arguments(parser):
                        f"({conventions.DEEPSPEED}), or as the ZeRO paper does")
     train.add_argument("--explain", action="store_true",
                        help="the proposal term by term (bytes per parameter, divided by, GB per GPU)")
+    train.add_argument("--verify-torch", nargs="?", const="", default=None, metavar="WORDS",
+                       help="build the model in PyTorch on this CPU at the size given (small: the step must peak "
+                       "under 2 GB), run two AdamW steps, and print the torch mode's prediction beside the measured "
+                       "second step, per bucket. WORDS (optional, comma separated): for-loop, foreach or fused "
+                       "(AdamW; default for-loop, the CPU's), math or sdpa, no-hold-logits")
     train.add_argument("--finetune", action="store_true",
                        help="also LoRA and QLoRA on one GPU (frozen base, fp32 adapters with Adam)")
     train.add_argument("--lora-rank", type=int, default=None,

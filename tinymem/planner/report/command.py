@@ -3,7 +3,7 @@ stacks, ``--explain``'s term-by-term account), registered by :mod:`tinymem.cli`.
 import sys
 
 from ..model import architectures
-from . import arguments, as_json
+from . import arguments, as_json, verify_torch
 from .model_flags import model_from
 from .. import conventions
 from ..terms import finetune, inference
@@ -111,9 +111,11 @@ def plan_arch(args, print_table):
         rows, proposal = fits.plan_arch(arch, args.gpus, usable, batch, args.mode, args.micro_batches,
                                         args.convention)
         tuned = finetune.rows(arch, args.lora_rank, batch) if args.finetune else []
+        torch_options = None if args.verify_torch is None else verify_torch.options_of(args.verify_torch, arch, batch)
     except ValueError as exc:
         print(f"tinymem plan: {exc}", file=sys.stderr)
         return 2
+    checked, where = verify_torch.compare(arch, batch, torch_options) if torch_options else (None, None)
     chosen = explained_row(args, arch, batch, rows, proposal) if args.explain else None
     code = 0 if proposal is not None or any(r.peak <= usable for r in tuned) else 1
     if args.json:
@@ -125,7 +127,8 @@ def plan_arch(args, print_table):
             **({"finetune": [as_json.finetune_row(r, usable) for r in tuned]} if args.finetune else {}),
             **({"explain": chosen and as_json.explain_rows(arch, chosen, args.convention,
                                                             terms(arch, chosen, args.convention)[2])}
-               if args.explain else {})}))
+               if args.explain else {}),
+            **({"verify_torch": checked} if checked else {})}))
         return code
     label = args.gpu_memory
     for line in model.header:
@@ -146,6 +149,11 @@ def plan_arch(args, print_table):
     print(fits.summary(arch, rows, proposal, args.gpus, memory, label, full_training=args.finetune))
     if args.finetune:
         print_finetune(args, tuned, usable, print_table)
+    if checked:
+        print(f"\n== --verify-torch: the torch mode ({torch_options.optimizer} AdamW, {torch_options.attention} "
+              f"attention) against a PyTorch step of {arch.name} on this CPU, batch {batch}: bytes at the peak")
+        print_table(checked)
+        print(where)
     if args.explain:
         if chosen is None:
             print(f"\n--explain: no stack fits any number of GPUs of {args.gpu_memory}: nothing to explain")
