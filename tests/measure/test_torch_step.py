@@ -199,3 +199,20 @@ def test_the_step_is_drawn_by_the_timeline_page_and_the_snapshot_at_its_peak(tmp
     r.export_snapshot(tmp_path / "step.pickle", at="peak")
     with open(tmp_path / "step.pickle", "rb") as f:
         assert pickle.load(f)["segments"][0]["allocated_size"] == r.peak
+
+
+def test_a_storage_made_before_profiling_and_freed_unseen_is_reported_and_two_steps_see_it():
+    import torch
+    lin, opt = _sgd_linear(torch, 2, 2)  # 24 bytes
+    lin.register_buffer("table", torch.zeros(1000))
+
+    def step():  # replaces the 4000-byte buffer: the old one is freed before the new one is made
+        del lin.table
+        lin.register_buffer("table", torch.zeros(1000))
+
+    once = measure_torch_step(step, model=lin, optimizer=opt, steps=1)
+    assert once.baseline == 24 + 4000 and once.missed_free_bytes == 4000
+    assert "4,000 B made before profiling were freed unseen" in once.note
+    twice = measure_torch_step(step, model=lin, optimizer=opt, steps=2)
+    assert (twice.peak, twice.missed_free_bytes, twice.note) == (24 + 4000, 0, "")
+    assert twice.buckets["buffer"] == 4000

@@ -33,7 +33,7 @@ class Block:
     """One allocation. ``labels``: ``(time, bucket)`` pairs, the bucket from that time on."""
     ptr: int
     nbytes: int
-    born: int  # ns; the step's start for a block alive when it starts
+    born: int  # ns; at or before the step's start for a block alive when it starts
     died: int = None  # ns; None: alive when the record ends
     op: str = "-"
     node: str = None  # the backward node (e.g. "MmBackward0") the block was made in

@@ -17,14 +17,19 @@ tensors and accumulated gradients on the profiler's clock (``torch_profile.py``)
 
 **Limits.** The bytes are what the allocator was asked for (``nbytes`` of each storage): the
 CPU allocator's alignment (64 B) and malloc's own headers are not in them, nor is memory that
-does not pass through c10's allocator (oneDNN scratchpads, OpenMP and Python objects). A
-storage made before the step before the measured one and freed during the measured one is
-noticed late (``missed_free_bytes``). The two hooks cost one empty ``record_function`` per saved
-tensor and per parameter, which moves no byte.
+does not pass through c10's allocator (oneDNN scratchpads, OpenMP and Python objects), nor
+allocations on a thread the profiler does not follow (one the step starts itself). A storage
+made before the step before the measured one and freed during the measured one is noticed late
+(``missed_free_bytes``). Under ``torch.utils.checkpoint`` the tensors recomputed in backward are
+saved by checkpoint's own hooks, not these: they count as ``in_flight``, not ``activation``.
+The two hooks cost one empty ``record_function`` per saved tensor and per parameter, which moves
+no byte (a test holds the peak with and without them equal).
 
-**On CUDA** (``device="cuda"``) the same replay reads the profiler's CUDA allocations and the
-result carries ``torch.cuda.max_memory_allocated`` beside it (``torch_cuda.py``). It is
-unmeasured on CUDA in this project until a GPU run confirms it; the result says so.
+**On CUDA** (``device="cuda"``) the same replay reads the profiler's CUDA allocations (the
+caching allocator's blocks, 512 B multiples; the baseline's storages are rounded up alike), and
+the result carries the allocator's own peak beside it: ``max_memory_allocated`` and the peak of
+``_record_memory_history``'s trace (``torch_cuda.py``). It is unmeasured on CUDA in this project
+until a GPU run confirms it; the result says so.
 
 Memory and time: the profiler keeps one record per op and per allocation of the last two steps
 (about 100 bytes each) and slows small ops several times; measure a small configuration.
@@ -35,7 +40,7 @@ from dataclasses import dataclass, field
 from ..checks import positive_int
 from ..memory.recording import Recording
 from ..memory.units import format_bytes
-from .torch_profile import Profile, StepHooks, state_storages, storage_of, _tensors
+from .torch_profile import Profile, StepHooks, state_storages
 from .torch_replay import BUCKETS, label_in_flight, phase_at, replay
 
 CUDA_NOTE = "unmeasured on CUDA in this project until a GPU run confirms it"
@@ -63,6 +68,7 @@ class TorchStepMemory:
     method: str
     missed_free_bytes: int = 0
     allocator_peak: int = None  # CUDA: torch.cuda.max_memory_allocated over the step
+    allocator_trace_peak: int = None  # CUDA: the same, rebuilt from _record_memory_history's trace
     note: str = ""
     rows: tuple = field(default=((), (), ()), repr=False)  # (entered, events, marks): see recording()
 
@@ -132,27 +138,27 @@ def measure_torch_step(step, *, model, optimizer, steps=2, inputs=(), device=Non
         step()
     gc.collect()  # cycles the earlier steps left must not die inside the measured one
     params = list({id(p): p for g in optimizer.param_groups for p in g["params"]}.values())
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    with profile(activities=activities, profile_memory=True, record_shapes=False, with_stack=False) as prof:
+    # CPU activity alone: allocations are recorded on the host side, CUDA's included.
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=False,
+                 with_stack=False) as prof:
         if steps > 1:  # profiled so that what it leaves is seen from birth
             with record_function("tinymem::previous_step"):
                 pass
             step()
             gc.collect()
-        known = state_storages(torch, model, optimizer, inputs, device)
-        with torch_cuda.peak_stats(torch, device) as cuda_peak:
+        known = torch_cuda.as_blocks(state_storages(torch, model, optimizer, inputs, device), device)
+        with torch_cuda.allocator_record(torch, device) as allocator:
             with record_function("tinymem::measured_step"):
                 pass
             with StepHooks(torch, params):
                 kept = step()
-        at_end = {storage_of(t)[0] for t in _tensors(list(optimizer.state.values()), torch)
-                  if storage_of(t) is not None}
+        at_end = state_storages(torch, model, optimizer, inputs, device)
     del kept  # after the profile: what the step returns stays alive to its end, as the caller keeps it
     record = Profile(torch, prof, device, "tinymem::measured_step", known, at_end)
-    return _result(record, device, cuda_peak)
+    return _result(record, device, allocator)
 
 
-def _result(record, device, cuda_peak):
+def _result(record, device, allocator):
     label_in_flight(record.blocks, record.optimizer_start)
     peak = replay(record.baseline, record.blocks, record.start)
     block = peak.block
@@ -163,8 +169,13 @@ def _result(record, device, cuda_peak):
         op_at_peak="(step start)" if block is None else block.op,
         node_at_peak=None if block is None else block.node, phase_at_peak=phase, device=device,
         method="torch.profiler allocation replay" + (" + torch.cuda memory stats" if cuda else ""),
-        missed_free_bytes=record.missed_free_bytes, allocator_peak=cuda_peak.value if cuda else None,
-        note=CUDA_NOTE if cuda else "", rows=_rows(record))
+        missed_free_bytes=record.missed_free_bytes, allocator_peak=allocator.max_allocated,
+        allocator_trace_peak=allocator.trace_peak,
+        note="; ".join(([CUDA_NOTE] if cuda else []) + ([
+            f"{record.missed_free_bytes:,d} B made before profiling were freed unseen: the peak may count up "
+            "to that many bytes too many (steps >= 2 profiles what the step before leaves)"]
+            if record.missed_free_bytes else [])),
+        rows=_rows(record))
 
 
 def _rows(record):
