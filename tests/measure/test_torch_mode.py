@@ -4,7 +4,7 @@ Each configuration is built by ``tinymem.measure.torch_models`` and measured by
 ``tinymem.measure.torch_step.measure_torch_step`` (the second step, AdamW's state alive); the
 planner predicts it with arithmetic only. Together they cover every option: nanoGPT-style GPTs
 and LLaMA-style models, tied and untied, dropout on and off, math attention and SDPA, the
-three AdamW implementations, logits held or not; and each moment of the step is the peak of
+three AdamW implementations, logits held or not, every block checkpointed or none; and each moment of the step is the peak of
 one of them (the cross-entropy backward, a block's backward, the final norm's, the end of
 backward, the optimizer's update).
 """
@@ -34,6 +34,12 @@ CASES = [  # (sizes, batch, options, the moment that peaks)
      "loss backward"),
     (dict(layers=2, hidden=64, heads=4, seq=64, vocab=32, ffn=96, **LLAMA), 4, dict(optimizer="fused"),
      "head backward"),
+    (dict(layers=2, hidden=48, heads=4, seq=20, vocab=100, tied=True), 2, dict(checkpoint=True),
+     "block backward (first layer)"),
+    (dict(layers=3, hidden=64, heads=4, seq=32, vocab=32, ffn=96, **LLAMA), 4,
+     dict(checkpoint=True, attention="sdpa", optimizer="fused"), "block backward (first layer)"),
+    (dict(layers=2, hidden=32, heads=4, seq=64, vocab=32, dropout=0.1), 4, dict(optimizer="fused", checkpoint=True),
+     "block backward (first layer)"),
 ]
 
 

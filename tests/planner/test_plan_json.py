@@ -79,3 +79,17 @@ def test_probe_json_is_every_combination_in_bytes(capsys, monkeypatch):
         cells = shown[(row["checkpoint"], row["precision"], row["optimizer"], row["offload"], row["micro_batches"])]
         assert cells["peak"] == format_bytes(row["peak"]) and cells["param"] == format_bytes(row["buckets"]["parameter"])
         assert sum(row["buckets"].values()) >= row["buckets"]["parameter"] and row["peak"] > 0
+
+
+def test_torch_mode_json_is_its_moments_and_terms(capsys, monkeypatch, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"block_size": 64, "vocab_size": 300, "n_layer": 2, "n_head": 2, "n_embd": 64}))
+    tables, text, doc = _both(capsys, monkeypatch, ["--config", str(config), "--mode", "torch", "--torch", "sdpa",
+                                                    "--batch", "2"])
+    assert doc["mode"] == "torch" and doc["options"]["attention"] == "sdpa" and doc["model"]["seq"] == 64
+    assert text.startswith(f"--config {config}: read as the nanogpt family")
+    assert doc["peak"] == sum(doc["buckets"].values()) == max(sum(m.values()) for m in doc["moments"].values())
+    assert f"peak {doc['peak'] / 1e6:.3f} MB at '{doc['moment']}'" in text
+    assert {r["moment"]: r["total"] for r in tables[0]} == {m: f"{sum(b.values()) / 1e6:.3f}"
+                                                            for m, b in doc["moments"].items()}
+    assert sorted(t["MB"] for t in tables[1]) == sorted(f"{t['bytes'] / 1e6:.3f}" for t in doc["terms"])

@@ -51,3 +51,17 @@ def test_verify_torch_goes_into_the_json_too(capsys):
     rows = {r["bucket"]: r for r in json.loads(capsys.readouterr().out)["verify_torch"]}
     assert rows["peak"]["predicted"] - rows["peak"]["measured"] == rows["peak"]["predicted - measured"]
     assert abs(rows["peak"]["predicted - measured"]) <= 0.01 * rows["peak"]["measured"]
+
+
+@pytest.mark.torch
+def test_verify_torch_in_the_torch_mode_measures_the_step_its_torch_words_name(capsys):
+    assert cli.main(["plan", *TINY[:-2], "--mode", "torch", "--torch", "foreach,checkpoint", "--verify-torch",
+                     "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["options"]["optimizer"] == "foreach" and doc["options"]["checkpoint"] is True
+    rows = {r["bucket"]: r for r in doc["verify_torch"]}
+    assert rows["peak"]["predicted"] == doc["peak"]
+    assert abs(rows["peak"]["predicted - measured"]) <= 0.01 * rows["peak"]["measured"]
+    assert cli.main(["plan", *TINY[:-2], "--mode", "torch", "--verify-torch", "fused"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "--torch gives the step's options" in captured.err

@@ -7,6 +7,7 @@
                 form's stacks
     layout      training flags + --tensor-parallel/--pipeline/--data-parallel/--sequence-parallel
     inference   --arch NAME --inference
+    torch       --arch NAME --mode torch [--torch WORDS]: one PyTorch step's peak (the torch mode)
 
 A flag of another mode used to be ignored, the output byte-identical (``--inference
 --tensor-parallel 8`` still said a 70B model does not fit one GPU); :func:`check` refuses it
@@ -33,13 +34,15 @@ MODES = {
     "layout": ARCH_FLAGS + COMMON + LAYOUT_FLAGS + ("micro_batches", "mode", "convention", "explain", "recompute",
                                                     "zero"),
     "inference": ARCH_FLAGS + COMMON + ("inference", "context", "weights", "kv_cache"),
+    "torch": ARCH_FLAGS + COMMON + ("mode", "torch", "verify_torch"),
 }
 DEFAULTS = {"gpus": 8, "gpu_memory": "80GB", "mode": "tinymem", "convention": "tinymem", "cuda_context": "0.5GB",
             "fragmentation": 0.05, "lora_rank": 16, "weights": "bf16", "kv_cache": "bf16", "recompute": "selective",
             "zero": 1, "top": 15}
 USAGE = {"probe": "--model/--sizes/--batch (probe a tinymem model)",
          "training": "--arch or --config (the closed form)",
-         "layout": "--tensor-parallel/--pipeline/--data-parallel (one 3D layout)", "inference": "--inference"}
+         "layout": "--tensor-parallel/--pipeline/--data-parallel (one 3D layout)", "inference": "--inference",
+         "torch": "--mode torch (one PyTorch step)"}
 
 EPILOG = """examples:
   tinymem plan --arch llama2-7b --gpus 8 --gpu-memory 80GB     which stacks fit, the fewest GPUs each needs
@@ -106,8 +109,11 @@ def add_arguments(parser):
     train.add_argument("--gpus", type=int, default=None, help=f"GPUs (default {DEFAULTS['gpus']}); not with a layout")
     train.add_argument("--micro-batches", type=int, default=None,
                        help="micro-batches per step on a pipeline (default 4 per stage)")
-    train.add_argument("--mode", default=None, choices=("tinymem", "korthikanti"),
-                       help="count tinymem's saved tensors (default), or Korthikanti et al.'s")
+    train.add_argument("--mode", default=None, choices=("tinymem", "korthikanti", "torch"),
+                       help="count tinymem's saved tensors (default), or Korthikanti et al.'s; torch: the peak of "
+                       "one PyTorch 2.13 step of a GPT or LLaMA, op by op")
+    train.add_argument("--torch", default=None, metavar="WORDS", help="--mode torch's options, comma-separated: "
+                       "for-loop|foreach|fused, math|sdpa, hold-logits|no-hold-logits, checkpoint, cpu|cuda")
     train.add_argument("--convention", default=None, choices=conventions.CONVENTIONS,
                        help="count model states as tinymem holds them (default), as DeepSpeed's estimators do "
                        f"({conventions.DEEPSPEED}), or as the ZeRO paper does")
@@ -147,6 +153,8 @@ def mode_of(args):
     """Which of :data:`MODES` the flags ask for."""
     if args.inference:
         return "inference"
+    if args.mode == "torch":
+        return "torch"
     closed_form = any(getattr(args, n) is not None for n in ARCH_FLAGS)
     if not closed_form and (args.model, args.sizes) != (None, None):
         return "probe"  # a stray layout flag is the one refused, not --model

@@ -11,6 +11,11 @@ and, with ``--config``, ``"config"`` (``family``, ``ignored``, ``defaults``). Th
     layout     "rows": the layout's one row; "explain": its terms
     inference  "terms": [{"term", "formula", "bytes"}]; "total", "need", "fits"
     probe      "rows": one per combination; "proposal"; "verify" with --verify
+    torch      "options", "peak", "moment", "moments" ({moment: {bucket: bytes}}), "buckets" (at the
+               peak), "terms" ([{"bucket", "tensor", "formula", "bytes"}] alive at the peak),
+               "measured" (false: a prediction no measurement has confirmed, as on CUDA)
+    training and torch: "verify_torch" with --verify-torch ([{"bucket", "predicted", "measured",
+               "predicted - measured"}])
 
 A stack row is ``{"stack", "buckets": {parameter, gradient, optimizer, activation, workspace},
 "host", "peak", "moment", "fits", "fewest_gpus", "time", "refused"}``: the table's columns

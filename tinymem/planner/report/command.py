@@ -3,7 +3,7 @@ stacks, ``--explain``'s term-by-term account), registered by :mod:`tinymem.cli`.
 import sys
 
 from ..model import architectures
-from . import arguments, as_json, verify_torch
+from . import arguments, as_json, torch_mode, verify_torch
 from .model_flags import model_from
 from .. import conventions
 from ..terms import finetune, inference
@@ -20,7 +20,7 @@ def main(args, print_table):
         print(f"tinymem plan: {exc}", file=sys.stderr)
         return 2
     return {"probe": plan_probe, "training": plan_arch, "layout": plan_layout,
-            "inference": plan_inference}[mode](args, print_table)
+            "inference": plan_inference, "torch": plan_torch}[mode](args, print_table)
 
 
 def plan_probe(args, print_table):
@@ -64,6 +64,16 @@ def plan_probe(args, print_table):
               f"step {1e3 * measured['seconds']:.1f} ms measured, "
               f"{1e3 * result.proposal.seconds:.1f} ms predicted")
     return code
+
+
+def plan_torch(args, print_table):
+    """``--mode torch``: one PyTorch step's peak (:mod:`.torch_mode`)."""
+    try:
+        model, usable = model_from(args), allowance(args)[2]
+    except ValueError as exc:
+        print(f"tinymem plan: {exc}", file=sys.stderr)
+        return 2
+    return torch_mode.plan_torch(args, model, usable, print_table)
 
 
 def layout_stack(args):

@@ -9,27 +9,34 @@ makes gradients, the embedding's backward adds a tied table's two gradients out 
 AdamW's update makes its implementation's temporaries. :mod:`.torch_ops` writes each op onto a
 :class:`~.torch_tape.Tape`; the peak is the largest running total, and the tensors alive there
 are the named terms (so each byte of the peak is a term: the cross-entropy moment's dlogp and
-dlogits are :meth:`.torch_ops.Step.loss_backward`'s).
+dlogits are :meth:`.torch_backward.Step.loss_backward`'s).
 
 Options (:class:`~..inputs.TorchOptions`, resolved at the door by :func:`~..inputs.resolve_torch`):
-AdamW's implementation, logits held by the caller, math attention or SDPA, tied or untied
-embeddings and dropout p (the Arch's ``tied`` and ``dropout``), the device.
+AdamW's implementation, logits held by the caller, math attention or SDPA, every block
+checkpointed (``torch.utils.checkpoint(use_reentrant=False)``: each block's RNG state kept, the
+block recomputed up to its last saving op as its backward begins), tied or untied embeddings and
+dropout p (the Arch's ``tied`` and ``dropout``), the device.
 
 Measured on the CPU (``tests/measure/test_torch_mode.py``: within 1% in fp32). Not modelled
-(refused): checkpointed blocks and bf16 autocast, which change what the forward saves (their
-programs are not written yet), grouped-query attention, experts. On CUDA the prediction is the
+(refused): bf16 autocast (its casts are not written yet), SDPA with dropout (the CPU runs
+PyTorch's math fallback), grouped-query attention, experts. On CUDA the prediction is the
 CPU's program with the CUDA differences below, and it is **unmeasured** (``measured=False``):
 dropout saves a 1-byte mask (bool) in place of float noise, every allocation is rounded up to
 512 bytes by the caching allocator, SDPA's flash and memory-efficient backends save a
-log-sum-exp (4·a·B·s) and not the s×s weights (as the CPU's flash kernel does), and AdamW
-defaults to foreach.
+log-sum-exp (4·a·B·s) and not the s×s weights (as the CPU's flash kernel does; with dropout too,
+which they run fused, where the CPU falls back to the math kernel), a checkpoint's RNG states are
+host memory, and AdamW defaults to foreach. Not written for CUDA: the kernels' workspaces
+(cuBLAS's, SDPA backward's), the CUDA context, fragmentation (``tinymem plan``'s allowances).
 """
 from collections import namedtuple
 
 from ..inputs import TorchOptions, resolve_torch
 from ..model import architectures as archs
-from .torch_ops import Step
+from .torch_backward import Step
+from .torch_ops import RNG_STATE
 from .torch_tape import BUCKETS, Tape
+
+CUDA_ROUNDING = 512  # the CUDA caching allocator's unit: every block a multiple of 512 B
 
 __all__ = ["breakdown", "TorchBreakdown", "Dims", "parameter_sizes", "BUCKETS"]
 
@@ -45,11 +52,13 @@ largest, ``measured`` False on CUDA (a prediction no GPU has confirmed yet)."""
 class Dims:
     """The sizes the ops read: B, s, N = B·s, h, f, a, V, L, dropout p, bias, tied, llama."""
 
-    def __init__(self, arch, batch):
+    def __init__(self, arch, batch, device="cpu"):
         self.B, self.s, self.h, self.a = batch, arch.seq, arch.hidden, arch.heads
         self.V, self.L, self.f = arch.vocab, arch.layers, archs.ffn(arch)
         self.N, self.p, self.bias, self.tied = batch * arch.seq, arch.dropout, arch.bias, arch.tied
         self.llama = arch.norm == "rmsnorm"
+        self.cuda = device == "cuda"
+        self.rng_state = 0 if self.cuda else RNG_STATE  # CUDA keeps the RNG states on the host
 
 
 def parameter_sizes(arch):
@@ -80,10 +89,10 @@ def breakdown(arch, batch=1, options=TorchOptions()):
 
 def evaluate(arch, batch, options):
     """:func:`breakdown` below the door (``options`` resolved)."""
-    d = Dims(arch, batch)
+    d = Dims(arch, batch, options.device)
     sizes = parameter_sizes(arch)
-    tape = Tape()
-    tape.moment = "start"
+    tape = Tape(CUDA_ROUNDING if d.cuda else 1)
+    tape.enter("start")
     n = sum(sizes)
     tape.new("weights", "parameter", "weights", "4·n", 4 * n)
     if options.attention == "math":
@@ -94,16 +103,19 @@ def evaluate(arch, batch, options):
     tape.new("adamw state", "optimizer", "AdamW exp_avg and exp_avg_sq", "8·n", 8 * n)
     tape.new("adamw steps", "optimizer", "AdamW step counters (one float per parameter)", "4·tensors", 4 * len(sizes))
     tape.new("ids", "input", "token ids and targets (int64)", "16·B·s", 16 * d.N)
-    tape.moment = "forward"
+    tape.enter("forward")
     step = Step(tape, d, options)
     x = step.embedding()
     inputs = []
     for i in range(arch.layers):
         inputs.append(x)
-        x = step.block(i, x)
+        x = step.checkpointed_block(i, x) if options.checkpoint else step.block(i, x)
     step.head(x)
     grad = step.loss_backward()
     for i in reversed(range(arch.layers)):
+        if options.checkpoint:
+            tape.enter(step.block_moment(i))
+            step.recompute(i, inputs[i])
         grad = step.block_backward(i, grad, inputs[i])
     step.embedding_backward(grad)
     step.optimizer(sizes)

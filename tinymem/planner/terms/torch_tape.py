@@ -30,14 +30,23 @@ Term)]}`` the tensors alive there."""
 class Tape:
     """Allocations and frees in order. ``new(tag, bucket, name, formula, nbytes)`` makes a tensor
     (``tag`` unique while it lives, ``name`` what a reader sees); ``free(*tags)`` lets them go;
-    ``moment`` names the phase the next events fall in."""
+    ``moment`` names the phase the next events fall in; ``rounding`` the allocator's unit (the CPU
+    allocator's records are the bytes asked for: 1)."""
 
-    def __init__(self):
-        self.events, self.moment = [], "forward"
+    def __init__(self, rounding=1):
+        self.events, self.moment, self.rounding = [], "forward", rounding
 
     def new(self, tag, bucket, name, formula, nbytes):
-        self.events.append((self.moment, tag, (bucket, name, formula, int(nbytes))))
+        """``nbytes`` rounded up to the allocator's unit (CUDA's caching allocator: 512 B)."""
+        nbytes = -(-int(nbytes) // self.rounding) * self.rounding
+        self.events.append((self.moment, tag, (bucket, name, formula, nbytes)))
         return tag
+
+    def enter(self, moment):
+        """The next events fall in ``moment``, which starts with what is alive now (a phase that
+        allocates nothing, a fused optimizer's step, still has its total)."""
+        self.moment = moment
+        self.events.append((moment, None, None))
 
     def free(self, *tags):
         for tag in tags:
@@ -48,6 +57,10 @@ class Tape:
         largest, one more for the tensors alive at each of those."""
         live, total, best = {}, 0, {}  # best: {moment: (total, index)}
         for i, (moment, tag, made) in enumerate(self.events):
+            if tag is None:  # a moment entered
+                if total > best.get(moment, (-1, 0))[0]:
+                    best[moment] = (total, i)
+                continue
             if made is None:
                 if tag not in live:
                     raise ValueError(f"torch tape: tensor {tag!r} freed but not alive")
@@ -62,7 +75,9 @@ class Tape:
         wanted = {i: moment for moment, (_, i) in best.items()}
         terms, live = {}, {}
         for i, (moment, tag, made) in enumerate(self.events):
-            if made is None:
+            if tag is None:
+                pass
+            elif made is None:
                 live.pop(tag)
             else:
                 live[tag] = made
