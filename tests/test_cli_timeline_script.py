@@ -110,3 +110,19 @@ def test_an_output_linked_into_a_missing_folder_is_refused_before_the_script_run
     assert cli.main(["timeline", "--out", "page.html", "--", "python", "train.py"]) == 2
     assert f"the folder {tmp_path / 'gone'} does not exist" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["page.html", "train.py"]  # the script did not run
+
+
+@pytest.mark.parametrize("flag", ["--out", "--snapshot"])
+@pytest.mark.parametrize("path", ["", "results/", "results" + os.sep + os.sep])
+def test_an_empty_output_or_one_naming_a_folder_is_refused_before_the_script_runs(tmp_path, monkeypatch, capsys,
+                                                                                  flag, path):
+    # "" is the current folder to realpath, "results/" a folder to the user: both refused as --out . is,
+    # not run and then "no page written" (""), nor written as a file named results ("results/").
+    (tmp_path / "train.py").write_text(MAKES_AN_ARRAY + "open('ran', 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    other = ["--snapshot", "step.pickle"] if flag == "--out" else ["--out", "page.html"]
+    assert cli.main(["timeline", flag, path, *other, "--", "python", "train.py"]) == 2
+    assert f"cannot write {path!r}: give a file name" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == ["train.py"]  # the script did not run; nothing written
+    assert cli.main(["timeline", flag, "results.bin", *other, "--", "python", "train.py"]) == 0
+    assert sorted(os.listdir(tmp_path)) == sorted(["train.py", "ran", "results.bin", other[1]])

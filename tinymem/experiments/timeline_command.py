@@ -71,8 +71,11 @@ def output_paths(args, inputs):
     """The absolute paths of ``--out`` and ``--snapshot`` (None when not given), checked: each
     in a writable folder, not a folder itself, not one of ``inputs`` (files the command reads),
     not the other. Raises ValueError saying what is wrong."""
-    given = [("--out", args.out)] + ([("--snapshot", args.snapshot)] if args.snapshot else [])
+    given = [("--out", args.out)] + ([("--snapshot", args.snapshot)] if args.snapshot is not None else [])
     for flag, path in given:
+        if not path or path.endswith(("/", os.sep)):  # realpath("") is this folder; abspath drops the "/"
+            raise ValueError(f"cannot write {path!r}: give a file name (e.g. 'out.html'), not an empty path "
+                             "or a folder")
         folder = os.path.dirname(os.path.realpath(path))  # a symlink is written through: its target's folder
         if not os.path.isdir(folder):
             raise ValueError(f"cannot write {path}: the folder {folder} does not exist; create it first")
