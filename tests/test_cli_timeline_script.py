@@ -126,3 +126,14 @@ def test_an_empty_output_or_one_naming_a_folder_is_refused_before_the_script_run
     assert os.listdir(tmp_path) == ["train.py"]  # the script did not run; nothing written
     assert cli.main(["timeline", flag, "results.bin", *other, "--", "python", "train.py"]) == 0
     assert sorted(os.listdir(tmp_path)) == sorted(["train.py", "ran", "results.bin", other[1]])
+
+
+def test_an_argument_that_is_not_utf8_still_has_its_page(tmp_path, capsys):
+    # A shell passes bytes: python decodes b"\xff" as the lone surrogate "\udcff" and runs the script.
+    # The page's title (the command) went into the page as such and could not be encoded: no page.
+    script = tmp_path / "train.py"
+    script.write_text(MAKES_AN_ARRAY + "import sys\nassert sys.argv[1] == '\\udcff-x'\n")
+    page = tmp_path / "run.html"
+    assert cli.main(["timeline", "--out", str(page), "--", "python", str(script), os.fsdecode(b"\xff-x")]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert f"<title>tinymem memory timeline: python {script} \\udcff-x</title>" in page.read_text(encoding="utf-8")
