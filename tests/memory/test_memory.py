@@ -235,6 +235,21 @@ def test_timeline_records_forward_backward_and_optimizer_in_order():
     assert max(sum(e["live"].values()) for e in events) == t.peak()
 
 
+@pytest.mark.parametrize("label", [3, None, b"forward", ["forward"], object()])
+def test_a_mark_that_is_not_a_str_is_refused_and_a_good_one_after_it_is_recorded(tmp_path, label):
+    # Before, any object went onto the timeline and `tinymem timeline` then failed on it after the
+    # script had run (json: "Object of type object is not JSON serializable"; no page).
+    with memory.track() as t:
+        x = tm.tensor(np.ones(4, np.float32))
+        with pytest.raises(TypeError, match="memory.mark's label must be a str"):
+            memory.mark(label)
+        memory.mark("forward")
+        del x
+    assert [e["label"] for e in t.timeline() if e["kind"] == "mark"] == ["forward"]
+    memory.page.write(memory.page.data(t, "one step"), tmp_path / "page.html")
+    assert '"marks":[[1,"forward"]]' in (tmp_path / "page.html").read_text()
+
+
 def test_peak_by_bucket_sums_to_peak_and_views_count_once():
     a = tm.tensor(np.zeros((100, 100), np.float32))
     view = a.reshape(10000)

@@ -386,7 +386,11 @@ def live_bytes(bucket=None, place="device"):
 
 
 def mark(label):
-    """Put a labelled marker (``"forward"``, ``"backward"``, ``"optimizer"``) on every timeline."""
+    """Put a labelled marker (``"forward"``, ``"backward"``, ``"optimizer"``) on every timeline.
+    ``label`` is a str: pages and snapshots show it as text."""
+    if not isinstance(label, str):
+        raise TypeError(f"memory.mark's label must be a str naming the phase, e.g. 'forward', got "
+                        f"{type(label).__name__}")
     with LEDGER.lock:
         for tracker in LEDGER.trackers:
             tracker._record("mark", None, None, 0, label)
