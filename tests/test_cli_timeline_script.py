@@ -137,3 +137,18 @@ def test_an_argument_that_is_not_utf8_still_has_its_page(tmp_path, capsys):
     assert cli.main(["timeline", "--out", str(page), "--", "python", str(script), os.fsdecode(b"\xff-x")]) == 0
     assert "wrote" in capsys.readouterr().out
     assert f"<title>tinymem memory timeline: python {script} \\udcff-x</title>" in page.read_text(encoding="utf-8")
+
+
+def test_a_script_interrupted_by_ctrl_c_has_its_page_and_pythons_traceback_and_status(tmp_path, capsys):
+    # Ctrl-C on a long run: the memory up to then is what one wants to see. Before, the
+    # KeyboardInterrupt went through the command: no page, a traceback through runpy and tinymem.
+    script = tmp_path / "train.py"
+    script.write_text(MAKES_AN_ARRAY + "raise KeyboardInterrupt\n")
+    status, traceback = _python(script, tmp_path)
+    assert status == -2 and traceback.endswith("KeyboardInterrupt\n")  # python kills itself with SIGINT
+    page = tmp_path / "run.html"
+    assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 128 + 2  # what a shell shows
+    err = capsys.readouterr().err
+    assert err.startswith(traceback)
+    assert "the script raised KeyboardInterrupt: exit status 130, as under python; its page shows memory up to then" in err
+    assert '"peak":{"bytes":256' in page.read_text()

@@ -11,13 +11,15 @@ shows them:
 - the exit status follows CPython's rules for ``SystemExit`` (``_Py_HandleSystemExit``): no
   code or ``None`` is 0; an int is cut to a C long (one beyond it is -1) and the shell sees its
   lowest byte (``sys.exit(256)`` is 0, ``sys.exit(-1)`` is 255); any other object (``0.0``, a
-  message) is printed on stderr and the status is 1. An exception is status 1.
+  message) is printed on stderr and the status is 1. An exception is status 1; a
+  ``KeyboardInterrupt`` (Ctrl-C) 130, as a shell shows python killing itself with SIGINT.
 
 After the script, ``sys.argv``, ``sys.path`` and the working folder are as they were (a script
 may ``os.chdir``). Cost: nothing beyond the script's own.
 """
 import os
 import runpy
+import signal
 import sys
 
 _LONG = 2 ** 63  # a C long on Linux and macOS: CPython reads the exit code as one
@@ -63,6 +65,8 @@ def exit_status(error):
     ran to its end), by CPython's rules (see the module's docstring)."""
     if error is None:
         return 0
+    if isinstance(error, KeyboardInterrupt):
+        return 128 + signal.SIGINT
     if not isinstance(error, SystemExit):
         return 1
     code = error.code
