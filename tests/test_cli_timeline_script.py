@@ -152,3 +152,17 @@ def test_a_script_interrupted_by_ctrl_c_has_its_page_and_pythons_traceback_and_s
     assert err.startswith(traceback)
     assert "the script raised KeyboardInterrupt: exit status 130, as under python; its page shows memory up to then" in err
     assert '"peak":{"bytes":256' in page.read_text()
+
+
+def test_an_exit_code_whose_str_and_repr_raise_ends_as_under_python(tmp_path, capsys):
+    # python prints an empty line for such a code and exits 1; before, the command's own message
+    # (repr) and its print of the code (str) raised out of it: a traceback through tinymem.
+    script = tmp_path / "train.py"
+    script.write_text(MAKES_AN_ARRAY + "class Code:\n    def __str__(self): raise RuntimeError('str')\n"
+                      "    __repr__ = __str__\nimport sys\nsys.exit(Code())\n")
+    assert _python(script, tmp_path) == (1, "\n")
+    page = tmp_path / "run.html"
+    assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("\ntinymem timeline: the script called sys.exit(<Code instance at 0x") and "Traceback" not in err
+    assert err.endswith(">): exit status 1, as under python; its page shows memory up to then\n") and page.exists()

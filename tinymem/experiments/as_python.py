@@ -18,6 +18,7 @@ After the script, ``sys.argv``, ``sys.path`` and the working folder are as they 
 may ``os.chdir``). Cost: nothing beyond the script's own.
 """
 import os
+import reprlib
 import runpy
 import signal
 import sys
@@ -82,7 +83,8 @@ def ending(error):
     if error is None:
         return "ran to its end"
     if isinstance(error, SystemExit):
-        return "called sys.exit(" + ("" if error.code is None else repr(error.code)) + ")"
+        # reprlib: short, and a repr that raises is not the command's failure
+        return "called sys.exit(" + ("" if error.code is None else reprlib.repr(error.code)) + ")"
     return f"raised {type(error).__name__}"
 
 
@@ -92,7 +94,11 @@ def report(error, script=None):
     ``sys.exit("message")``, or nothing."""
     if isinstance(error, SystemExit):
         if error.code is not None and not isinstance(error.code, int):
-            print(error.code, file=sys.stderr)
+            try:
+                text = str(error.code)
+            except Exception:  # noqa: BLE001 - python then prints only the line's end, and exits 1
+                text = ""
+            print(text, file=sys.stderr)
         return
     tb = error.__traceback__
     if script is not None:
