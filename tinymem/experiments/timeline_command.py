@@ -123,21 +123,20 @@ def run(args):
             script, argv = as_python.script_path(command)
             inputs, title = as_python.input_files(command), " ".join(command)
         else:
-            name = args.workload or "transformer"
+            name = "transformer" if args.workload is None else args.workload  # "" is not a name
             if name not in WORKLOADS:
                 return _refuse(f"unknown workload {name!r}; choose one of {', '.join(WORKLOADS)}")
-            sizes = args.sizes or DEFAULT_SIZES[name]
+            sizes = DEFAULT_SIZES[name] if args.sizes is None else args.sizes
             if args.batch < 1:
                 return _refuse(f"--batch must be >= 1, got {args.batch}")
-            workload(name, sizes, args.device)
+            # Built here: sizes no model can have (30 wide, 4 heads) are a refused argument.
+            step, device = workload_body(name, sizes, args.batch, args.device), args.device
             script, inputs, title = None, [], f"one Adam step of {name}({sizes}), batch {args.batch}"
         out, snap = output_paths(args, inputs + [page.TEMPLATE])
     except (ValueError, TypeError, backend.DeviceError) as exc:
         return _refuse(str(exc))
     if command:
         step, device = (lambda: as_python.run(script, argv)), None
-    else:
-        step, device = workload_body(name, sizes, args.batch, args.device), args.device
     before = {path: _identity(path) for path in (out, snap) if path}
     tracker, error = window(step, device)
     status = as_python.exit_status(error)
