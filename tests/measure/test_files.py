@@ -44,3 +44,15 @@ def test_files_written_together_are_all_or_none(tmp_path):
     write_together([(tmp_path / "page.html", _hi, ".html"), (tmp_path / "step.pickle", _hi, ".pickle")])
     assert sorted(os.listdir(tmp_path)) == ["page.html", "step.pickle"]
     assert (tmp_path / "page.html").read_text() == (tmp_path / "step.pickle").read_text() == "hi"
+
+
+@pytest.mark.parametrize("second", ["page.html", "./page.html", "link.html"])
+def test_one_file_named_twice_in_files_written_together_is_refused_and_nothing_written(tmp_path, second):
+    # Before, both were written and the second silently replaced the first: one of two was lost.
+    (tmp_path / "page.html").write_text("old page")
+    os.symlink("page.html", tmp_path / "link.html")
+    with pytest.raises(ValueError, match=f"cannot write {tmp_path / second} and {tmp_path / 'page.html'} together: "
+                                         "they are one file"):
+        write_together([(tmp_path / "page.html", _hi, ".html"), (tmp_path / second, lambda f: f.write(b"b"), "")])
+    assert sorted(os.listdir(tmp_path)) == ["link.html", "page.html"]
+    assert (tmp_path / "page.html").read_text() == "old page"

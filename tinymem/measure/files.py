@@ -24,11 +24,17 @@ def write_together(files):
     """Write several files as one: ``files`` is ``[(path, write, suffix), ...]``, each written
     as :func:`write_atomically` does, except that no target is renamed over before every one of
     them is written. A failure while writing (a full disk, ``write`` raising) leaves every target
-    as it was; only a failure between two renames (each atomic) could leave some renamed."""
-    staged = []
+    as it was; only a failure between two renames (each atomic) could leave some renamed. One
+    file named twice (through a symlink or ``./``) is refused: the second would replace the first."""
+    staged, named = [], {}
     try:
         for path, write, suffix in files:
             staged.append(_staged(path, write, suffix))
+            target = staged[-1][1]
+            if target in named:
+                raise ValueError(f"cannot write {path} and {named[target]} together: they are one file "
+                                 f"({target}); give them two names")
+            named[target] = path
         for tmp, target in staged:
             os.replace(tmp, target)
     except BaseException:
