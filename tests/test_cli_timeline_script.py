@@ -166,3 +166,16 @@ def test_an_exit_code_whose_str_and_repr_raise_ends_as_under_python(tmp_path, ca
     err = capsys.readouterr().err
     assert err.startswith("\ntinymem timeline: the script called sys.exit(<Code instance at 0x") and "Traceback" not in err
     assert err.endswith(">): exit status 1, as under python; its page shows memory up to then\n") and page.exists()
+
+
+def test_a_script_that_removes_the_folder_it_was_started_in_ends_as_under_python(tmp_path, monkeypatch, capsys):
+    # Before, going back to the removed folder raised FileNotFoundError in place of the script's
+    # own ending: "the script raised FileNotFoundError: exit status 1", where python exits 0.
+    (tmp_path / "work").mkdir()
+    script = tmp_path / "train.py"
+    script.write_text(MAKES_AN_ARRAY + f"import os, shutil\nos.chdir({str(tmp_path)!r})\nshutil.rmtree('work')\n")
+    monkeypatch.chdir(tmp_path / "work")
+    page = tmp_path / "run.html"
+    assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 0
+    assert capsys.readouterr().err == "" and '"peak":{"bytes":256' in page.read_text()
+    assert os.getcwd() == str(tmp_path)  # where the script left it: its first folder is gone

@@ -15,7 +15,7 @@ shows them:
   ``KeyboardInterrupt`` (Ctrl-C) 130, as a shell shows python killing itself with SIGINT.
 
 After the script, ``sys.argv``, ``sys.path`` and the working folder are as they were (a script
-may ``os.chdir``). Cost: nothing beyond the script's own.
+may ``os.chdir``; one that removed the folder it started in leaves us where it went). Cost: nothing beyond the script's own.
 """
 import os
 import reprlib
@@ -58,7 +58,10 @@ def run(script, argv):
         runpy.run_path(script, run_name="__main__")
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-        os.chdir(saved_folder)
+        try:
+            os.chdir(saved_folder)
+        except FileNotFoundError:  # the script removed it: stay where it left us, as python would
+            pass
 
 
 def exit_status(error):
