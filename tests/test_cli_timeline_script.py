@@ -179,3 +179,13 @@ def test_a_script_that_removes_the_folder_it_was_started_in_ends_as_under_python
     assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 0
     assert capsys.readouterr().err == "" and '"peak":{"bytes":256' in page.read_text()
     assert os.getcwd() == str(tmp_path)  # where the script left it: its first folder is gone
+
+
+def test_an_output_that_is_a_fifo_is_refused_before_the_script_runs(tmp_path, monkeypatch, capsys):
+    # Before, the script ran and the page was renamed over the FIFO (over /dev/null, as root).
+    (tmp_path / "train.py").write_text(MAKES_AN_ARRAY + "open('ran', 'w').close()\n")
+    os.mkfifo(tmp_path / "page.html")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["timeline", "--out", "page.html", "--", "python", "train.py"]) == 2
+    assert "cannot write page.html: it is not a regular file" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["page.html", "train.py"] and (tmp_path / "page.html").is_fifo()

@@ -69,7 +69,7 @@ def workload_step(name, sizes, batch, device="cpu"):
 
 def output_paths(args, inputs):
     """The absolute paths of ``--out`` and ``--snapshot`` (None when not given), checked: each
-    in a writable folder, not a folder itself, not one of ``inputs`` (files the command reads),
+    in a writable folder, not a folder, FIFO or device, not one of ``inputs`` (files the command reads),
     not the other. Raises ValueError saying what is wrong."""
     given = [("--out", args.out)] + ([("--snapshot", args.snapshot)] if args.snapshot is not None else [])
     for flag, path in given:
@@ -81,6 +81,9 @@ def output_paths(args, inputs):
             raise ValueError(f"cannot write {path}: the folder {folder} does not exist; create it first")
         if os.path.isdir(path):
             raise ValueError(f"cannot write {path}: it is a folder; give a file name inside it")
+        if os.path.exists(path) and not os.path.isfile(path):  # see measure.files: a rename would replace it
+            raise ValueError(f"cannot write {path}: it is not a regular file (a FIFO, device or socket); "
+                             "give a file name")
         if not os.access(folder, os.W_OK):
             raise ValueError(f"cannot write {path}: the folder {folder} is not writable")
         for source in inputs:
