@@ -189,3 +189,13 @@ def test_an_output_that_is_a_fifo_is_refused_before_the_script_runs(tmp_path, mo
     assert cli.main(["timeline", "--out", "page.html", "--", "python", "train.py"]) == 2
     assert "cannot write page.html: it is not a regular file" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["page.html", "train.py"] and (tmp_path / "page.html").is_fifo()
+
+
+def test_a_script_whose_name_starts_with_python_is_run_not_taken_for_the_interpreter(tmp_path, monkeypatch):
+    # Before, `-- python_train.py config.py` dropped python_train.py as if it were `python` and ran config.py.
+    (tmp_path / "python_train.py").write_text(MAKES_AN_ARRAY + "import sys\nopen('ran', 'w').write(repr(sys.argv))\n")
+    (tmp_path / "config.py").write_text("open('config ran', 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["timeline", "--out", "page.html", "--", "python_train.py", "config.py"]) == 0
+    assert (tmp_path / "ran").read_text().endswith("python_train.py', 'config.py']")
+    assert not (tmp_path / "config ran").exists()

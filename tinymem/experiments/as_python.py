@@ -29,7 +29,7 @@ _LONG = 2 ** 63  # a C long on Linux and macOS: CPython reads the exit code as o
 def script_path(command):
     """The script of ``command`` (``[python] script.py args...``), checked before anything runs;
     ``(script, argv)``."""
-    if command and os.path.basename(command[0]).startswith("python"):
+    if command and os.path.basename(command[0]).startswith("python") and not command[0].endswith(".py"):
         command = command[1:]
     if not command or not command[0].endswith(".py"):
         raise ValueError("give a Python script after --, e.g. tinymem timeline -- python train.py")
