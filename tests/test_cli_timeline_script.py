@@ -199,3 +199,16 @@ def test_a_script_whose_name_starts_with_python_is_run_not_taken_for_the_interpr
     assert cli.main(["timeline", "--out", "page.html", "--", "python_train.py", "config.py"]) == 0
     assert (tmp_path / "ran").read_text().endswith("python_train.py', 'config.py']")
     assert not (tmp_path / "config ran").exists()
+
+
+def test_the_script_sees_argv0_as_given_and_its_absolute_path_as_file_as_under_python(tmp_path, monkeypatch, capsys):
+    # Before, runpy.run_path set sys.argv[0] to the script's absolute path; python keeps it as given.
+    script = tmp_path / "train.py"
+    script.write_text(MAKES_AN_ARRAY + "import sys\nprint(sys.argv, __file__, __name__)\n")
+    monkeypatch.chdir(tmp_path)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(cli.__file__)))
+    python = subprocess.run([sys.executable, "train.py", "--epochs", "1"], env=env, capture_output=True, text=True,
+                            timeout=120).stdout
+    assert python == f"['train.py', '--epochs', '1'] {script} __main__\n"
+    assert cli.main(["timeline", "--out", "page.html", "--", "python", "train.py", "--epochs", "1"]) == 0
+    assert capsys.readouterr().out.startswith(python)

@@ -1,13 +1,14 @@
 """Running ``python script.py args...`` inside this process, as ``python`` itself would.
 
-``tinymem timeline -- python train.py`` runs the script in this process (``runpy``) so that a
-tracking window sees every array it makes. What a user sees must still be what ``python``
+``tinymem timeline -- python train.py`` runs the script in this process (as runpy would) so
+that a tracking window sees every array it makes. What a user sees must still be what ``python``
 shows them:
 
-- the script runs with its own ``sys.argv``, its folder first on ``sys.path`` and its absolute
-  path as ``__file__`` (Python 3.9+ does so for a script named on the command line);
+- the script runs with its own ``sys.argv`` (``argv[0]`` as given), its folder first on
+  ``sys.path`` and its absolute path as ``__file__`` (Python 3.9+ does so for a script named on
+  the command line);
 - a script that raises prints its traceback (through ``sys.excepthook``, as ``python`` does),
-  starting at the script's own frame: the frames of ``runpy`` and tinymem are not shown;
+  starting at the script's own frame: tinymem's frames are not shown;
 - the exit status follows CPython's rules for ``SystemExit`` (``_Py_HandleSystemExit``): no
   code or ``None`` is 0; an int is cut to a C long (one beyond it is -1) and the shell sees its
   lowest byte (``sys.exit(256)`` is 0, ``sys.exit(-1)`` is 255); any other object (``0.0``, a
@@ -15,13 +16,15 @@ shows them:
   ``KeyboardInterrupt`` (Ctrl-C) 130, as a shell shows python killing itself with SIGINT.
 
 After the script, ``sys.argv``, ``sys.path`` and the working folder are as they were (a script
-may ``os.chdir``; one that removed the folder it started in leaves us where it went). Cost: nothing beyond the script's own.
+may ``os.chdir``; one that removed the folder it started in leaves us where it went). Cost:
+nothing beyond the script's own.
 """
+import io
 import os
 import reprlib
-import runpy
 import signal
 import sys
+import types
 
 _LONG = 2 ** 63  # a C long on Linux and macOS: CPython reads the exit code as one
 
@@ -52,16 +55,32 @@ def run(script, argv):
     turn them into what ``python`` would show."""
     saved_argv, saved_path, saved_folder = sys.argv, list(sys.path), os.getcwd()
     script = os.path.abspath(script)
-    sys.argv = list(argv)  # argv[0] as given, as python leaves it
+    sys.argv = list(argv)  # argv[0] as given, as python leaves it (runpy.run_path would not)
     sys.path.insert(0, os.path.dirname(script))  # as `python script.py`: its folder imports
     try:
-        runpy.run_path(script, run_name="__main__")
+        _run_as_main(script)
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
         try:
             os.chdir(saved_folder)
         except FileNotFoundError:  # the script removed it: stay where it left us, as python would
             pass
+
+
+def _run_as_main(script):
+    """Execute the file ``script`` (an absolute path) as the ``__main__`` module, as runpy's
+    ``run_path`` does for a file, but leaving ``sys.argv[0]`` alone (run_path sets it to
+    ``script``, where python keeps the name as given)."""
+    with io.open_code(script) as f:
+        code = compile(f.read(), script, "exec", dont_inherit=True)  # bytes: a coding cookie is honoured
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=script, __cached__=None, __loader__=None, __package__=None, __spec__=None)
+    saved_main = sys.modules["__main__"]
+    sys.modules["__main__"] = main  # pickle and multiprocessing find the script's classes there
+    try:
+        exec(code, main.__dict__)
+    finally:
+        sys.modules["__main__"] = saved_main
 
 
 def exit_status(error):
