@@ -19,7 +19,6 @@ import re
 
 from ..measure.files import write_atomically
 from .attribution import describe
-from .ledger import BUCKETS
 from .snapshot import check_window, peak_index
 from .units import format_bytes
 
@@ -54,7 +53,7 @@ def data(tracker, title):
             f" @ {os.path.basename(site[0])}:{site[1]} ({site[2]})" if site is not None else "")
         module = "(model)" if entry.module == "" else entry.module or f"(no module: {bucket})"
         open_lives[entry] = len(arrays)
-        arrays.append([BUCKETS.index(bucket), entry.nbytes, x, -1, details(text), modules(module),
+        arrays.append([tracker.buckets.index(bucket), entry.nbytes, x, -1, details(text), modules(module),
                        ops(entry.label or "-")])
 
     for entry, bucket in tracker.entered.items():
@@ -73,7 +72,7 @@ def data(tracker, title):
         x += 1
     peak_x = sum(1 for e in tracker.events[:peak_index(tracker) + 1] if e[1] != "mark") - 1
     drawn = _thin(series, peak_x)
-    return {"title": title, "buckets": list(BUCKETS), "events": x, "entered": sum(e.nbytes for e in tracker.entered),
+    return {"title": title, "buckets": list(tracker.buckets), "events": x, "entered": sum(e.nbytes for e in tracker.entered),
             "drawn": [[i] + series[i] for i in drawn], "marks": marks, "arrays": arrays,
             "modules": modules.items, "ops": ops.items, "details": details.items,
             "peak": {"bytes": tracker.peak(), "text": format_bytes(tracker.peak()), "x": peak_x,
