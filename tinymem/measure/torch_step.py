@@ -127,7 +127,10 @@ def _check(step, model, optimizer, steps, inputs, device):
                         "tensors the step reads, alone or in tuples, lists and dicts")
     if device is None:
         device = next((p.device.type for p in model.parameters()), "cpu")
-    device = torch.device(device).type if isinstance(device, (str, torch.device)) else device
+    try:
+        device = torch.device(device).type if isinstance(device, (str, torch.device)) else device
+    except RuntimeError:  # a name torch does not know ('xyz'): refused below, naming the argument
+        pass
     if device not in ("cpu", "cuda"):
         raise ValueError(f"measure_torch_step: device must be 'cpu' or 'cuda' (or None: the model's), got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
