@@ -28,3 +28,21 @@ def test_a_device_torch_cannot_name_is_refused_naming_the_argument():
         measure_torch_step(_never_runs(ran), model=lin, optimizer=opt, device="xyz")
     assert ran == []
     assert measure_torch_step(lambda: None, model=lin, optimizer=opt, device="cpu").peak == 2 * 2 * 4 + 2 * 4
+
+
+def test_an_optimizer_of_tensors_the_model_does_not_hold_is_refused():
+    import torch
+    lin, opt = _sgd_linear(torch, 2, 2)
+    other, other_opt = _sgd_linear(torch, 3, 5)  # another model's optimizer: its 80 bytes are in no bucket
+    extra = torch.nn.Parameter(torch.zeros(7))  # a tensor the optimizer updates beside the model's
+    mixed = torch.optim.SGD([*lin.parameters(), extra], lr=0.1)
+    ran = []
+    with pytest.raises(ValueError, match=r"optimizer= updates 2 tensors \(80 B\) that model= does not hold"):
+        measure_torch_step(_never_runs(ran), model=lin, optimizer=other_opt)
+    with pytest.raises(ValueError, match=r"optimizer= updates 1 tensors \(28 B\) that model= does not hold"):
+        measure_torch_step(_never_runs(ran), model=lin, optimizer=mixed)
+    assert ran == []
+    both = torch.nn.ModuleList([lin, torch.nn.ParameterList([extra])])
+    assert measure_torch_step(lambda: None, model=both, optimizer=mixed).baseline == 24 + 28
+    frozen = torch.optim.SGD([lin.weight], lr=0.1)  # an optimizer of part of the model is fine
+    assert measure_torch_step(lambda: None, model=lin, optimizer=frozen).baseline == 24

@@ -120,6 +120,12 @@ def _check(step, model, optimizer, steps, inputs, device):
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"measure_torch_step: optimizer= must be the torch.optim.Optimizer the step "
                         f"uses, got {type(optimizer).__name__}")
+    held = {id(p) for p in model.parameters()}
+    outside = list({id(p): p for g in optimizer.param_groups for p in g["params"] if id(p) not in held}.values())
+    if outside:  # their bytes would be in no bucket, and their gradients not marked
+        raise ValueError(f"measure_torch_step: optimizer= updates {len(outside)} tensors "
+                         f"({sum(p.nbytes for p in outside):,d} B) that model= does not hold; give as model= "
+                         "the module that holds every tensor the optimizer updates (e.g. torch.nn.ModuleList)")
     steps = positive_int("measure_torch_step: steps (how many steps to run; the last is measured)", steps)
     stray = next((v for v in leaves(inputs) if not isinstance(v, torch.Tensor)), None)
     if stray is not None:
@@ -145,7 +151,8 @@ def measure_torch_step(step, *, model, optimizer, steps=2, inputs=(), device=Non
     ``step()`` runs one whole training step; what it returns is kept alive until the measured
     step ends (as a caller that holds the logits does) and dropped between steps. ``inputs``:
     tensors (or nests of them) alive throughout that the step reads, counted in the baseline.
-    ``device``: 'cpu' or 'cuda' (None: the model's). The model and optimizer are left as the
+    ``device``: 'cpu' or 'cuda' (None: the model's). ``model`` holds every tensor the optimizer
+    updates (its state is counted from them). The model and optimizer are left as the
     steps leave them; the hooks are removed. See the module's docstring for the method and limits.
     """
     torch, steps, device = _check(step, model, optimizer, steps, inputs, device)
