@@ -25,7 +25,8 @@ made before the step before the measured one and freed during the measured one i
 (``missed_free_bytes``). Under ``torch.utils.checkpoint`` the tensors recomputed in backward are
 saved by checkpoint's own hooks, not these: they count as ``in_flight``, not ``activation``.
 The two hooks cost one empty ``record_function`` per saved tensor and per parameter, which moves
-no byte (a test holds the peak with and without them equal).
+no byte (a test holds the peak with and without them equal). One measurement runs at a time: a second one
+started while it runs (in another thread) is refused, as two profilers at once crash the process.
 
 **On CUDA** (``device="cuda"``) the same replay reads the profiler's CUDA allocations, which are
 the caching allocator's blocks; the baseline is every active block (``torch_cuda.py``), so the
@@ -37,6 +38,7 @@ Memory and time: the profiler keeps one record per op and per allocation of the 
 (about 100 bytes each) and slows small ops several times; measure a small configuration.
 """
 import gc
+import threading
 from dataclasses import dataclass, field
 
 from ..checks import positive_int
@@ -46,6 +48,8 @@ from .torch_profile import Profile, StepHooks, leaves, state_storages
 from .torch_replay import BUCKETS, label_in_flight, phase_at, replay
 
 CUDA_NOTE = "unmeasured on CUDA in this project until a GPU run confirms it"
+# One measurement at a time: two torch profilers opened at once in two threads crash the process.
+_RUNNING = threading.Lock()
 
 
 @dataclass
@@ -156,6 +160,16 @@ def measure_torch_step(step, *, model, optimizer, steps=2, inputs=(), device=Non
     steps leave them; the hooks are removed. See the module's docstring for the method and limits.
     """
     torch, steps, device = _check(step, model, optimizer, steps, inputs, device)
+    if not _RUNNING.acquire(blocking=False):
+        raise RuntimeError("measure_torch_step: another measure_torch_step is running (in another thread, or "
+                           "the step calls it); torch's profiler measures one step at a time: measure one after the other")
+    try:
+        return _measure(torch, step, model, optimizer, steps, inputs, device)
+    finally:
+        _RUNNING.release()
+
+
+def _measure(torch, step, model, optimizer, steps, inputs, device):
     from torch.autograd.profiler import profile, record_function
     from . import torch_cuda
     for _ in range(steps - 2):
