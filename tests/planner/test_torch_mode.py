@@ -117,3 +117,13 @@ def test_cli_mode_torch_prints_the_moments_and_the_peak_tensors(capsys):
     assert cli.main(["plan", "--arch", "gpt2", "--mode", "torch", "--torch", "adam"]) == 2
     assert "unknown word 'adam'" in capsys.readouterr().err
     assert cli.main(["plan", "--arch", "gpt2", "--mode", "torch", "--gpus", "4"]) == 2
+
+
+def test_the_torch_mode_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from tinymem.planner.terms import analytic; from tinymem.planner.report import command; "
+            "analytic.breakdown('gpt2', 1, mode='torch'); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
