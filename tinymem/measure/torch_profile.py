@@ -11,22 +11,24 @@ importing this file imports no torch):
   (``register_post_accumulate_grad_hook``). A mark is an empty ``record_function`` named
   ``tinymem::saved <address>`` or ``tinymem::grad <address>``: it lands on the profiler's own
   clock, between the allocations around it.
-- :func:`read_profile`: the profiler's allocation records (address, signed bytes, time, the ops
+- :class:`Profile`: the profiler's allocation records (address, signed bytes, time, the ops
   around it) and the marks, replayed in time order into :class:`~.torch_replay.Block` s.
 
 The profiler reports a block's free only if it saw the block's allocation: a block allocated
 before profiling began and freed while it runs leaves no record (torch warns "Memory block of
 unknown size was allocated before the profiling started"). The measurement profiles the step
 before the measured one too, so what that step leaves (gradients, new optimizer state) is seen
-from birth; a storage older than that, freed in the measured step, is noticed only when the
-allocator hands its address out again: it is counted freed from then, and its bytes are
-reported as ``missed_free_bytes``.
+from birth. A storage older than that, freed in the measured step, is counted freed when the
+allocator hands its address out again, or, if it never does and the step's objects no longer
+name it at the end, counted alive to the end: either way its bytes are ``missed_free_bytes``,
+and the peak may hold up to that many bytes too many.
 """
 from .torch_replay import Block
 
 MARK = "tinymem::"
 NODE = "autograd::engine::evaluate_function: "
 OPTIMIZER_STEP = "Optimizer.step#"
+UNSEEN = "(made before profiling)"
 # Ops that only allocate: the op named at a block is the innermost op around it that is not one.
 ALLOCATING = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
               "aten::new_empty_strided", "aten::resize_"}
@@ -41,17 +43,21 @@ def storage_of(tensor):
     return storage.data_ptr(), storage.nbytes()
 
 
-def _tensors(value, torch):
-    """Every tensor in a nest of tuples, lists and dicts."""
+def leaves(value):
+    """Every value in a nest of tuples, lists and dicts that is not one of them."""
     stack = [value]
     while stack:
         v = stack.pop()
-        if isinstance(v, torch.Tensor):
-            yield v
-        elif isinstance(v, dict):
+        if isinstance(v, dict):
             stack.extend(v.values())
         elif isinstance(v, (tuple, list)):
             stack.extend(v)
+        else:
+            yield v
+
+
+def _tensors(value, torch):
+    return (v for v in leaves(value) if isinstance(v, torch.Tensor))
 
 
 def state_storages(torch, model, optimizer, inputs, device_type):
@@ -121,7 +127,7 @@ def _records(tree, device_type, allocation_tag):
         ops.append((event.start_time_ns, event.end_time_ns, event.name))
         if event.name.startswith(NODE):
             node, chain = (event.name[len(NODE):], event.end_time_ns), ()
-        elif not event.name.startswith((MARK, OPTIMIZER_STEP, "Optimizer.")) and "::" in event.name:
+        elif "::" in event.name and not event.name.startswith(MARK):  # an op, not a record_function
             chain = chain + (event.name,)
         stack.extend((c, chain, node) for c in reversed(event.children))
     return allocations, ops
@@ -132,21 +138,24 @@ class Profile:
     (born after it), the phases' start times, the mark named at the step's start, and
     ``missed_free_bytes`` (see the module's docstring)."""
 
-    def __init__(self, torch, prof, device_type, start_mark, known, optimizer_storages_at_end):
+    def __init__(self, torch, prof, device_type, start_mark, known, known_at_end):
         allocation_tag = torch._C._profiler._EventType.Allocation
-        allocations, ops = _records(prof.profiler.kineto_results.experimental_event_tree(),
+        allocations, ops = _records(prof.kineto_results.experimental_event_tree(),
                                     device_type, allocation_tag)
         self.start = min(s for s, _, name in ops if name == start_mark)
-        self.end = max([e for _, e, _ in ops] + [a[0] for a in allocations])
         nodes = [s for s, _, name in ops if s >= self.start and name.startswith(NODE)]
         steps = [s for s, _, name in ops if s >= self.start and name.startswith(OPTIMIZER_STEP)]
         self.backward_start = min(nodes, default=None)
         self.optimizer_start = min(steps, default=None)
         marks = [(s, name) for s, _, name in ops if name.startswith(MARK)]
         self._replay(allocations, marks, known)
-        for b in self.blocks:  # optimizer state the step made (AdamW's on its first step)
-            if b.died is None and b.ptr in optimizer_storages_at_end:
-                b.labels.append((b.born, "optimizer"))
+        for b in self.blocks:  # state the step made (AdamW's on its first step, a new buffer)
+            bucket = known_at_end.get(b.ptr, (0, None))[1] if b.died is None else None
+            if bucket in ("parameter", "buffer", "optimizer"):
+                b.labels.append((b.born, bucket))
+        for b in self.baseline:  # named at the start, made before profiling, gone by the end: freed unseen
+            if b.op == UNSEEN and b.died is None and known[b.ptr][1] != "temporary" and b.ptr not in known_at_end:
+                self.missed_free_bytes += b.nbytes
 
     def _replay(self, allocations, marks, known):
         stream = [(a[0], 0, a) for a in allocations] + [(t, 1, name) for t, name in marks]
@@ -163,7 +172,7 @@ class Profile:
             _, ptr, nbytes, op, node, node_end = item
             if nbytes > 0:
                 old = live.pop(ptr, None)
-                if old is not None:  # its free was never reported: freed before this allocation
+                if old is not None:  # a baseline storage's free was never reported: freed before this
                     old.died = t
                     self.missed_free_bytes += old.nbytes
                 block = Block(ptr, nbytes, t, op=op, node=node, node_end=node_end)
@@ -180,8 +189,6 @@ class Profile:
         buckets, and a storage the profile never saw being made joins the baseline from here."""
         for ptr, (nbytes, bucket) in known.items():
             if ptr not in live:
-                live[ptr] = Block(ptr, nbytes, self.start, op="(before the step)")
+                live[ptr] = Block(ptr, nbytes, self.start, op=UNSEEN)
             live[ptr].labels.append((self.start, bucket))
-        for b in live.values():
-            b.born = min(b.born, self.start)
         self.baseline = list(live.values())
