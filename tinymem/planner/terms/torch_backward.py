@@ -144,8 +144,8 @@ class Step(Forward):
         g1 = self.branch_gradient(p + "g1", dx1)
         g = self.dropout_backward(p + "rdrop", g1, d.N * d.h, "N·h", shared=g1 == dx1)
         dy = self.linear_backward(p + "o", g, p + "y", "h", h, (h, "h"), free_grad=g != dx1,
-                                  free_saved=self.o.attention != "sdpa")
-        if self.o.attention == "sdpa":
+                                  free_saved=not self.flash)
+        if self.flash:
             for n in "qkv":
                 new(p + "d" + n, "in_flight", "SDPA input gradients", f"{c}·N·h", Nh)
             saved = [p + "qr", p + "kr", p + "v"] if d.llama else [p + "qkv"]
@@ -161,17 +161,20 @@ class Step(Forward):
                 t.free(p + "attdrop.out")
             new(p + "dsc", "in_flight", "softmax gradient", f"{c}·a·B·s²", aBss)
             t.free(datt, p + "att")
-            new(p + "dmask", "in_flight", "masked_fill gradient", f"{c}·a·B·s²", aBss)
-            t.free(p + "dsc", p + "mask")
-            new(p + "dscale", "in_flight", "scale gradient", f"{c}·a·B·s²", aBss)
-            t.free(p + "dmask", p + "scale")
+            scores = p + "dsc"
+            if not self.fallback:  # masked_fill's and the scale's backward (the fallback adds its mask in place)
+                new(p + "dmask", "in_flight", "masked_fill gradient", f"{c}·a·B·s²", aBss)
+                t.free(p + "dsc", p + "mask")
+                new(p + "dscale", "in_flight", "scale gradient", f"{c}·a·B·s²", aBss)
+                t.free(p + "dmask", p + "scale")
+                scores = p + "dscale"
             new(p + "dq", "in_flight", "q gradient", f"{c}·N·h", Nh)
             new(p + "dk", "in_flight", "k gradient", f"{c}·N·h", Nh)
-            t.free(p + "dscale", p + "qc", p + "kc")
-            for n in "qk":  # the transposed gradients made contiguous
+            t.free(scores, p + "qc", p + "kc")
+            for n in "qk":  # the transposed gradients made contiguous (the fallback: scaled back)
                 new(p + "d" + n + "c", "in_flight", "q or k gradient (contiguous)", f"{c}·N·h", Nh)
                 t.free(p + "d" + n)
-        grads = [p + "dq", p + "dk", p + "dv"] if self.o.attention == "sdpa" else [p + "dqc", p + "dkc", p + "dv"]
+        grads = [p + "dq", p + "dk", p + "dv"] if self.flash else [p + "dqc", p + "dkc", p + "dv"]
         if d.llama:
             dx = None
             for n, g in zip("qkv", grads):
