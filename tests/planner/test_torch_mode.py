@@ -94,6 +94,8 @@ def test_the_options_are_refused_at_the_door_naming_the_field():
         torch_step.breakdown(GPT, 2, TorchOptions(hold_logits="yes"))
     with pytest.raises(ValueError, match="bf16 autocast of LLaMA"):
         torch_step.breakdown(custom(2, 48, 4, 20, 100, ffn=72, **LLAMA), 2, TorchOptions(precision="bf16-autocast"))
+    with pytest.raises(ValueError, match="SDPA with dropout under bf16 autocast"):
+        torch_step.breakdown(GPT._replace(dropout=0.1), 2, TorchOptions(attention="sdpa", precision="bf16-autocast"))
     with pytest.raises(ValueError, match="grouped-query"):
         torch_step.breakdown("llama2-70b", 1)
     with pytest.raises(ValueError, match="batch"):
@@ -117,3 +119,13 @@ def test_cli_mode_torch_prints_the_moments_and_the_peak_tensors(capsys):
     assert cli.main(["plan", "--arch", "gpt2", "--mode", "torch", "--torch", "adam"]) == 2
     assert "unknown word 'adam'" in capsys.readouterr().err
     assert cli.main(["plan", "--arch", "gpt2", "--mode", "torch", "--gpus", "4"]) == 2
+
+
+def test_the_torch_mode_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from tinymem.planner.terms import analytic; from tinymem.planner.report import command; "
+            "analytic.breakdown('gpt2', 1, mode='torch'); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -205,9 +205,9 @@ def resolve_torch(options, arch, batch):
     if options.precision == "bf16-autocast" and llama:
         raise ValueError(f"{arch.name}: bf16 autocast of LLaMA layers is not in the torch mode (RMSNorm and rotary "
                          "positions mix dtypes their own way): give precision='fp32', or GPT layers")
-    if options.attention == "sdpa" and arch.dropout and options.device == "cpu":
-        raise ValueError("SDPA with dropout runs PyTorch's math fallback on the CPU, not modelled: "
-                         "give attention='math' or dropout 0")
+    if options.precision == "bf16-autocast" and options.attention == "sdpa" and arch.dropout and options.device == "cpu":
+        raise ValueError("SDPA with dropout under bf16 autocast runs PyTorch's math kernel in float32 on the CPU, "
+                         "not in the torch mode: give dropout 0, attention='math' or precision='fp32'")
     default = "for-loop" if options.device == "cpu" else "foreach"
     return options._replace(optimizer=options.optimizer or default)
 

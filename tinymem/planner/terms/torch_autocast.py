@@ -96,16 +96,8 @@ class AutocastStep(Step):
         the casts' backward make fp32 dx (when the input was cast) and the fp32 .grad."""
         d, new, t = self.d, self.new, self.t
         bias = d.bias if bias is None else bias
-        weight_first = not bias if weight_first is None else weight_first
         casts = self.casts.pop(tag)
-        dw = (tag + ".dW16", "in_flight", f"{what} gradients (bf16)", f"2·{rows_in}·{out[1]}", 2 * inp * out[0])
-        if weight_first:
-            new(*dw)
-        dx = new(tag + ".dx16", "in_flight", "input gradient (bf16)", f"2·N·{rows_in}", 2 * d.N * inp)
-        if not weight_first:
-            new(*dw)
-        if bias:
-            new(tag + ".db16", "in_flight", "bias gradients (bf16)", f"2·{out[1]}", 2 * out[0])
+        dx = self.linear_gradients(tag, rows_in, inp, out, what, bias, weight_first, width=2, suffix="16")
         saved_x = casts[1:] if len(casts) > 1 else ([saved] if free_saved else [])
         t.free(*([grad] if free_grad else []), *saved_x, casts[0])
         if len(casts) > 1:  # the input's cast: its gradient back to fp32

@@ -67,20 +67,27 @@ class Step(Forward):
     def linear_backward(self, tag, grad, saved, rows_in, inp, out, free_grad=True, free_saved=True,
                         what="weight", bias=None, weight_first=None):
         """``AddmmBackward``/``MmBackward``: dx (4·N·in), dW (4·in·out, the .grad), db, then the
-        incoming gradient and the saved input go when nothing else holds them. ``MmBackward``
+        incoming gradient and the saved input go when nothing else holds them."""
+        dx = self.linear_gradients(tag, rows_in, inp, out, what, bias, weight_first)
+        self.t.free(*([grad] if free_grad else []) + ([self.saved_input(tag, saved)] if free_saved else []))
+        return dx
+
+    def linear_gradients(self, tag, rows_in, inp, out, what, bias, weight_first, width=4, suffix=""):
+        """A Linear's dx, dW and db of ``width`` bytes a value (``suffix``ed tags; fp32 dW and db
+        are the .grad, bf16 ones wait for their cast), in the engine's order: ``MmBackward``
         (no bias) makes the weight's gradient first, ``AddmmBackward`` the input's."""
-        d, new, t = self.d, self.new, self.t
+        d, new, w = self.d, self.new, width
         bias = d.bias if bias is None else bias
         weight_first = not bias if weight_first is None else weight_first
-        dw = (tag + ".dW", "gradient", f"{what} gradients", f"4·{rows_in}·{out[1]}", 4 * inp * out[0])
+        bucket, dtype = ("gradient", "") if w == 4 else ("in_flight", " (bf16)")
+        dw = (tag + ".dW" + suffix, bucket, f"{what} gradients{dtype}", f"{w}·{rows_in}·{out[1]}", w * inp * out[0])
         if weight_first:
             new(*dw)
-        dx = new(tag + ".dx", "in_flight", "input gradient", f"4·N·{rows_in}", 4 * d.N * inp)
+        dx = new(tag + ".dx" + suffix, "in_flight", f"input gradient{dtype}", f"{w}·N·{rows_in}", w * d.N * inp)
         if not weight_first:
             new(*dw)
         if bias:
-            new(tag + ".db", "gradient", "bias gradients", f"4·{out[1]}", 4 * out[0])
-        t.free(*([grad] if free_grad else []) + ([self.saved_input(tag, saved)] if free_saved else []))
+            new(tag + ".db" + suffix, bucket, f"bias gradients{dtype}", f"{w}·{out[1]}", w * out[0])
         return dx
 
     def saved_input(self, tag, x):
@@ -137,8 +144,8 @@ class Step(Forward):
         g1 = self.branch_gradient(p + "g1", dx1)
         g = self.dropout_backward(p + "rdrop", g1, d.N * d.h, "N·h", shared=g1 == dx1)
         dy = self.linear_backward(p + "o", g, p + "y", "h", h, (h, "h"), free_grad=g != dx1,
-                                  free_saved=self.o.attention != "sdpa")
-        if self.o.attention == "sdpa":
+                                  free_saved=not self.flash)
+        if self.flash:
             for n in "qkv":
                 new(p + "d" + n, "in_flight", "SDPA input gradients", f"{c}·N·h", Nh)
             saved = [p + "qr", p + "kr", p + "v"] if d.llama else [p + "qkv"]
@@ -154,17 +161,20 @@ class Step(Forward):
                 t.free(p + "attdrop.out")
             new(p + "dsc", "in_flight", "softmax gradient", f"{c}·a·B·s²", aBss)
             t.free(datt, p + "att")
-            new(p + "dmask", "in_flight", "masked_fill gradient", f"{c}·a·B·s²", aBss)
-            t.free(p + "dsc", p + "mask")
-            new(p + "dscale", "in_flight", "scale gradient", f"{c}·a·B·s²", aBss)
-            t.free(p + "dmask", p + "scale")
+            scores = p + "dsc"
+            if not self.fallback:  # masked_fill's and the scale's backward (the fallback adds its mask in place)
+                new(p + "dmask", "in_flight", "masked_fill gradient", f"{c}·a·B·s²", aBss)
+                t.free(p + "dsc", p + "mask")
+                new(p + "dscale", "in_flight", "scale gradient", f"{c}·a·B·s²", aBss)
+                t.free(p + "dmask", p + "scale")
+                scores = p + "dscale"
             new(p + "dq", "in_flight", "q gradient", f"{c}·N·h", Nh)
             new(p + "dk", "in_flight", "k gradient", f"{c}·N·h", Nh)
-            t.free(p + "dscale", p + "qc", p + "kc")
-            for n in "qk":  # the transposed gradients made contiguous
+            t.free(scores, p + "qc", p + "kc")
+            for n in "qk":  # the transposed gradients made contiguous (the fallback: scaled back)
                 new(p + "d" + n + "c", "in_flight", "q or k gradient (contiguous)", f"{c}·N·h", Nh)
                 t.free(p + "d" + n)
-        grads = [p + "dq", p + "dk", p + "dv"] if self.o.attention == "sdpa" else [p + "dqc", p + "dkc", p + "dv"]
+        grads = [p + "dq", p + "dk", p + "dv"] if self.flash else [p + "dqc", p + "dkc", p + "dv"]
         if d.llama:
             dx = None
             for n, g in zip("qkv", grads):

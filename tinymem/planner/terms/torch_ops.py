@@ -38,6 +38,9 @@ class Forward:
 
     def __init__(self, tape, d, options):
         self.t, self.d, self.o = tape, d, options
+        # SDPA's fused kernels, or with dropout on the CPU PyTorch's math kernel (the fallback)
+        self.flash = options.attention == "sdpa" and not (d.p and not d.cuda)
+        self.fallback = options.attention == "sdpa" and not self.flash
 
     def new(self, tag, bucket, name, formula, nbytes):
         return self.t.new(tag, bucket, name, formula, nbytes)
@@ -92,7 +95,7 @@ class Forward:
         d, new, t, p, c = self.d, self.new, self.t, f"{i}.", self.c
         Nh, cNh, aBss = 4 * d.N * d.h, c * d.N * d.h, c * d.a * d.B * d.s * d.s
         ln1 = self.norm(p + "ln1", x)
-        sdpa = self.o.attention == "sdpa"
+        sdpa = self.flash
         if d.llama:
             q, k, v = (self.linear(p + n, ln1, d.h, d.h, f"{n} projection", "temporary") for n in "qkv")
             for n in "qk":  # x·cos + cat(-x2, x1)·sin: cos, sin buffers saved, nothing new
@@ -111,6 +114,22 @@ class Forward:
         if sdpa:  # CPU flash: q, k, v, the output and the log-sum-exp saved
             y = new(p + "y", "activation", "SDPA output (c_proj's input)", f"{c}·N·h", cNh)
             new(p + "lse", "activation", "SDPA log-sum-exp", "4·a·B·s", 4 * d.a * d.B * d.s)
+        elif self.fallback:  # SDPA with dropout on the CPU: PyTorch's math kernel, q and k scaled by √(1/√d)
+            new(p + "qs", "temporary", "q scaled", f"{c}·N·h", cNh)
+            new(p + "ones", "temporary", "causal mask ones (bool)", "s²", d.s * d.s)
+            new(p + "tril", "temporary", "causal mask (bool)", "s²", d.s * d.s)
+            t.free(p + "ones")
+            new(p + "fmask", "temporary", "causal mask (float, additive)", "4·s²", 4 * d.s * d.s)
+            t.free(p + "tril")
+            new(p + "ks", "temporary", "k scaled", f"{c}·N·h", cNh)
+            new(p + "qc", "activation", "q copied by matmul", f"{c}·N·h", cNh)
+            new(p + "kc", "activation", "kᵀ copied by matmul", f"{c}·N·h", cNh)
+            new(p + "sc", "temporary", "attention scores (mask added in place)", f"{c}·a·B·s²", aBss)
+            t.free(p + "qs")
+            att = new(p + "att", "activation", "softmax output", f"{c}·a·B·s²", aBss)
+            new(p + "neginf", "temporary", "_safe_softmax's isneginf (bool)", "a·B·s²", aBss // c)
+            new(p + "allinf", "temporary", "_safe_softmax's all (bool)", "a·B·s", d.a * d.B * d.s)
+            t.free(p + "allinf", p + "neginf", p + "sc")
         else:
             new(p + "qc", "activation", "q copied by matmul", f"{c}·N·h", cNh)
             new(p + "kc", "activation", "kᵀ copied by matmul", f"{c}·N·h", cNh)
@@ -123,10 +142,13 @@ class Forward:
             t.free(p + "scaled")
             att = new(p + "att", "activation", "softmax output", f"{c}·a·B·s²", aBss)
             t.free(p + "masked")
+        if not sdpa:
             if not d.llama:
                 self.dropout(p + "attdrop", att, d.a * d.B * d.s * d.s, "a·B·s²", keep=True)
             new(p + "vc", "activation", "v copied by matmul", f"{c}·N·h", cNh)
             new(p + "yb", "temporary", "attention output", f"{c}·N·h", cNh)
+            if self.fallback:
+                t.free(p + "ks", p + "fmask")
             y = new(p + "y", "activation", "attention output made contiguous", f"{c}·N·h", cNh)
             t.free(p + "yb")
         proj = self.linear(p + "o", y, d.h, d.h, "attention projection output", "temporary")

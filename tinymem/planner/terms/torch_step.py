@@ -17,9 +17,12 @@ checkpointed (``torch.utils.checkpoint(use_reentrant=False)``: each block's RNG 
 block recomputed up to its last saving op as its backward begins), tied or untied embeddings and
 dropout p (the Arch's ``tied`` and ``dropout``), the device.
 
-Measured on the CPU (``tests/measure/test_torch_mode.py``: within 1% in fp32). Not modelled
-(refused): bf16 autocast (its casts are not written yet), SDPA with dropout (the CPU runs
-PyTorch's math fallback), grouped-query attention, experts. On CUDA the prediction is the
+Measured on the CPU (``tests/measure/test_torch_mode.py``: within 1% in fp32, 3% under bf16
+autocast). Not modelled
+(refused): bf16 autocast of LLaMA layers, and of SDPA with dropout on the CPU (its math
+kernel computes in float32), grouped-query attention, experts. SDPA with dropout on the CPU in
+fp32 runs PyTorch's math kernel (:class:`~.torch_ops.Forward`'s fallback: the scaled q and k,
+an additive float mask, ``_safe_softmax``'s masks), written as such. On CUDA the prediction is the
 CPU's program with the CUDA differences below, and it is **unmeasured** (``measured=False``):
 dropout saves a 1-byte mask (bool) in place of float noise, every allocation is rounded up to
 512 bytes by the caching allocator, SDPA's flash and memory-efficient backends save a
