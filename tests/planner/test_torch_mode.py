@@ -67,6 +67,18 @@ def test_cpu_dropout_saves_float_noise_and_cuda_a_bool_mask():
     assert sum(masks) == sum(-(-n // 512) * 512 for n in [N * h] + L * [a * 2 * s * s, N * h, N * h])
 
 
+def test_autocast_saves_bf16_casts_and_the_loss_reads_fp32_logits():
+    result = torch_step.breakdown(GPT, 2, TorchOptions(precision="bf16-autocast"))
+    N, h, V, L = 40, 48, 100, 2
+    loss = result.moment_terms["loss backward"]
+    assert named(result, "loss backward", "logits (held by the caller)") == 2 * N * V  # bf16, as the caller holds them
+    assert named(result, "loss backward", "log_softmax output") == 4 * N * V
+    weights = sum(t.bytes for _, t in loss if t.name.startswith("weight cast to bf16"))
+    assert weights == 2 * (L * (3 * h * h + h * h + 2 * 4 * h * h) + V * h)  # every Linear's weight, saved
+    inputs = sum(t.bytes for _, t in loss if t.name.startswith("input cast to bf16"))
+    assert inputs == 2 * N * h * (2 * L + 1)  # the inputs of c_attn, c_fc and the head: the norms' outputs
+
+
 def test_the_buckets_at_the_peak_add_up_to_it_and_name_their_moment():
     for arch, options in ((GPT, TorchOptions()), (custom(3, 64, 4, 32, 32, ffn=96, **LLAMA), TorchOptions(
             attention="sdpa", checkpoint=True, optimizer="foreach"))):
@@ -80,8 +92,8 @@ def test_the_options_are_refused_at_the_door_naming_the_field():
         torch_step.breakdown(GPT, 2, TorchOptions(optimizer="sgd"))
     with pytest.raises(ValueError, match="TorchOptions.hold_logits"):
         torch_step.breakdown(GPT, 2, TorchOptions(hold_logits="yes"))
-    with pytest.raises(ValueError, match="bf16 autocast"):
-        torch_step.breakdown(GPT, 2, TorchOptions(precision="bf16-autocast"))
+    with pytest.raises(ValueError, match="bf16 autocast of LLaMA"):
+        torch_step.breakdown(custom(2, 48, 4, 20, 100, ffn=72, **LLAMA), 2, TorchOptions(precision="bf16-autocast"))
     with pytest.raises(ValueError, match="grouped-query"):
         torch_step.breakdown("llama2-70b", 1)
     with pytest.raises(ValueError, match="batch"):
@@ -105,3 +117,13 @@ def test_cli_mode_torch_prints_the_moments_and_the_peak_tensors(capsys):
     assert cli.main(["plan", "--arch", "gpt2", "--mode", "torch", "--torch", "adam"]) == 2
     assert "unknown word 'adam'" in capsys.readouterr().err
     assert cli.main(["plan", "--arch", "gpt2", "--mode", "torch", "--gpus", "4"]) == 2
+
+
+def test_the_torch_mode_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from tinymem.planner.terms import analytic; from tinymem.planner.report import command; "
+            "analytic.breakdown('gpt2', 1, mode='torch'); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -25,7 +25,8 @@ made before the step before the measured one and freed during the measured one i
 (``missed_free_bytes``). Under ``torch.utils.checkpoint`` the tensors recomputed in backward are
 saved by checkpoint's own hooks, not these: they count as ``in_flight``, not ``activation``.
 The two hooks cost one empty ``record_function`` per saved tensor and per parameter, which moves
-no byte (a test holds the peak with and without them equal).
+no byte (a test holds the peak with and without them equal). One measurement runs at a time: a second one
+started while it runs (in another thread) is refused, as two profilers at once crash the process.
 
 **On CUDA** (``device="cuda"``) the same replay reads the profiler's CUDA allocations, which are
 the caching allocator's blocks; the baseline is every active block (``torch_cuda.py``), so the
@@ -37,6 +38,7 @@ Memory and time: the profiler keeps one record per op and per allocation of the 
 (about 100 bytes each) and slows small ops several times; measure a small configuration.
 """
 import gc
+import threading
 from dataclasses import dataclass, field
 
 from ..checks import positive_int
@@ -46,6 +48,8 @@ from .torch_profile import Profile, StepHooks, leaves, state_storages
 from .torch_replay import BUCKETS, label_in_flight, phase_at, replay
 
 CUDA_NOTE = "unmeasured on CUDA in this project until a GPU run confirms it"
+# One measurement at a time: two torch profilers opened at once in two threads crash the process.
+_RUNNING = threading.Lock()
 
 
 @dataclass
@@ -120,6 +124,12 @@ def _check(step, model, optimizer, steps, inputs, device):
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"measure_torch_step: optimizer= must be the torch.optim.Optimizer the step "
                         f"uses, got {type(optimizer).__name__}")
+    held = {id(p) for p in model.parameters()}
+    outside = list({id(p): p for g in optimizer.param_groups for p in g["params"] if id(p) not in held}.values())
+    if outside:  # their bytes would be in no bucket, and their gradients not marked
+        raise ValueError(f"measure_torch_step: optimizer= updates {len(outside)} tensors "
+                         f"({sum(p.nbytes for p in outside):,d} B) that model= does not hold; give as model= "
+                         "the module that holds every tensor the optimizer updates (e.g. torch.nn.ModuleList)")
     steps = positive_int("measure_torch_step: steps (how many steps to run; the last is measured)", steps)
     stray = next((v for v in leaves(inputs) if not isinstance(v, torch.Tensor)), None)
     if stray is not None:
@@ -127,7 +137,10 @@ def _check(step, model, optimizer, steps, inputs, device):
                         "tensors the step reads, alone or in tuples, lists and dicts")
     if device is None:
         device = next((p.device.type for p in model.parameters()), "cpu")
-    device = torch.device(device).type if isinstance(device, (str, torch.device)) else device
+    try:
+        device = torch.device(device).type if isinstance(device, (str, torch.device)) else device
+    except RuntimeError:  # a name torch does not know ('xyz'): refused below, naming the argument
+        pass
     if device not in ("cpu", "cuda"):
         raise ValueError(f"measure_torch_step: device must be 'cpu' or 'cuda' (or None: the model's), got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
@@ -142,10 +155,21 @@ def measure_torch_step(step, *, model, optimizer, steps=2, inputs=(), device=Non
     ``step()`` runs one whole training step; what it returns is kept alive until the measured
     step ends (as a caller that holds the logits does) and dropped between steps. ``inputs``:
     tensors (or nests of them) alive throughout that the step reads, counted in the baseline.
-    ``device``: 'cpu' or 'cuda' (None: the model's). The model and optimizer are left as the
+    ``device``: 'cpu' or 'cuda' (None: the model's). ``model`` holds every tensor the optimizer
+    updates (its state is counted from them). The model and optimizer are left as the
     steps leave them; the hooks are removed. See the module's docstring for the method and limits.
     """
     torch, steps, device = _check(step, model, optimizer, steps, inputs, device)
+    if not _RUNNING.acquire(blocking=False):
+        raise RuntimeError("measure_torch_step: another measure_torch_step is running (in another thread, or "
+                           "the step calls it); torch's profiler measures one step at a time: measure one after the other")
+    try:
+        return _measure(torch, step, model, optimizer, steps, inputs, device)
+    finally:
+        _RUNNING.release()
+
+
+def _measure(torch, step, model, optimizer, steps, inputs, device):
     from torch.autograd.profiler import profile, record_function
     from . import torch_cuda
     for _ in range(steps - 2):

@@ -67,20 +67,27 @@ class Step(Forward):
     def linear_backward(self, tag, grad, saved, rows_in, inp, out, free_grad=True, free_saved=True,
                         what="weight", bias=None, weight_first=None):
         """``AddmmBackward``/``MmBackward``: dx (4·N·in), dW (4·in·out, the .grad), db, then the
-        incoming gradient and the saved input go when nothing else holds them. ``MmBackward``
+        incoming gradient and the saved input go when nothing else holds them."""
+        dx = self.linear_gradients(tag, rows_in, inp, out, what, bias, weight_first)
+        self.t.free(*([grad] if free_grad else []) + ([self.saved_input(tag, saved)] if free_saved else []))
+        return dx
+
+    def linear_gradients(self, tag, rows_in, inp, out, what, bias, weight_first, width=4, suffix=""):
+        """A Linear's dx, dW and db of ``width`` bytes a value (``suffix``ed tags; fp32 dW and db
+        are the .grad, bf16 ones wait for their cast), in the engine's order: ``MmBackward``
         (no bias) makes the weight's gradient first, ``AddmmBackward`` the input's."""
-        d, new, t = self.d, self.new, self.t
+        d, new, w = self.d, self.new, width
         bias = d.bias if bias is None else bias
         weight_first = not bias if weight_first is None else weight_first
-        dw = (tag + ".dW", "gradient", f"{what} gradients", f"4·{rows_in}·{out[1]}", 4 * inp * out[0])
+        bucket, dtype = ("gradient", "") if w == 4 else ("in_flight", " (bf16)")
+        dw = (tag + ".dW" + suffix, bucket, f"{what} gradients{dtype}", f"{w}·{rows_in}·{out[1]}", w * inp * out[0])
         if weight_first:
             new(*dw)
-        dx = new(tag + ".dx", "in_flight", "input gradient", f"4·N·{rows_in}", 4 * d.N * inp)
+        dx = new(tag + ".dx" + suffix, "in_flight", f"input gradient{dtype}", f"{w}·N·{rows_in}", w * d.N * inp)
         if not weight_first:
             new(*dw)
         if bias:
-            new(tag + ".db", "gradient", "bias gradients", f"4·{out[1]}", 4 * out[0])
-        t.free(*([grad] if free_grad else []) + ([self.saved_input(tag, saved)] if free_saved else []))
+            new(tag + ".db" + suffix, bucket, f"bias gradients{dtype}", f"{w}·{out[1]}", w * out[0])
         return dx
 
     def saved_input(self, tag, x):

@@ -78,7 +78,7 @@ class Forward:
             self.t.free(tag + ".ms", tag + ".sq")
             new(tag + ".xhat", "activation", "RMSNorm x/rms", "4·N·h", 4 * d.N * d.h)
             return new(tag + ".out", "activation", "RMSNorm output", "4·N·h", 4 * d.N * d.h)
-        out = new(tag + ".out", "activation", "LayerNorm output", "4·N·h", 4 * d.N * d.h)
+        out = new(tag + ".out", self.norm_bucket, "LayerNorm output", "4·N·h", 4 * d.N * d.h)
         new(tag + ".mean", "activation", "LayerNorm mean", "4·N", 4 * d.N)
         new(tag + ".rstd", "activation", "LayerNorm 1/std", "4·N", 4 * d.N)
         return out
@@ -146,6 +146,7 @@ class Forward:
             fc = self.linear(p + "fc", ln2, d.h, d.f, "c_fc output", "activation")
             new(p + "gelu", "activation", "GELU output", f"{c}·N·f", c * d.N * d.f)
         if stop_early and not d.p:
+            self.prepare(p + "mlp", d.f, d.h)
             self.release(ln2)
             return None
         out = self.linear(p + "mlp", p + "gelu", d.f, d.h, "MLP output", "temporary")
@@ -158,11 +159,26 @@ class Forward:
 
     # hooks the autocast step (:mod:`.torch_autocast`) writes its own way
     c = 4  # bytes a value of what a Linear computes
+    norm_bucket = "activation"  # a LayerNorm's output: saved by the Linears after it
 
-    def linear(self, tag, x, inp, out, name, bucket):
-        """A Linear's output, ``bucket`` "activation" when the next op saves it (its input ``x``
-        is the caller's: saved already)."""
-        return self.new(tag, bucket, name, f"4·N·{self.sym(out)}", 4 * self.d.N * out)
+    def linear(self, tag, x, inp, out, name, bucket, bias=None, output=None):
+        """A Linear's output (tag ``output``, default ``tag``), ``bucket`` "activation" when the
+        next op saves it (its input ``x`` is the caller's: saved already)."""
+        return self.new(output or tag, bucket, name, f"4·N·{self.sym(out)}", 4 * self.d.N * out)
+
+    def loss_input(self, logits):
+        """What cross-entropy reads of the logits (fp32: the logits themselves; nothing to free)."""
+        return None
+
+    def forward_end(self):
+        """The end of the forward (an autocast region's exit)."""
+
+    def prepare(self, tag, inp, out):
+        """What a Linear makes before it computes (a recomputation stops there: nothing in fp32)."""
+
+    def cached(self, tag):
+        """Whether something other than the graph (autocast's cache) holds ``tag``."""
+        return False
 
     def sym(self, n):
         """The symbol of a width: h, 3h, f or V."""
@@ -194,7 +210,7 @@ class Forward:
                 alive.pop(tag, None)
             else:
                 alive[tag] = made
-        t.free(*[tag for tag in alive if tag != out])
+        t.free(*[tag for tag in alive if tag != out and not self.cached(tag)])
         return out
 
     def recompute(self, i, x):
@@ -210,9 +226,15 @@ class Forward:
         loss has them), log_softmax's saved output."""
         d, new = self.d, self.new
         self.norm("lnf", x)
-        NV = 4 * d.N * d.V
-        new("logits", "temporary", "logits" + (" (held by the caller)" if self.o.hold_logits else ""), "4·N·V", NV)
-        new("logp", "activation", "log_softmax output", "4·N·V", NV)
+        held = " (held by the caller)" if self.o.hold_logits else ""
+        self.linear("head", "lnf.out", d.h, d.V, "logits" + held, "temporary", bias=d.bias and not d.tied,
+                    output="logits")
+        self.release("lnf.out")
+        cast = self.loss_input("logits")
+        new("logp", "activation", "log_softmax output", "4·N·V", 4 * d.N * d.V)
+        if cast:
+            self.t.free(cast)
         new("loss", "activation", "loss and total weight", "8", 8)
+        self.forward_end()
         if not self.o.hold_logits:
             self.t.free("logits")

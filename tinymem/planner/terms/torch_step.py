@@ -32,6 +32,7 @@ from collections import namedtuple
 
 from ..inputs import TorchOptions, resolve_torch
 from ..model import architectures as archs
+from .torch_autocast import AutocastStep
 from .torch_backward import Step
 from .torch_ops import RNG_STATE
 from .torch_tape import BUCKETS, Tape
@@ -104,7 +105,7 @@ def evaluate(arch, batch, options):
     tape.new("adamw steps", "optimizer", "AdamW step counters (one float per parameter)", "4·tensors", 4 * len(sizes))
     tape.new("ids", "input", "token ids and targets (int64)", "16·B·s", 16 * d.N)
     tape.enter("forward")
-    step = Step(tape, d, options)
+    step = (AutocastStep if options.precision == "bf16-autocast" else Step)(tape, d, options)
     x = step.embedding()
     inputs = []
     for i in range(arch.layers):
