@@ -5,6 +5,7 @@ import sys
 import time
 
 from .cli_help import NamesParser, bench_names, default_out, figure_names
+from .course import build as course_build
 
 
 def cmd_info(args):
@@ -348,6 +349,9 @@ def build_parser():
     tl.add_argument("--snapshot", default=None, help="also write PyTorch's memory snapshot (a .pickle)")
     tl.add_argument("command", nargs=argparse.REMAINDER, help="a script to run instead, after --")
     tl.set_defaults(fn=cmd_timeline)
+    course = sub.add_parser("course", help="the course as it is read: its site and notebooks")
+    actions = course.add_subparsers(dest="action", required=True)
+    course_build.add_parser(actions)
     return parser
 
 
