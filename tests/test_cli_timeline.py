@@ -6,7 +6,7 @@ import pickle
 import re
 import sys
 
-from tinymem import cli
+from tinymem import cli, optim
 
 SCRIPT = """
 import numpy as np
@@ -21,7 +21,7 @@ loss.backward()
 
 def _page_numbers(path):
     text = path.read_text()
-    return json.loads(re.search(r"const DATA = (\{.*?\});\n", text, re.S).group(1).replace("<\\/", "</"))
+    return json.loads(re.search(r"const DATA = (\{.*?\});\n", text, re.S).group(1))
 
 
 def test_a_workload_step_writes_the_page_and_the_snapshot(tmp_path, capsys):
@@ -47,15 +47,19 @@ def test_a_script_runs_in_the_window_and_its_lines_are_named(tmp_path):
     assert any("train.py:7" in d for d in details)  # the backward line made the gradients
 
 
-def test_a_script_that_raises_halfway_writes_nothing(tmp_path, capsys):
+def test_a_script_that_raises_halfway_has_its_page_up_to_the_failure(tmp_path, capsys):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(tail="raise RuntimeError('diverged')"))
     out = tmp_path / "out"
     out.mkdir()
     assert cli.main(["timeline", "--out", str(out / "run.html"), "--snapshot", str(out / "run.pickle"),
                      "--", "python", str(script)]) == 1
-    assert "raised RuntimeError: diverged" in capsys.readouterr().err
-    assert os.listdir(out) == []
+    err = capsys.readouterr().err
+    assert f'File "{script}", line 8, in <module>' in err and "RuntimeError: diverged" in err
+    assert "the script raised RuntimeError: exit status 1, as under python; its page shows memory up to then" in err
+    assert sorted(os.listdir(out)) == ["run.html", "run.pickle"]
+    numbers = _page_numbers(out / "run.html")
+    assert numbers["peak"]["bytes"] > 0 and any("train.py:7" in d for d in numbers["details"])
 
 
 def test_bad_input_is_refused_before_the_step(tmp_path, capsys):
@@ -89,18 +93,20 @@ def test_a_script_that_ends_with_sys_exit_0_is_written_and_a_failing_status_is_p
     page = tmp_path / "run.html"
     assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 0
     assert _page_numbers(page)["peak"]["bytes"] > 0
+    assert capsys.readouterr().err == ""
     os.remove(page)
     script.write_text(SCRIPT.format(tail="import sys\nsys.exit(3)"))
     assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 3
-    assert "exited with status 3" in capsys.readouterr().err
-    assert os.listdir(tmp_path) == ["train.py"]
+    assert "the script called sys.exit(3): exit status 3, as under python" in capsys.readouterr().err
+    assert _page_numbers(page)["peak"]["bytes"] > 0
 
 
 def test_a_value_error_of_the_script_is_its_failure_not_a_refused_argument(tmp_path, capsys):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(tail="raise ValueError('bad learning rate')"))
     assert cli.main(["timeline", "--out", str(tmp_path / "run.html"), "--", "python", str(script)]) == 1
-    assert "the step raised ValueError: bad learning rate" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "ValueError: bad learning rate" in err and "raised ValueError: exit status 1" in err
 
 
 def test_dash_dash_without_a_script_and_a_folder_as_snapshot_are_refused_before_the_step(tmp_path, capsys):
@@ -128,3 +134,17 @@ def test_a_script_imports_a_module_beside_it_as_under_python(tmp_path):
     assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 0
     assert _page_numbers(page)["peak"]["bytes"] >= 256
     assert sys.path == path
+
+
+def test_a_workload_step_that_raises_has_its_page_and_traceback(tmp_path, capsys, monkeypatch):
+    def diverges(self):
+        raise FloatingPointError("the update diverged")
+
+    monkeypatch.setattr(optim.Adam, "step", diverges)
+    page = tmp_path / "step.html"
+    assert cli.main(["timeline", "--workload", "mlp", "--sizes", "16,32,4", "--batch", "4", "--out", str(page)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "FloatingPointError: the update diverged" in err
+    assert "the step raised FloatingPointError: exit status 1; its page shows memory up to then" in err
+    numbers = _page_numbers(page)
+    assert [label for _, label in numbers["marks"]] == ["forward", "backward"] and numbers["peak"]["bytes"] > 0

@@ -30,7 +30,10 @@ def real_number(name, value):
     TypeError naming ``name``; the range is the caller's to check."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer past float64's range (10**400): no number a caller means
+        raise ValueError(f"{name} is too large for a float, got {value!r}") from None
 
 
 def axis_index(op, axis, ndim):
@@ -43,3 +46,13 @@ def axis_index(op, axis, ndim):
         raise AxisError(f"{op}: axis {axis!r} is out of range for a tensor with {ndim} dimensions "
                         f"(valid axes: {allowed})")
     return axis % ndim
+
+
+def dropout_probability(name, value):
+    """``value`` as a ``float`` when it is a number in [0, 1), else a TypeError (not a number)
+    or a ValueError (NaN, below 0, 1 or above) naming ``name``. 1 would drop every value and
+    scale the survivors by 1 / (1 - p), a division by zero."""
+    p = real_number(name, value)
+    if not 0 <= p < 1:
+        raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
+    return p

@@ -9,7 +9,7 @@ import operator
 
 from . import backend
 from .autograd import Tensor
-from .checks import axis_index
+from .checks import axis_index, dropout_probability
 from .ops import batchnorm as BN
 from .ops import conv as C
 from .ops import elementwise as E
@@ -287,8 +287,7 @@ def batch_norm(input, running_mean=None, running_var=None, weight=None, bias=Non
 
 def dropout(x, p=0.5, training=True):
     """Zero elements with probability ``p`` (seeded RNG). Identity when not training or p == 0."""
-    if not 0 <= p < 1:
-        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    p = dropout_probability("dropout probability p", p)
     if not training or p == 0:
         return x
     return NL.Dropout.apply(x, p=p)

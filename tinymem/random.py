@@ -89,11 +89,16 @@ def get_rng_state():
 
 
 def set_rng_state(state):
-    """Restore a state returned by :func:`get_rng_state`."""
+    """Restore a state returned by :func:`get_rng_state`: ``[seed, counter]``, a seed in
+    [-2^63, 2^64) as :func:`manual_seed` takes it and a count of draws in [0, 2^63), which
+    :func:`get_rng_state` returns as an int64. Checked before anything is set."""
     values = np.asarray(state).reshape(-1)
     if values.size != 2 or values.dtype.kind not in "iu":
         raise ValueError(f"set_rng_state takes the 2 integers [seed, counter] of get_rng_state, got {state!r}")
     seed, counter = (int(v) for v in values)
+    if not 0 <= counter < 2 ** 63:  # -1 was taken, then the next draw and get_rng_state raised
+        raise ValueError(f"set_rng_state: the counter (the second value, the draws made since the seed) must be in "
+                         f"[0, 2**63), got {counter}; pass a state that get_rng_state returned")
     _state["seed"], _state["counter"] = seed % 2 ** 64, counter
 
 

@@ -1,9 +1,9 @@
-"""write_atomically, as every file tinymem writes for a user goes: paths users give."""
+"""write_atomically and write_together, as every file tinymem writes for a user goes: paths users give."""
 import os
 
 import pytest
 
-from tinymem.measure.files import write_atomically
+from tinymem.measure.files import write_atomically, write_together
 
 
 def _hi(f):
@@ -29,3 +29,18 @@ def test_an_empty_path_or_one_ending_in_a_slash_is_refused_naming_it(tmp_path, m
     with pytest.raises(ValueError, match="give a file name"):
         write_atomically(name, _hi)
     assert os.listdir(tmp_path) == [] and not any(f.startswith(".tmp-") for f in os.listdir(tmp_path.parent))
+
+
+def test_files_written_together_are_all_or_none(tmp_path):
+    (tmp_path / "page.html").write_text("old page")
+
+    def fails(f):
+        f.write(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_together([(tmp_path / "page.html", _hi, ".html"), (tmp_path / "step.pickle", fails, ".pickle")])
+    assert os.listdir(tmp_path) == ["page.html"] and (tmp_path / "page.html").read_text() == "old page"
+    write_together([(tmp_path / "page.html", _hi, ".html"), (tmp_path / "step.pickle", _hi, ".pickle")])
+    assert sorted(os.listdir(tmp_path)) == ["page.html", "step.pickle"]
+    assert (tmp_path / "page.html").read_text() == (tmp_path / "step.pickle").read_text() == "hi"

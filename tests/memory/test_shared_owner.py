@@ -9,6 +9,7 @@ from multiprocessing import resource_tracker, shared_memory
 import pytest
 
 from tinymem import memory
+from tinymem.memory import shared
 from tinymem.memory.shared import SharedDevice
 
 BUDGET = 10_000_000
@@ -47,8 +48,8 @@ def _open(kind, name):
             pass
 
 
-def _planted_segment(name, mode=0o600):
-    shm = shared_memory.SharedMemory(f"tinymem_{name}", create=True, size=64)
+def _planted_segment(name, mode=0o600, size=64):
+    shm = shared_memory.SharedMemory(f"tinymem_{name}", create=True, size=size)
     resource_tracker.unregister(shm._name, "shared_memory")
     os.fchmod(shm._fd, mode)
     shm.close()
@@ -78,6 +79,37 @@ def test_a_symbolic_link_planted_at_a_lock_path_is_refused_and_its_target_untouc
         _open(kind, name)
     assert target.read_text() == "theirs" and _mode(target) == 0o644
     assert not os.path.exists(f"/dev/shm/tinymem_{name}")
+
+
+@pytest.mark.parametrize("kind", ["lock", "queue"])
+def test_a_hard_link_planted_at_a_lock_path_is_refused_and_its_file_untouched(name, kind, tmp_path):
+    # Where fs.protected_hardlinks is 0 anyone may link a file of this user's there; a link to
+    # one's own file is allowed everywhere, so the test plants that.
+    target = tmp_path / "victim"
+    target.write_text("mine")
+    os.chmod(target, 0o644)
+    try:
+        os.link(target, _lock(name, kind))
+    except OSError as exc:  # the temporary folder on another file system than tmp_path
+        pytest.skip(f"cannot hard-link into {tempfile.gettempdir()}: {exc}")
+    with pytest.raises(PermissionError, match="is a hard link .2 names for one file.: refusing it"):
+        _open(kind, name)
+    assert target.read_text() == "mine" and _mode(target) == 0o644
+    assert not os.path.exists(f"/dev/shm/tinymem_{name}")
+
+
+def test_a_hard_link_planted_at_the_table_is_refused_and_its_segment_untouched(name):
+    other = f"{name}-other"
+    _planted_segment(other, mode=0o640, size=shared._SIZE)  # a table size: joinable but for the link
+    try:
+        os.link(f"/dev/shm/tinymem_{other}", f"/dev/shm/tinymem_{name}")
+        with pytest.raises(PermissionError, match=f"/dev/shm/tinymem_{name} is a hard link"):
+            SharedDevice(name, BUDGET)
+        assert _mode(f"/dev/shm/tinymem_{other}") == 0o640
+        with open(f"/dev/shm/tinymem_{other}", "rb") as f:
+            assert f.read() == bytes(shared._SIZE)  # nothing written into it
+    finally:
+        os.remove(f"/dev/shm/tinymem_{other}")
 
 
 @pytest.mark.parametrize("kind", ["lock", "queue"])

@@ -17,7 +17,8 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on PAT
                                     "(.ci/run installs it)")
 
 # Appended to a copy of the page: waits until it has drawn, hovers over the largest array at the
-# peak, clicks there, and writes what it saw into <pre id="probe">.
+# peak, clicks there, and (after 300 ms, for any script a name might have planted to run) writes
+# what it saw into <pre id="probe">.
 PROBE = """<script>
 function probe() {
   if (document.body.dataset.drawn !== "1") { setTimeout(probe, 20); return; }
@@ -32,7 +33,15 @@ function probe() {
                peakBytes: document.getElementById("peak-label").dataset.bytes,
                peakText: document.getElementById("peak-label").textContent,
                liveTitle: document.querySelector("#live h2").textContent,
-               firstRow: document.querySelector("#live tr:nth-child(2)").textContent};
+               firstRow: document.querySelector("#live tr:nth-child(2)").textContent,
+               cells: [...document.querySelectorAll("#live tr:nth-child(2) td")].map(c => c.textContent),
+               heading: document.querySelector("h1").textContent, legend: document.getElementById("legend").textContent,
+               marks: [...document.querySelectorAll("text.marklabel")].map(m => m.textContent)};
+  setTimeout(() => report(out), 300);
+}
+function report(out) {
+  Object.assign(out, {title: document.title, images: document.querySelectorAll("img").length,
+                      ran: window.planted || null});
   const pre = document.createElement("pre");
   pre.id = "probe";
   pre.textContent = JSON.stringify(out);
@@ -49,6 +58,16 @@ def _chromium(*args):
                            *args], capture_output=True, text=True, timeout=120)
 
 
+def _probe(path, tmp_path):
+    """What Chromium showed of the page at ``path`` (see PROBE)."""
+    probed = tmp_path / "probed.html"
+    probed.write_text(path.read_text().replace("</body>", PROBE + "</body>"))
+    dom = _chromium("--virtual-time-budget=10000", "--dump-dom", probed.as_uri()).stdout
+    found = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
+    assert found, "the page never finished drawing:\n" + dom[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
 @pytest.fixture(scope="module")
 def transformer_step():
     return workload_step("transformer", "64,32,32,2,2", 8)
@@ -59,12 +78,7 @@ def test_chromium_draws_the_buckets_the_peak_and_names_the_largest_array(transfo
     t = transformer_step
     path = tmp_path / "step.html"
     t.export_page(path, "one TransformerLM step")
-    probed = tmp_path / "probed.html"
-    probed.write_text(path.read_text().replace("</body>", PROBE + "</body>"))
-    dom = _chromium("--virtual-time-budget=10000", "--dump-dom", probed.as_uri()).stdout
-    found = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
-    assert found, "the page never finished drawing:\n" + dom[-2000:]
-    seen = json.loads(html.unescape(found.group(1)))
+    seen = _probe(path, tmp_path)
     present = [b for b in BUCKETS if any(e[5][BUCKETS.index(b)] for e in t.events if e[1] != "mark")]
     assert seen["bands"] == present  # one region per bucket that held bytes in the step
     assert int(seen["peakBytes"]) == t.peak() and f"{t.peak():,d} B" in seen["peakText"]
@@ -95,3 +109,30 @@ def test_a_long_window_is_drawn_thinned_with_the_peak_exact(transformer_step, mo
     # The arrays are never thinned: the ones live at the peak add up to it.
     x = numbers["peak"]["x"]
     assert sum(a[1] for a in numbers["arrays"] if a[2] <= x and (a[3] < 0 or a[3] > x)) == t.peak()
+
+
+def _planting(where):
+    """A name that, put into the page as markup, would run a script recording ``where``."""
+    return f"<img src=x onerror=\"window.planted=(window.planted||[]).concat('{where}')\">"
+
+
+@needs_chromium
+def test_names_holding_markup_are_shown_as_text_and_run_nothing(transformer_step, tmp_path):
+    numbers = page.data(transformer_step, "one step")
+    # Every string the page shows: the title, modules, ops, array descriptions, phase marks.
+    title = '<!--TITLE-->"</title><script>window.planted=["title"]</script>' + _planting("title")
+    module = _planting("module")
+    op = "<module>"  # the function name of every top-level line of a script
+    detail = "float32 (4,) @ train.py:3 (<module>)</script><script>window.planted=['json']</script><!--TITLE-->"
+    mark = "<b>forward</b>" + _planting("mark")
+    numbers.update(title=title, modules=[module] * len(numbers["modules"]), ops=[op] * len(numbers["ops"]),
+                   details=[detail] * len(numbers["details"]), marks=[[x, mark] for x, _ in numbers["marks"]])
+    path = tmp_path / "step.html"
+    page.write(numbers, path)
+    seen = _probe(path, tmp_path)  # it drew: no name ended the page's script early
+    assert seen["ran"] is None and seen["images"] == 0
+    assert seen["title"] == "tinymem memory timeline: " + title
+    assert seen["heading"] == "Device memory over " + title
+    assert f"module {module}  op {op}" in seen["tip"]
+    assert seen["cells"][2:] == [module, op, detail]
+    assert set(seen["marks"]) == {mark} and seen["legend"].split() == list(BUCKETS)

@@ -166,6 +166,32 @@ def test_embedding_bag_rejects_bad_input():
         F.embedding_bag(tm.tensor(np.array([[0, 1]])), w, mode="max")
 
 
+def test_embedding_bag_takes_offsets_as_a_list():
+    """A list of offsets raised AttributeError: 'list' object has no attribute 'dtype' (a list of
+    ids worked): both are made host arrays at the door, as F.embedding takes a list."""
+    w = tm.tensor(np.arange(15.0).reshape(5, 3))
+    expected = F.embedding_bag(tm.tensor(np.array([0, 1, 4])), w, tm.tensor(np.array([0, 1])), mode="sum")
+    np.testing.assert_array_equal(F.embedding_bag([0, 1, 4], w, [0, 1], mode="sum").numpy(), expected.numpy())
+    np.testing.assert_array_equal(expected.numpy(), [[0, 1, 2], [15, 17, 19]])
+    with pytest.raises(TypeError, match="offsets must be integers, got float64"):
+        F.embedding_bag([0, 1, 4], w, [0, 1.5])
+    with pytest.raises(TypeError, match="embedding_bag: offsets must be an integer Tensor, array or list, got int"):
+        F.embedding_bag([0, 1, 4], w, 1)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("offsets", [[], np.zeros(0, np.int64)], ids=["list", "array"])
+def test_embedding_bag_with_no_bags_is_empty(offsets, sparse, device):
+    """Empty offsets: no bags, so a (0, D) result whatever the ids, as PyTorch returns (an id out
+    of range included); it raised IndexError from the scatter (index 0 is out of bounds)."""
+    w = tm.tensor(np.ones((5, 3)), requires_grad=True, device=device)
+    out = F.embedding_bag(tm.tensor(np.array([0, 1, 9]), device=device), w, offsets, sparse=sparse)
+    assert out.shape == (0, 3) and out.device == w.device
+    out.sum().backward()
+    grad = w.grad.data
+    assert not np.any(to_np(grad.to_dense() if sparse else grad))
+
+
 def test_int32_ids_give_int64_rows_and_a_sparse_gradient_can_be_zeroed_in_place():
     table = nn.EmbeddingBag(10, 3, sparse=True)
     table(tm.tensor(np.array([[1, 2]], np.int32))).sum().backward()

@@ -104,11 +104,11 @@ def test_a_bad_max_norm_is_refused_and_changes_nothing(max_norm):
     np.testing.assert_array_equal(p.grad.numpy(), [3.0, 4.0])
 
 
-@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf"), float("-inf"), 0.0])
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf"), float("-inf"), 0.0, -1.0])
 def test_row_sparse_gradients_clip_as_their_dense_form(device, norm_type):
     """embedding_bag(sparse=True) gives a RowSparse gradient: clipping it raised "expected a NumPy
-    or CuPy array ... wrap it first, e.g. tm.tensor(x)". It clips as the dense gradient does (-inf:
-    the untouched rows make the smallest |g| 0)."""
+    or CuPy array ... wrap it first, e.g. tm.tensor(x)". It clips as the dense gradient does (-inf
+    and -1: the untouched rows make the norm 0; for -1 the stored rows alone gave 0.13)."""
     results = []
     for sparse in (True, False):
         tm.manual_seed(0)
@@ -120,3 +120,42 @@ def test_row_sparse_gradients_clip_as_their_dense_form(device, norm_type):
     (sparse_total, sparse_grad), (dense_total, dense_grad) = results
     assert sparse_total == pytest.approx(dense_total, rel=1e-6)
     np.testing.assert_allclose(sparse_grad, dense_grad, rtol=1e-6)
+
+
+def _param(values):
+    p = tm.tensor(np.zeros(len(values), np.float32), requires_grad=True)
+    p.grad = tm.tensor(np.array(values, np.float32))
+    return p
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf"), float("-inf"), -1.0, 0.0, "inf"])
+def test_an_empty_gradient_adds_nothing_to_the_norm(norm_type):
+    """A parameter of size 0: inf and -inf raised NumPy's "zero-size array to reduction operation
+    maximum which has no identity", and -1 gave a norm of inf (so every gradient became 0)."""
+    assert clip_grad_norm_([_param([])], 1.0, norm_type).item() == 0.0
+    alone, beside = _param([3.0, -4.0]), _param([3.0, -4.0])
+    expected = clip_grad_norm_([alone], 1.0, norm_type).item()
+    assert clip_grad_norm_([_param([]), beside, _param([])], 1.0, norm_type).item() == expected
+    np.testing.assert_array_equal(beside.grad.numpy(), alone.grad.numpy())
+    # order 0 counts the tensors with a nonzero norm (a norm of the per-tensor norms, as PyTorch)
+    orders = {2.0: 5.0, 1.0: 7.0, -1.0: 12 / 7, 0.0: 1.0, float("inf"): 4.0, float("-inf"): 3.0}
+    assert expected == pytest.approx(orders[float(norm_type)], rel=1e-6)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    # 'NoneType' object is not iterable
+    (lambda p: clip_grad_norm_(None, 1.0), TypeError, "parameters must be a Tensor or an iterable of Tensors.*got NoneType"),
+    # 'int' object has no attribute 'grad'
+    (lambda p: clip_grad_norm_([p, 3], 1.0), TypeError, "item 1 is a int"),
+    (lambda p: clip_grad_norm_(p, 1.0, norm_type="two"), ValueError, "norm_type must be a number.*got 'two'"),
+    (lambda p: clip_grad_norm_(p, 1.0, norm_type=None), TypeError, "norm_type must be a number.*got None"),
+    (lambda p: clip_grad_norm_(p, 1.0, norm_type=True), TypeError, "norm_type must be a number.*got True"),
+    # accepted: every gradient NaN (PyTorch too)
+    (lambda p: clip_grad_norm_(p, 1.0, norm_type=float("nan")), ValueError, "norm_type must be a number.*NaN"),
+])
+def test_bad_parameters_or_norm_type_are_refused_and_change_nothing(call, error, message):
+    p = _param([3.0, -4.0])
+    with pytest.raises(error, match=message):
+        call(p)
+    np.testing.assert_array_equal(p.grad.numpy(), [3.0, -4.0])
+    assert clip_grad_norm_(p, 1.0).item() == 5.0

@@ -106,6 +106,21 @@ def test_adafactor_keeps_its_negative_decay_exponent():
     optim.Adafactor([Parameter(np.zeros((3, 4), np.float32))], beta2_decay=-0.8)
 
 
+@pytest.mark.parametrize("options, error, message", [
+    # each raised Python's own TypeError ("'>' not supported ...", "'float' object is not subscriptable")
+    ({"beta2_decay": "x"}, TypeError, "Adafactor: beta2_decay must be a number, got 'x'"),
+    ({"eps": 1e-3}, TypeError, r"Adafactor: eps must be a pair \(eps1 or None, eps2\), got 0.001"),
+    ({"eps": (None, "x")}, TypeError, r"Adafactor: eps\[1\] must be a number"),
+    ({"d": "2"}, TypeError, "Adafactor: the clipping threshold d must be a number"),
+    ({"weight_decay": None}, TypeError, "Adafactor: weight_decay must be a number, got None"),
+    # accepted as d = 1
+    ({"d": True}, TypeError, "the clipping threshold d must be a number, got True"),
+])
+def test_adafactor_refuses_options_of_the_wrong_type_by_name(options, error, message):
+    with pytest.raises(error, match=message):
+        optim.Adafactor([Parameter(np.zeros((3, 4), np.float32))], **options)
+
+
 @pytest.mark.parametrize("label", list(CONFIGS))
 @pytest.mark.parametrize("other", [(80, 64), (32, 80), (5,)])
 def test_state_saved_from_other_shapes_is_refused_at_load(label, other):

@@ -1,6 +1,7 @@
-"""The course as it is read: each lesson executed once as a notebook (:mod:`.execute`), the
-notebooks rendered as a static site (:mod:`.site`), and what a lesson displays inside a notebook
-kernel (:mod:`.kernel`). ``tinymem course build`` runs them (:mod:`.build`)."""
+"""The course as students and teachers use it: ``tinymem course build`` (each lesson executed
+once as a notebook, :mod:`.execute`, rendered as a static site, :mod:`.site`; what a lesson
+displays inside a notebook kernel, :mod:`.kernel`) and ``tinymem course grade``
+(:mod:`tinymem.course.grade`, the exercise checks over a class)."""
 import importlib.util
 
 # The modules of the `course` extra (pyproject.toml) that executing and rendering need.

@@ -5,82 +5,109 @@
 
 The workload form builds the model and its Adam optimizer, then runs one step (forward,
 backward, update) inside a ``memory.track()`` window; the script form runs ``train.py`` in this
-process (``runpy``, with its own ``sys.argv``) inside the window, so every array tinymem makes
-is on the page. Then it writes the page (``Tracker.export_page``) and, with ``--snapshot``,
-PyTorch's memory snapshot (``Tracker.export_snapshot``). Everything is checked before the step
-runs, and a step that raises writes nothing: no half-written page is left behind. A script
-that ends with ``sys.exit(0)`` has completed (its page is written); ``sys.exit(3)`` is a failure,
-and the command exits with the script's status.
+process (:mod:`.as_python`, as ``python`` would) inside the window, so every array tinymem makes
+is on the page. Then it writes the page (``page.render``) and, with ``--snapshot``, PyTorch's
+memory snapshot (``snapshot.build``), both or neither (``write_together``).
+
+Everything is checked before the step runs, and a refused input changes nothing. The output
+paths are made absolute first (a script may ``os.chdir``); none may be the script, a file
+argument of it or the page's template, nor one another. A step that fails (raises, or exits
+with a status other than 0) still has its page written: memory up to the failure is what one
+wants to see. The command says so on stderr, shows what ``python`` would (the traceback, the
+argument of ``sys.exit``) and exits with ``python``'s status; when that is 0 but no page could
+be written (an empty window, a file the script wrote itself) the status is 2.
 """
 import os
-import runpy
 import sys
 
 from .. import backend, memory, optim
+from ..measure.files import write_together
+from ..memory import page, snapshot
 from ..planner.measured.workloads import WORKLOADS, workload
+from . import as_python
 
 DEFAULT_SIZES = {"mlp": "64,1024,1024,10", "unet": "1,4,8,3,32", "transformer": "64,32,32,2,2"}
 
 
-def workload_step(name, sizes, batch, device="cpu"):
-    """One Adam step of a planner workload inside a closed window: the Tracker."""
+def window(body, device=None):
+    """Run ``body()`` inside a tracking window: ``(the closed window, the exception that ended
+    body or None)``. The window closes either way, so memory up to a failure can be drawn; the
+    exception (``SystemExit`` too) is returned, not raised. Memory: its traceback keeps the
+    failing frames' arrays alive until the caller drops it, as in a process that is failing."""
+    error = None
+    with memory.track(measure=False, device=device) as t:
+        try:
+            body()
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the step's failure, reported by the caller
+            error = exc
+    return t, error
+
+
+def workload_body(name, sizes, batch, device="cpu"):
+    """One Adam step of a planner workload, built (model, optimizer, data) and ready to run."""
     work = workload(name, sizes, device)
     model = work.build("none")
     opt = optim.Adam(model.parameters(), lr=1e-3)
     data = work.batch(batch)
-    with memory.track(measure=False, device=device) as t:
+
+    def step():
         memory.mark("forward")
         loss = work.loss(model, data)
         loss.backward()  # marks "backward" itself
         opt.step()  # and "optimizer"
-        del loss
+
+    return step
+
+
+def workload_step(name, sizes, batch, device="cpu"):
+    """One Adam step of a planner workload inside a closed window: the Tracker."""
+    t, error = window(workload_body(name, sizes, batch, device), device)
+    if error is not None:
+        raise error
     return t
 
 
-def script_path(command):
-    """The script of ``command`` (``[python] script.py args...``), checked before anything runs;
-    ``(script, argv)``."""
-    if command and os.path.basename(command[0]).startswith("python"):
-        command = command[1:]
-    if not command or not command[0].endswith(".py"):
-        raise ValueError("give a Python script after --, e.g. tinymem timeline -- python train.py")
-    if not os.path.isfile(command[0]):
-        raise ValueError(f"no script {command[0]!r}")
-    return command[0], list(command)
+def output_paths(args, inputs):
+    """The absolute paths of ``--out`` and ``--snapshot`` (None when not given), checked: each
+    in a writable folder, not a folder itself, not one of ``inputs`` (files the command reads),
+    not the other. Raises ValueError saying what is wrong."""
+    given = [("--out", args.out)] + ([("--snapshot", args.snapshot)] if args.snapshot else [])
+    for flag, path in given:
+        folder = os.path.dirname(os.path.realpath(path))  # a symlink is written through: its target's folder
+        if not os.path.isdir(folder):
+            raise ValueError(f"cannot write {path}: the folder {folder} does not exist; create it first")
+        if os.path.isdir(path):
+            raise ValueError(f"cannot write {path}: it is a folder; give a file name inside it")
+        if not os.access(folder, os.W_OK):
+            raise ValueError(f"cannot write {path}: the folder {folder} is not writable")
+        for source in inputs:
+            if _same(path, source):
+                raise ValueError(f"{flag} {path} is {source}, which this command reads: writing there would "
+                                 f"replace it; give {flag} another file name")
+    if args.snapshot and _same(args.out, args.snapshot):
+        raise ValueError(f"--out and --snapshot are the same file ({args.out}); give them two names")
+    return [os.path.abspath(path) for _, path in given] + [None] * (2 - len(given))
 
 
-def script_window(command):
-    """Run ``command`` (``[python] script.py args...``) in this process inside a window, with its
-    ``sys.argv`` and its folder first on ``sys.path``, as ``python`` runs it. A script
-    that ends with ``sys.exit(0)`` (or ``sys.exit()``) has completed, as it would under
-    ``python``; any other exit status is raised as the step's failure."""
-    script, args = script_path(command)
-    argv, path = sys.argv, list(sys.path)
-    sys.argv = args
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python script.py`: its folder imports
+def _same(a, b):
+    """Do paths ``a`` and ``b`` name one file (through symlinks and hard links)?"""
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _identity(path):
+    """What tells whether ``path`` was written: ``(inode, mtime, size)``, or None if absent."""
     try:
-        with memory.track(measure=False) as t:
-            try:
-                runpy.run_path(script, run_name="__main__")
-            except SystemExit as exc:
-                if exc.code not in (None, 0):
-                    raise ScriptExit(exc.code) from None
-    finally:
-        sys.argv, sys.path[:] = argv, path
-    return t
-
-
-class ScriptExit(Exception):
-    """The script called ``sys.exit`` with a failure status (kept in ``code``)."""
-
-    def __init__(self, code):
-        super().__init__(f"the script exited with status {code!r}")
-        self.code = code if isinstance(code, int) else 1
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def run(args):
-    """The command: returns the exit status (2 for a bad argument, 1 when the step raised, the
-    script's own status when it called ``sys.exit`` with a failure)."""
+    """The command: returns the exit status (2 for a bad argument; otherwise ``python``'s status
+    for the script, 1 for a workload step that raised; see the module's docstring)."""
     given_command = args.command[:1] == ["--"]
     command = args.command[1:] if given_command else args.command
     if given_command and not command:
@@ -88,21 +115,10 @@ def run(args):
                        "or leave out -- to run one step of --workload")
     if command and args.workload:
         return _refuse("give either --workload NAME or a script after --, not both")
-    for path in [args.out] + ([args.snapshot] if args.snapshot else []):
-        folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder):
-            return _refuse(f"cannot write {path}: the folder {folder} does not exist; create it first")
-        if os.path.isdir(path):
-            return _refuse(f"cannot write {path}: it is a folder; give a file name inside it")
-        if not os.access(folder, os.W_OK):
-            return _refuse(f"cannot write {path}: the folder {folder} is not writable")
-    if args.snapshot and os.path.abspath(args.snapshot) == os.path.abspath(args.out):
-        return _refuse(f"--out and --snapshot are the same file ({args.out}); give them two names")
     try:  # everything said before the step runs: a ValueError from the step itself is its failure
         if command:
-            script_path(command)
-            title = " ".join(command)
-            step = lambda: script_window(command)  # noqa: E731
+            script, argv = as_python.script_path(command)
+            inputs, title = as_python.input_files(command), " ".join(command)
         else:
             name = args.workload or "transformer"
             if name not in WORKLOADS:
@@ -111,26 +127,52 @@ def run(args):
             if args.batch < 1:
                 return _refuse(f"--batch must be >= 1, got {args.batch}")
             workload(name, sizes, args.device)
-            title = f"one Adam step of {name}({sizes}), batch {args.batch}"
-            step = lambda: workload_step(name, sizes, args.batch, args.device)  # noqa: E731
+            script, inputs, title = None, [], f"one Adam step of {name}({sizes}), batch {args.batch}"
+        out, snap = output_paths(args, inputs + [page.TEMPLATE])
     except (ValueError, TypeError, backend.DeviceError) as exc:
         return _refuse(str(exc))
-    try:
-        tracker = step()
-    except Exception as exc:  # noqa: BLE001 - whatever the step raised, the page is not written
-        print(f"tinymem timeline: the step raised {type(exc).__name__}: {exc}\nno page written",
-              file=sys.stderr)
-        return exc.code if isinstance(exc, ScriptExit) else 1
-    try:
-        tracker.export_page(args.out, title)
-        if args.snapshot:
-            tracker.export_snapshot(args.snapshot)
-    except (OSError, ValueError) as exc:
-        return _refuse(str(exc))
-    print(f"peak {tracker.peak():,d} B; wrote {args.out}" + (f" and {args.snapshot}" if args.snapshot else ""))
+    if command:
+        step, device = (lambda: as_python.run(script, argv)), None
+    else:
+        step, device = workload_body(name, sizes, args.batch, args.device), args.device
+    before = {path: _identity(path) for path in (out, snap) if path}
+    tracker, error = window(step, device)
+    status = as_python.exit_status(error)
+    if error is not None:
+        as_python.report(error, script)
+    written = _write(tracker, title, out, snap, before)
+    if status or (error is not None and getattr(error, "code", None) not in (None, 0)):  # sys.exit(256) too
+        print(f"tinymem timeline: {'the script' if command else 'the step'} {as_python.ending(error)}: exit status "
+              f"{status}" + (", as under python" if command else "")
+              + ("; its page shows memory up to then" if written and status else ""), file=sys.stderr)
+    if not written:
+        return status or 2
+    names = f"{args.out}" + (f" and {args.snapshot}" if args.snapshot else "")
+    print(f"peak {tracker.peak():,d} B; wrote {names}")
     print(f"open {args.out} in a browser" + (f"; drag {args.snapshot} into https://pytorch.org/memory_viz"
                                              if args.snapshot else ""))
-    return 0
+    return status
+
+
+def _write(tracker, title, out, snap, before):
+    """Write the page at ``out`` and the snapshot at ``snap`` (if not None), both or neither;
+    False (and why, on stderr) when they cannot be."""
+    changed = [path for path in before if _identity(path) not in (before[path], None)]
+    if changed:
+        print(f"tinymem timeline: no page written: the script itself wrote {changed[0]} while it ran; "
+              "not replacing it: give --out / --snapshot names the script does not write", file=sys.stderr)
+        return False
+    try:
+        text = page.render(page.data(tracker, title)).encode("utf-8")
+        files = [(out, lambda f: f.write(text), ".html")]
+        if snap:
+            shot = snapshot.build(tracker)
+            files.append((snap, lambda f: snapshot.dump(shot, f), ".pickle"))
+        write_together(files)
+    except (OSError, ValueError) as exc:
+        print(f"tinymem timeline: no page written: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _refuse(message):

@@ -4,6 +4,7 @@ Every file tinymem writes for a user (checkpoints, ONNX models, memory snapshots
 pages) goes through :func:`write_atomically`: the bytes go to a temporary file in the target's
 folder, are flushed to the disk, and the temporary file is renamed over the target (a rename
 within one folder is atomic). When anything fails the temporary file is removed.
+:func:`write_together` writes several files (a page and its snapshot) all or none.
 """
 import os
 import secrets
@@ -16,6 +17,30 @@ def write_atomically(path, write, suffix=""):
     temporary file is removed when anything fails. A new file gets the usual permissions (0666
     less the umask); an overwritten one keeps its own. A symlink is written through: its target
     is replaced, the link kept."""
+    write_together([(path, write, suffix)])
+
+
+def write_together(files):
+    """Write several files as one: ``files`` is ``[(path, write, suffix), ...]``, each written
+    as :func:`write_atomically` does, except that no target is renamed over before every one of
+    them is written. A failure while writing (a full disk, ``write`` raising) leaves every target
+    as it was; only a failure between two renames (each atomic) could leave some renamed."""
+    staged = []
+    try:
+        for path, write, suffix in files:
+            staged.append(_staged(path, write, suffix))
+        for tmp, target in staged:
+            os.replace(tmp, target)
+    except BaseException:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        raise
+
+
+def _staged(path, write, suffix):
+    """``write`` into a new temporary file beside ``path``'s target, flushed, with the target's
+    mode: ``(temporary path, target)``. The temporary file is removed when anything fails."""
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise TypeError(f"the path to write must be a str or os.PathLike, got {type(path).__name__}")
     path = os.fsdecode(path)
@@ -39,11 +64,11 @@ def write_atomically(path, write, suffix=""):
             os.fsync(f.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
-        os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+    return tmp, target
 
 
 def _create_temporary(folder, suffix, path):

@@ -11,8 +11,10 @@ would then join their table: their budget, their queue. So every one of them is
 - made with mode 0o600, or 0o660 and the group's ownership when a group is named (the
   ``group=`` argument, or ``$TINYMEM_SHARED_GROUP``): users of one group may then share a device;
 - checked after opening (``fstat`` of the open descriptor, so nothing can be swapped in between):
-  a regular file, owned by this user, or by the named group without access for other users.
-  Anything else is refused with a :class:`PermissionError` that says whose it is and what to do.
+  a regular file with one name (a hard link planted under the name, which ``O_NOFOLLOW`` does
+  not stop where ``fs.protected_hardlinks`` is 0, is another file's second name: making it
+  private would change that file's mode), owned by this user, or by the named group without
+  access for other users. Anything else is refused with a :class:`PermissionError` that says whose it is and what to do.
 
 Cost: one ``fstat`` per open (a microsecond); nothing per check of the budget.
 """
@@ -73,11 +75,15 @@ def claim(fd, gid):
 
 def check_owner(fd, what, gid):
     """Refuse an open ``what`` (a file or segment, described for the message) that is not a
-    regular file owned by this user, or by group ``gid`` and closed to other users. One of this
-    user's own is made private again (an older tinymem made its lock files 0o666 less the umask)."""
+    regular file of one name, owned by this user, or by group ``gid`` and closed to other users.
+    One of this user's own is made private again (an older tinymem made its lock files 0o666
+    less the umask); nothing is changed on a refused one."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise PermissionError(f"{what} is not a regular file: refusing to use it; remove it if it is yours")
+    if st.st_nlink > 1:
+        raise PermissionError(f"{what} is a hard link ({st.st_nlink} names for one file): refusing it (someone "
+                              "may have planted it to have this file's mode changed); remove it if it is yours")
     if st.st_uid == os.getuid():
         claim(fd, gid)
         return

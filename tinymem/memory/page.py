@@ -12,12 +12,13 @@ into tables of modules, ops and descriptions), and the stacked series. A window 
 (the peak's event always among them); the records and the peak's numbers are never thinned.
 Size: about 40 bytes per array and per drawn point.
 """
+import html
 import json
 import os
+import re
 
 from ..measure.files import write_atomically
 from .attribution import describe
-from .ledger import BUCKETS
 from .snapshot import check_window, peak_index
 from .units import format_bytes
 
@@ -52,7 +53,7 @@ def data(tracker, title):
             f" @ {os.path.basename(site[0])}:{site[1]} ({site[2]})" if site is not None else "")
         module = "(model)" if entry.module == "" else entry.module or f"(no module: {bucket})"
         open_lives[entry] = len(arrays)
-        arrays.append([BUCKETS.index(bucket), entry.nbytes, x, -1, details(text), modules(module),
+        arrays.append([tracker.buckets.index(bucket), entry.nbytes, x, -1, details(text), modules(module),
                        ops(entry.label or "-")])
 
     for entry, bucket in tracker.entered.items():
@@ -71,7 +72,7 @@ def data(tracker, title):
         x += 1
     peak_x = sum(1 for e in tracker.events[:peak_index(tracker) + 1] if e[1] != "mark") - 1
     drawn = _thin(series, peak_x)
-    return {"title": title, "buckets": list(BUCKETS), "events": x, "entered": sum(e.nbytes for e in tracker.entered),
+    return {"title": title, "buckets": list(tracker.buckets), "events": x, "entered": sum(e.nbytes for e in tracker.entered),
             "drawn": [[i] + series[i] for i in drawn], "marks": marks, "arrays": arrays,
             "modules": modules.items, "ops": ops.items, "details": details.items,
             "peak": {"bytes": tracker.peak(), "text": format_bytes(tracker.peak()), "x": peak_x,
@@ -92,18 +93,23 @@ def _thin(series, peak_x):
 
 
 def render(numbers):
-    """The page's HTML text for :func:`data`'s dict."""
+    """The page's HTML text for :func:`data`'s dict. Every string goes in as text: the title
+    HTML-escaped, the JSON with ``<``, ``>`` and ``&`` as ``\\u003c``-style escapes (so no
+    ``</script>`` or ``<!--`` inside a name can end or bend the script), both markers
+    replaced in one pass (a name holding a marker is not replaced again)."""
     with open(TEMPLATE, encoding="utf-8") as f:
         template = f.read()
-    payload = json.dumps(numbers, separators=(",", ":")).replace("</", "<\\/")
-    return template.replace("/*DATA*/null", payload).replace("<!--TITLE-->", _escape(numbers["title"]))
+    payload = json.dumps(numbers, separators=(",", ":"))
+    for char in "<>&":
+        payload = payload.replace(char, f"\\u{ord(char):04x}")
+    title = html.escape(numbers["title"])
+    return _MARKERS.sub(lambda m: payload if m.group(0) == "/*DATA*/null" else title, template)
 
 
-def _escape(text):
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+_MARKERS = re.compile(r"/\*DATA\*/null|<!--TITLE-->")
 
 
 def write(numbers, path):
     """Write the page of :func:`data`'s dict to ``path`` atomically."""
-    html = render(numbers).encode("utf-8")
-    write_atomically(path, lambda f: f.write(html), suffix=".html")
+    text = render(numbers).encode("utf-8")
+    write_atomically(path, lambda f: f.write(text), suffix=".html")

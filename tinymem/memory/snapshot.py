@@ -162,6 +162,11 @@ def _segment(blocks, total):
             "segment_pool_id": (0, 0), "is_expandable": False, "blocks": out}
 
 
+def dump(snapshot, f):
+    """Pickle ``snapshot`` into the open binary file ``f`` (protocol 4, as PyTorch reads it)."""
+    pickle.dump(snapshot, f, protocol=4)
+
+
 def write(snapshot, path):
     """Pickle ``snapshot`` to ``path`` atomically (a temporary file beside it, then a rename)."""
-    write_atomically(path, lambda f: pickle.dump(snapshot, f, protocol=4), suffix=".pickle")
+    write_atomically(path, lambda f: dump(snapshot, f), suffix=".pickle")

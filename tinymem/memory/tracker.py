@@ -37,6 +37,7 @@ class Tracker:
     With the timeline, each array born in the window also keeps a small record (shape, dtype,
     the user's file and line: about 300 bytes) for :meth:`export_snapshot` and the timeline page.
     """
+    buckets = BUCKETS  # the page stacks these, in this order (a Recording names its own)
 
     def __init__(self, budget=None, measure=True, timeline=True, device=None, monitor=False,
                  shared=None, fraction=None):

@@ -1,5 +1,6 @@
 """Activation layers and Dropout: no parameters, each a thin Module over a functional op."""
 from .. import functional as F
+from ..checks import dropout_probability
 from .module import Module
 
 
@@ -40,9 +41,7 @@ class Dropout(Module):
 
     def __init__(self, p=0.5):
         super().__init__()
-        if not 0 <= p < 1:
-            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
-        self.p = p
+        self.p = dropout_probability("Dropout: dropout probability p", p)
 
     def forward(self, x):
         return F.dropout(x, self.p, self.training)

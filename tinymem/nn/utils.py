@@ -10,6 +10,7 @@ largest gradient), no extra persistent bytes.
 """
 import math
 import numbers
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -30,18 +31,24 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not max_norm >= 0:
         raise ValueError(f"clip_grad_norm_: max_norm must be a number >= 0 (inf to measure the norm "
                          f"without clipping), got {max_norm!r}")
-    if isinstance(parameters, Tensor):
-        parameters = [parameters]
+    parameters = _tensors(parameters)
+    norm_type = _norm_order(norm_type)
     # A row-sparse gradient (embedding_bag(sparse=True)) is normed and scaled through its values,
-    # each row once (coalesced): the zero rows it leaves out add nothing to a norm, but for -inf
-    # (the smallest |g|) they make it 0.
+    # each row once (coalesced): the zero rows it leaves out add nothing to a positive order's
+    # norm, but for -inf and negative orders (the smallest |g| decides) they make it 0, and so
+    # they do for any order when no row is stored.
     grads = [p.grad.data for p in parameters if p.grad is not None]
     grads = [g.coalesce_() if getattr(g, "is_sparse", False) else g for g in grads]
     holes = [getattr(g, "is_sparse", False) and len(g.indices) < g.shape[0] for g in grads]
     grads = [g.values if getattr(g, "is_sparse", False) else g for g in grads]
-    norm_type = float(norm_type)
+    # A gradient with no value at all (a parameter of size 0) adds nothing: the norm is that of
+    # all the values together, as of one concatenated vector, so for no value anywhere it is 0
+    # (PyTorch 2.13 raises instead for inf, -inf and negative orders: "the operation does not
+    # have an identity"; for the other orders it gives 0 too).
+    kept = [(g, hole) for g, hole in zip(grads, holes) if g.size or hole]
+    grads = [g for g, _ in kept]
     if not grads:
-        return Tensor(np.zeros((), np.float32))  # no gradient anywhere: a 0 on the default device
+        return Tensor(np.zeros((), np.float32))  # no gradient value anywhere: a 0 on the default device
     for g in grads:
         if g.dtype.kind != "f":
             raise TypeError(f"clip_grad_norm_: gradient of dtype {g.dtype} (bfloat16 bits?); clip the "
@@ -49,8 +56,8 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     xp = backend.array_module(grads[0])
     # float32, or float64 when a gradient is (as PyTorch, whose norm has the gradients' dtype).
     acc = np.result_type(np.float32, *(g.dtype for g in grads)).type
-    norms = [xp.zeros((), acc) if hole and norm_type == -math.inf
-             else _vector_norm(xp, xp.abs(g.astype(acc)), norm_type) for g, hole in zip(grads, holes)]
+    norms = [xp.zeros((), acc) if hole and (norm_type < 0 or not g.size)
+             else _vector_norm(xp, xp.abs(g.astype(acc)), norm_type) for g, hole in kept]
     total = _vector_norm(xp, xp.stack(norms), norm_type).astype(acc)
     if error_if_nonfinite and not bool(xp.isfinite(total)):
         raise RuntimeError(f"the total norm of order {norm_type} of the gradients is non-finite, so "
@@ -67,6 +74,37 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             # by the factor first rounded to float16 (an error of up to an fp16 ulp).
             xp.multiply(g, coef, out=g, casting="unsafe")
     return Tensor(total)
+
+
+def _tensors(parameters):
+    """``parameters`` (a Tensor, or an iterable of them such as ``model.parameters()``) as a list."""
+    if isinstance(parameters, Tensor):
+        return [parameters]
+    if not isinstance(parameters, Iterable) or isinstance(parameters, (str, bytes, dict)):
+        raise TypeError("clip_grad_norm_: parameters must be a Tensor or an iterable of Tensors (e.g. "
+                        f"model.parameters()), got {type(parameters).__name__}")
+    parameters = list(parameters)  # a generator is read once
+    for i, p in enumerate(parameters):
+        if not isinstance(p, Tensor):
+            raise TypeError(f"clip_grad_norm_: parameters must hold Tensors, but item {i} is a "
+                            f"{type(p).__name__}; pass model.parameters() (or a list of its Tensors)")
+    return parameters
+
+
+def _norm_order(norm_type):
+    """``norm_type`` as a float: a number, or a string that names one ("inf", as PyTorch takes);
+    NaN is refused (a NaN norm would make every gradient NaN)."""
+    if isinstance(norm_type, bool) or not isinstance(norm_type, (numbers.Real, str)):
+        raise TypeError(f"clip_grad_norm_: norm_type must be a number (2.0, 1.0, inf, ...), got {norm_type!r}")
+    try:
+        order = float(norm_type)
+    except ValueError:
+        raise ValueError(f"clip_grad_norm_: norm_type must be a number (2.0, 1.0, inf, ...) or 'inf', "
+                         f"got {norm_type!r}") from None
+    if math.isnan(order):
+        raise ValueError("clip_grad_norm_: norm_type must be a number (2.0, 1.0, inf, ...), got NaN: "
+                         "a NaN norm would scale every gradient to NaN")
+    return order
 
 
 def _vector_norm(xp, a, order):

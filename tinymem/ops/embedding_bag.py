@@ -36,6 +36,8 @@ def _bags(xp, input, offsets):
                          f"got input {input.shape} and offsets "
                          f"{None if offsets is None else offsets.shape}")
     n, B = len(input), len(offsets)
+    if not B:  # no bags: the ids belong to none, and the result is (0, D), as PyTorch's
+        return input[:0], xp.zeros(0, xp.int32), 0, None
     bad = None
     if B:
         bad = (offsets[0] != 0) | (offsets[1:] < offsets[:-1]).any() | (offsets[-1] > n)
@@ -97,16 +99,28 @@ class EmbeddingBag(Function):
 
 def embedding_bag(input, weight, offsets=None, mode="mean", sparse=False):
     """PyTorch's ``F.embedding_bag(input, weight, offsets, mode=..., sparse=...)`` for sum and
-    mean: (B, D) bag sums or means of the rows of ``weight`` named by ``input``.
+    mean: (B, D) bag sums or means of the rows of ``weight`` named by ``input``. ``input`` and
+    ``offsets`` may be lists (made host arrays, as ``F.embedding`` takes them); empty offsets
+    are no bags, a (0, D) result whatever the ids, as in PyTorch.
 
     Bad ids or offsets raise on the CPU (IndexError, ValueError), and so do host offsets for a
     table on a device; on a device, where checking would read them on the host (a sync per
     call), an id out of range makes its bag NaN and invalid device offsets make every bag NaN
     (a float table), gradients included, so a GradScaler skips the step.
     """
+    offsets = None if offsets is None else _ids("offsets", offsets)
+    return EmbeddingBag.apply(_ids("input", input), weight, offsets, mode=mode, sparse=sparse)
+
+
+def _ids(name, x):
+    """Ids or offsets as an array: a Tensor's data, or a list made a host array at the door, as
+    ``F.embedding`` takes a list (an empty list is int64: it has no values to say a type)."""
     from ..autograd import Tensor
 
-    def raw(x):
-        return x.data if isinstance(x, Tensor) else x
-
-    return EmbeddingBag.apply(raw(input), weight, raw(offsets), mode=mode, sparse=sparse)
+    if isinstance(x, Tensor):
+        return x.data
+    if isinstance(x, (list, tuple)):
+        return np.asarray(x) if len(x) else np.zeros(0, np.int64)
+    if not hasattr(x, "dtype"):
+        raise TypeError(f"embedding_bag: {name} must be an integer Tensor, array or list, got {type(x).__name__}")
+    return x

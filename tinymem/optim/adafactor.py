@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from .. import backend
+from ..checks import real_number
 from .optimizer import Optimizer
 
 
@@ -37,19 +38,44 @@ def _rms(x, xp):
 
 
 def _larger(xp, a, b):
-    """max(a, b) for a float and an RMS (a float, or a 0-d device array: no host sync)."""
-    return max(a, b) if xp is np else xp.maximum(a, b)
+    """max(a, b) for a float ``a`` and an RMS ``b`` (a float, or a 0-d device array: no host
+    sync). A NaN RMS gives ``a``, on a device as on the CPU: Python's ``max`` (PyTorch's too)
+    keeps its first argument when the second is NaN, and so does ``fmax``, where ``maximum``
+    would return NaN. So one inf gradient element makes one NaN weight of a vector on a device
+    as on the CPU (its update is NaN there, and the clipping divisor stays 1), not all of them."""
+    return max(a, b) if xp is np else xp.fmax(a, b)
+
+
+def _lerp_(xp, start, end, weight, scratch=lambda a: a):
+    """``start += weight * (end - start)`` in place, rounded as ``torch.lerp_`` rounds it: from
+    the start below weight 1/2, from the end above (so weight 1, the first step, gives exactly
+    ``end``). PyTorch's form also decides what one inf gradient element does: at weight >= 1/2,
+    ``inf - inf * (1 - weight)`` is NaN, so the running mean of an inf row is NaN and every weight
+    of a matrix becomes NaN, as in PyTorch. ``end`` is a temporary and is overwritten; above 1/2
+    one more temporary of its size (given to ``scratch``, the ledger's count)."""
+    w = start.dtype.type(weight)  # PyTorch's scalar weight, in the tensor's dtype
+    if weight < 0.5:
+        end -= start
+        end *= w
+        start += end
+    else:
+        diff = scratch(end - start)
+        diff *= start.dtype.type(1) - w
+        xp.subtract(end, diff, out=start)
 
 
 class Adafactor(Optimizer):
     def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0):
-        if beta2_decay > 0:
+        if real_number("Adafactor: beta2_decay", beta2_decay) > 0:
             raise ValueError(f"beta2_decay must be <= 0, got {beta2_decay}")
-        if (eps[0] is not None and eps[0] < 0) or eps[1] < 0:
+        if not (isinstance(eps, (tuple, list)) and len(eps) == 2):
+            raise TypeError(f"Adafactor: eps must be a pair (eps1 or None, eps2), got {eps!r}")
+        if (eps[0] is not None and real_number("Adafactor: eps[0]", eps[0]) < 0) or \
+                real_number("Adafactor: eps[1]", eps[1]) < 0:
             raise ValueError(f"eps must be (None or >= 0, >= 0), got {eps}")
-        if d < 1.0:
+        if real_number("Adafactor: the clipping threshold d", d) < 1.0:
             raise ValueError(f"the clipping threshold d must be >= 1, got {d}")
-        if weight_decay < 0:
+        if real_number("Adafactor: weight_decay", weight_decay) < 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
         super().__init__(params, lr=lr, beta2_decay=beta2_decay, eps=tuple(eps), d=d,
                          weight_decay=weight_decay)
@@ -83,13 +109,13 @@ class Adafactor(Optimizer):
         if factored:
             row, col = state["row_var"], state["col_var"]
             # mean of g^2 along one axis without a full-size g*g temporary
-            row += weight * (xp.einsum("...ij,...ij->...i", grad, grad)[..., None] / grad.shape[-1] - row)
-            col += weight * (xp.einsum("...ij,...ij->...j", grad, grad)[..., None, :] / grad.shape[-2] - col)
+            _lerp_(xp, row, xp.einsum("...ij,...ij->...i", grad, grad)[..., None] / grad.shape[-1], weight)
+            _lerp_(xp, col, xp.einsum("...ij,...ij->...j", grad, grad)[..., None, :] / grad.shape[-2], weight)
             var = self.scratch(row @ col)
             var /= xp.maximum(row.mean(axis=-2, keepdims=True), eps1)
         else:
             v = state["variance"]
-            v += self.scratch(weight * (grad * grad - v))
+            _lerp_(xp, v, self.scratch(grad * grad), weight, self.scratch)
             var = self.scratch(v.copy())
         xp.maximum(var, eps1 * eps1, out=var)
         xp.sqrt(var, out=var)

@@ -30,7 +30,10 @@ its CPU one with ``additional_buffer_factor`` and the model loading it allows fo
 ``zero-paper`` (Rajbhandari et al. 2020, Figure 1): 2 + 2 + K with K = 12 (masters and Adam's
 state), no fp32 gradients, no transients; 7.5B parameters on 64 GPUs: 120, 31.4, 16.6, 1.9 GB.
 """
+import math
 from collections import namedtuple
+
+import numpy as np
 
 from ..checks import is_int, real_number
 from .inputs import resolve
@@ -130,17 +133,36 @@ def deepspeed_estimate(stage, total_params, largest_layer_params=0, num_gpus_per
                                ("num_gpus_per_node", num_gpus_per_node, 1), ("num_nodes", num_nodes, 1)):
         if not is_int(value) or value < least:  # 0 GPUs divided by zero, -5 parameters gave -21 bytes
             raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
-    if not real_number("additional_buffer_factor", additional_buffer_factor) > 0:
-        raise ValueError("additional_buffer_factor is DeepSpeed's allowance, a number > 0, got "
+    if not (is_int(stage) and stage in (2, 3)):
+        raise ValueError(f"DeepSpeed estimates ZeRO stage 2 or 3, got {stage!r}")
+    flags = (("cpu_offload", cpu_offload), ("cpu_offload_params", cpu_offload_params), ("zero_init", zero_init))
+    for name, flag in flags:
+        if not isinstance(flag, (bool, np.bool_)):  # 2 or "no" would pick a branch by truth, silently
+            raise TypeError(f"{name} must be True or False, got {flag!r}")
+    # inf raised OverflowError in int()
+    if not 0 < real_number("additional_buffer_factor", additional_buffer_factor) < math.inf:
+        raise ValueError("additional_buffer_factor is DeepSpeed's allowance, a finite number > 0, got "
                          f"{additional_buffer_factor!r}")
+    # Python ints: a NumPy int64 count would wrap past 9.2e18 bytes without a word.
+    counts = (int(total_params), int(largest_layer_params), int(num_gpus_per_node), int(num_nodes))
+    try:
+        return _deepspeed_bytes(int(stage), *counts, bool(cpu_offload), bool(cpu_offload_params), bool(zero_init),
+                                float(additional_buffer_factor))
+    except OverflowError:  # a float past 1.8e308 (int() of inf), or a count too large for a float
+        raise ValueError(f"deepspeed_estimate: total_params={total_params}, largest_layer_params="
+                         f"{largest_layer_params} and additional_buffer_factor={additional_buffer_factor!r} give "
+                         "more bytes than a float holds (1.8e308); check the parameter counts and the factor") from None
+
+
+def _deepspeed_bytes(stage, total_params, largest_layer_params, num_gpus_per_node, num_nodes, cpu_offload,
+                     cpu_offload_params, zero_init, additional_buffer_factor):
+    """DeepSpeed's arithmetic, on checked arguments."""
     gpus = num_nodes * num_gpus_per_node
     n, factor = total_params, additional_buffer_factor
     if stage == 2:
         if cpu_offload:
             return int(n * max(4 * gpus, 16) * factor), int(2 * n)
         return int(n * 4 * num_gpus_per_node * factor), int(2 * n + int(18 * n / gpus))
-    if stage != 3:
-        raise ValueError(f"DeepSpeed estimates ZeRO stage 2 or 3, got {stage!r}")
     largest = 4 * largest_layer_params
     if cpu_offload:
         # in DeepSpeed's order, n * states * (1 / nodes): n * (states / nodes) rounds otherwise,

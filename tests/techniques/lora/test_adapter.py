@@ -108,6 +108,29 @@ def test_merge_and_unmerge_agree_with_the_adapter_path_to_float32_rounding(devic
         layer.unmerge()
 
 
+def test_a_float64_layer_merges_to_float64_rounding(device):
+    """alpha / r = 7/3 is not a float32 number: it was rounded to float32 in delta_weight, and a
+    float64 layer's merged output moved by 2.45e-8 relative (tolerance here: 1e-13)."""
+    rng = np.random.default_rng(0)
+    base = nn.Linear(24, 12, device=device)
+    for p in (base.weight, base.bias):
+        p.data = backend.to_device(rng.standard_normal(p.shape), device)
+    layer = LoRALinear(base, r=3, alpha=7)
+    assert layer.lora_A.dtype == layer.lora_B.dtype == np.float64
+    layer.lora_B.data = backend.to_device(rng.standard_normal((12, 3)), device)
+    x = tm.tensor(rng.standard_normal((5, 24)), device=device)
+    w0 = to_np(layer.base.weight).copy()
+    with tm.no_grad():
+        unmerged = to_np(layer(x))
+        merged = to_np(layer.merge()(x))
+        expected = w0 + 7 / 3 * (to_np(layer.lora_B) @ to_np(layer.lora_A))
+        np.testing.assert_allclose(to_np(layer.base.weight), expected, rtol=1e-15, atol=1e-15)
+        again = to_np(layer.unmerge()(x))
+    np.testing.assert_allclose(merged, unmerged, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(again, unmerged, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(to_np(layer.base.weight), w0, rtol=0, atol=1e-15)
+
+
 def test_dropout_acts_on_the_adapter_path_only():
     layer = LoRALinear(nn.Linear(30, 6), r=2, alpha=2, dropout=0.5)
     x = tm.tensor(np.random.default_rng(0).standard_normal((4, 30)).astype(np.float32))

@@ -33,7 +33,7 @@ import numpy as np
 from ... import backend
 from ... import functional as F
 from ...autograd import no_grad
-from ...checks import positive_int, real_number
+from ...checks import dropout_probability, positive_int, real_number
 from ...nn import Linear, Module, Parameter
 from ...nn.init import uniform
 
@@ -81,7 +81,10 @@ class LoRALinear(Module):
     def delta_weight(self):
         """``(alpha / r) · B A`` as an array of the base weight's shape (out, in): 4·in·out bytes."""
         delta = self.lora_B.data @ self.lora_A.data
-        delta *= np.float32(self.scaling)
+        # alpha / r rounded to float32 or the weight's dtype, the wider: float64 adapters keep it
+        # to float64 (rounded to float32 it moved a float64 layer's merged output by 2e-8), and a
+        # float16 product is scaled in float32 and rounded once, as before.
+        delta *= np.promote_types(delta.dtype, np.float32).type(self.scaling)
         return delta
 
     def merge(self):
@@ -158,10 +161,7 @@ def check_options(who, r, alpha, dropout):
     r = positive_int(f"{who}: r (the adapter's rank)", r)
     if alpha is not None and not math.isfinite(real_number(f"{who}: alpha", alpha)):
         raise ValueError(f"{who}: alpha must be a finite number (the update is scaled by alpha / r), got {alpha!r}")
-    dropout = real_number(f"{who}: dropout (a probability, e.g. 0.1)", dropout)
-    if not 0 <= dropout < 1:
-        raise ValueError(f"{who}: dropout must be in [0, 1), got {dropout!r}")
-    return r, alpha, dropout
+    return r, alpha, dropout_probability(f"{who}: dropout (a probability, e.g. 0.1)", dropout)
 
 
 def lora_modules(model):

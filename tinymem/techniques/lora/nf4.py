@@ -125,6 +125,11 @@ def dequantize_nf4(packed, absmax, size, block=BLOCK, scratch=None):
         raise ValueError(f"dequantize_nf4: size must be an integer from 0 to {stored} (the values the "
                          f"{packed.size} bytes of codes hold), got {size!r}")
     positive_int("dequantize_nf4: block (values per scale)", block)
+    dtype = getattr(absmax, "dtype", None)
+    if dtype is None or dtype.kind != "f" or backend.device_of(absmax) != backend.device_of(packed):
+        got = type(absmax).__name__ if dtype is None else f"{dtype} on {backend.device_of(absmax)}"
+        raise TypeError("dequantize_nf4: absmax must be the float array of scales that quantize_nf4 returned with "
+                        f"these codes, on their device ({backend.device_of(packed)}), got {got}")
     if absmax.size != -(-stored // block):
         raise ValueError(f"dequantize_nf4: {stored} values in blocks of {block} need {-(-stored // block)} "
                          f"scales, got {absmax.size}: pass the absmax that quantize_nf4 returned with these codes")

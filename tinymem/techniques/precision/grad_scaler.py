@@ -50,12 +50,13 @@ scale is kept as a float32 value, as PyTorch keeps a one-element float32 tensor,
 arithmetic rounds the same way).
 """
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
 from ... import backend
 from ...autograd import Tensor
-from ...checks import positive_int
+from ...checks import is_int, positive_int, real_number
 from ...fused import Kernel
 
 
@@ -68,6 +69,38 @@ def _unscale_body(ops, inv_scale, g, found):
 UNSCALE = Kernel("grad_unscale", "float32 inv_scale", "float32 g, raw int32 found", _unscale_body, ("inv_scale",))
 
 _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
+_STATE_KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
+_ARGUMENTS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
+
+
+def _scale32(name, value):
+    """A scale as the float32 it is kept as, refused by ``name`` unless finite and > 0 there."""
+    with np.errstate(over="ignore"):
+        scale32 = np.float32(real_number(name, value))
+    if not (math.isfinite(scale32) and scale32 > 0):
+        raise ValueError(f"{name} must be a finite number > 0 that float32 holds (below 3.4e38), got {value!r}")
+    return scale32
+
+
+def _settings(names, scale, growth, backoff, interval, tracker=0):
+    """``(scale, growth_factor, backoff_factor, growth_interval, growth_tracker)``, checked and
+    converted; ``names`` are the five names an error shows (the constructor's arguments, or a
+    state's keys). Nothing is set here: the caller assigns all five once all five have passed.
+
+    Each bad value would stop training silently: a scale of 0, inf or NaN (or one that float32
+    rounds to inf or 0) skips every step for good; a growth_factor below 1 (or NaN) shrinks the scale
+    when it should grow; a backoff_factor of 0 collapses it at the first overflow; a tracker at
+    or past growth_interval never reaches it, so the scale never grows."""
+    scale32 = _scale32(names[0], scale)
+    if not 1.0 <= real_number(names[1], growth) < math.inf:
+        raise ValueError(f"{names[1]} must be a finite number >= 1.0 (1.0 disables growth), got {growth!r}")
+    if not 0.0 < real_number(names[2], backoff) <= 1.0:
+        raise ValueError(f"{names[2]} must be in (0, 1] (1.0 disables backoff), got {backoff!r}")
+    interval = positive_int(names[3], interval)
+    if not (is_int(tracker) and 0 <= tracker < interval):
+        raise ValueError(f"{names[4]} must be a count of clean steps in [0, growth_interval = {interval}), "
+                         f"got {tracker!r}")
+    return scale32, float(growth), float(backoff), interval, int(tracker)
 
 
 def _grads_of(optimizer):
@@ -83,19 +116,8 @@ class GradScaler:
 
     def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
                  growth_interval=2000, enabled=True):
-        if enabled:
-            if not (math.isfinite(init_scale) and init_scale > 0):  # inf or NaN would skip every step
-                raise ValueError(f"init_scale must be a finite number > 0, got {init_scale}")
-            if growth_factor < 1.0:
-                raise ValueError(f"growth_factor must be >= 1.0 (1.0 disables growth), got {growth_factor}")
-            if not 0.0 < backoff_factor <= 1.0:
-                raise ValueError(f"backoff_factor must be in (0, 1] (1.0 disables backoff), got {backoff_factor}")
-            positive_int("growth_interval", growth_interval)
+        self._take(_settings(_ARGUMENTS, init_scale, growth_factor, backoff_factor, growth_interval))
         self._enabled = bool(enabled)
-        self._scale = np.float32(init_scale)
-        self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
-        self._growth_interval = int(growth_interval)
-        self._growth_tracker = 0
         self._per_optimizer = {}
 
     # -- the four calls of the loop -------------------------------------------------------------
@@ -178,10 +200,9 @@ class GradScaler:
         if not self._enabled:
             return
         if new_scale is not None:
-            value = float(new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
-            if not (math.isfinite(value) and value > 0):  # 0 would stop training for good, silently
-                raise ValueError(f"update(new_scale): the scale must be a finite number > 0, got {value}")
-            self._scale = np.float32(value)
+            # 0 would stop training for good, silently; 1e39 is inf in float32
+            self._scale = _scale32("update(new_scale): the scale",
+                                   new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
         else:
             found = [s["found_inf"] for s in self._per_optimizer.values() if s["found_inf"] is not None]
             if not found:
@@ -232,16 +253,32 @@ class GradScaler:
                 "_growth_tracker": self._growth_tracker}
 
     def load_state_dict(self, state_dict):
+        """Restore what :meth:`state_dict` returned. Every field is checked as the constructor
+        checks its argument (and ``_growth_tracker`` is a count in [0, growth_interval)) before
+        any is set: a refused state leaves this scaler as it was."""
         if not self._enabled:
             return
+        if not isinstance(state_dict, Mapping):
+            raise TypeError("load_state_dict takes the dict that GradScaler.state_dict() returned, got "
+                            f"{type(state_dict).__name__}")
         if len(state_dict) == 0:
             raise RuntimeError("The source state dict is empty, possibly because it was saved "
                                "from a disabled instance of GradScaler.")
-        self._scale = np.float32(state_dict["scale"])
-        self._growth_factor = float(state_dict["growth_factor"])
-        self._backoff_factor = float(state_dict["backoff_factor"])
-        self._growth_interval = int(state_dict["growth_interval"])
-        self._growth_tracker = int(state_dict["_growth_tracker"])
+        missing = [key for key in _STATE_KEYS if key not in state_dict]
+        if missing:
+            raise ValueError(f"load_state_dict: the state lacks {missing} (it has {sorted(map(str, state_dict))}); "
+                             "pass the dict that GradScaler.state_dict() returned")
+        self._take(_settings([f"load_state_dict: {key}" for key in _STATE_KEYS],
+                             *(state_dict[key] for key in _STATE_KEYS)))
+
+    def _take(self, settings):
+        """Set the five settings that :func:`_settings` checked (all of them or none)."""
+        scale, growth, backoff, interval, tracker = settings
+        self._scale = scale
+        self._growth_factor = growth
+        self._backoff_factor = backoff
+        self._growth_interval = interval
+        self._growth_tracker = tracker
 
     def _state(self, optimizer):
         if not hasattr(optimizer, "param_groups"):  # None, or the model passed by mistake

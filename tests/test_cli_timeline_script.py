@@ -1,0 +1,112 @@
+"""``tinymem timeline -- python script.py``: the script ends as under ``python`` (its exit status,
+its traceback, checked against a real ``python``), the outputs land where they were asked for
+even if it changes folder, and no output may replace a file the command reads."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tinymem import cli
+from tinymem.memory import page as page_module
+
+MAKES_AN_ARRAY = "import numpy as np\nimport tinymem as tm\nx = tm.tensor(np.ones(64, np.float32))\n"
+
+
+def _python(script, cwd):
+    """What a real ``python script`` (this tinymem importable) exits with and prints on stderr."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(cli.__file__)))
+    done = subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120)
+    return done.returncode, done.stderr
+
+
+def _files(folder):
+    """Every file under ``folder`` with its bytes and modification time: what a refusal must keep."""
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("code", ["", "None", "0", "3", "256", "-1", "2**40", "2**63", "True", "0.0",
+                                  "'no data'", "[1, 2]"])
+def test_the_exit_status_and_what_is_printed_are_pythons(tmp_path, capsys, code):
+    # The rules, from a real python: `python -c 'import sys; sys.exit(256)'` exits 0 in a shell.
+    done = subprocess.run([sys.executable, "-c", f"import sys; sys.exit({code})"], capture_output=True, text=True)
+    script = tmp_path / "train.py"
+    script.write_text(MAKES_AN_ARRAY + f"import sys\nsys.exit({code})\n")
+    page = tmp_path / "run.html"
+    assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == done.returncode
+    err = capsys.readouterr().err
+    assert err.startswith(done.stderr)  # "0.0" or "no data" on a line of its own, as python prints it
+    if code in ("", "None", "0"):
+        assert err == ""
+    else:  # said, with the status the shell sees: "called sys.exit(256): exit status 0, as under python"
+        assert f"the script called sys.exit({eval(code)!r}): exit status {done.returncode}, as under python" in err
+    assert page.exists()  # memory up to the exit, whatever the status
+
+
+def test_a_failing_script_shows_pythons_traceback(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(MAKES_AN_ARRAY + "def load(d):\n    return d['missing']\nload({})\n")
+    status, traceback = _python(script, tmp_path)
+    assert status == 1 and "KeyError: 'missing'" in traceback
+    assert cli.main(["timeline", "--out", str(tmp_path / "run.html"), "--", "python", str(script)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(traceback)  # the same frames: none of runpy's or tinymem's
+    assert err[len(traceback):] == "tinymem timeline: the script raised KeyError: exit status 1, as under python; " \
+                                    "its page shows memory up to then\n"
+
+
+def test_a_script_that_changes_folder_has_its_outputs_where_they_were_asked_for(tmp_path, monkeypatch, capsys):
+    (tmp_path / "elsewhere").mkdir()
+    script = tmp_path / "train.py"
+    script.write_text(MAKES_AN_ARRAY + "import os\nos.chdir('elsewhere')\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["timeline", "--out", "page.html", "--snapshot", "step.pickle", "--", "python", "train.py"]) == 0
+    assert "wrote page.html and step.pickle" in capsys.readouterr().out
+    assert sorted(os.listdir(tmp_path)) == ["elsewhere", "page.html", "step.pickle", "train.py"]
+    assert os.listdir(tmp_path / "elsewhere") == [] and os.getcwd() == str(tmp_path)
+
+
+@pytest.mark.parametrize("flag", ["--out", "--snapshot"])
+@pytest.mark.parametrize("target", ["train.py", "data.txt", "config.json", "link.py", "hard.py", "template"])
+def test_an_output_that_is_a_file_the_command_reads_is_refused_and_nothing_changes(tmp_path, monkeypatch, capsys,
+                                                                                   flag, target):
+    script = tmp_path / "train.py"
+    script.write_text(MAKES_AN_ARRAY + "open('ran', 'w').close()\n")
+    (tmp_path / "data.txt").write_text("1 2 3")
+    (tmp_path / "config.json").write_text("{}")
+    os.symlink("train.py", tmp_path / "link.py")
+    os.link(script, tmp_path / "hard.py")
+    # The page's template, read by the command too: a copy, so that a failure cannot spoil the package's.
+    (tmp_path / "timeline.html").write_bytes(open(page_module.TEMPLATE, "rb").read())
+    monkeypatch.setattr(page_module, "TEMPLATE", str(tmp_path / "timeline.html"))
+    monkeypatch.chdir(tmp_path)
+    path = page_module.TEMPLATE if target == "template" else target
+    before = _files(tmp_path)
+    other = ["--snapshot", "step.pickle"] if flag == "--out" else ["--out", "page.html"]
+    argv = [flag, path, *other, "--", "python", "train.py", "data.txt", "--config=config.json"]
+    assert cli.main(["timeline", *argv]) == 2
+    assert f"{flag} {path} is " in capsys.readouterr().err
+    assert _files(tmp_path) == before
+    # A good call after the refused one works.
+    assert cli.main(["timeline", flag, "out.bin", *other, "--", "python", "train.py", "data.txt"]) == 0
+    assert script.read_bytes() == before[script][0] and (tmp_path / "ran").exists()
+
+
+def test_an_output_the_script_writes_itself_is_not_replaced(tmp_path, monkeypatch, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(MAKES_AN_ARRAY + "open('report.html', 'w').write('the script\\'s own report')\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["timeline", "--out", "report.html", "--", "python", "train.py"]) == 2
+    assert "the script itself wrote" in capsys.readouterr().err
+    assert (tmp_path / "report.html").read_text() == "the script's own report"
+    assert sorted(os.listdir(tmp_path)) == ["report.html", "train.py"]
+
+
+def test_an_output_linked_into_a_missing_folder_is_refused_before_the_script_runs(tmp_path, monkeypatch, capsys):
+    (tmp_path / "train.py").write_text(MAKES_AN_ARRAY + "open('ran', 'w').close()\n")
+    os.symlink("gone/page.html", tmp_path / "page.html")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["timeline", "--out", "page.html", "--", "python", "train.py"]) == 2
+    assert f"the folder {tmp_path / 'gone'} does not exist" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["page.html", "train.py"]  # the script did not run

@@ -1,0 +1,100 @@
+"""Running ``python script.py args...`` inside this process, as ``python`` itself would.
+
+``tinymem timeline -- python train.py`` runs the script in this process (``runpy``) so that a
+tracking window sees every array it makes. What a user sees must still be what ``python``
+shows them:
+
+- the script runs with its own ``sys.argv``, its folder first on ``sys.path`` and its absolute
+  path as ``__file__`` (Python 3.9+ does so for a script named on the command line);
+- a script that raises prints its traceback (through ``sys.excepthook``, as ``python`` does),
+  starting at the script's own frame: the frames of ``runpy`` and tinymem are not shown;
+- the exit status follows CPython's rules for ``SystemExit`` (``_Py_HandleSystemExit``): no
+  code or ``None`` is 0; an int is cut to a C long (one beyond it is -1) and the shell sees its
+  lowest byte (``sys.exit(256)`` is 0, ``sys.exit(-1)`` is 255); any other object (``0.0``, a
+  message) is printed on stderr and the status is 1. An exception is status 1.
+
+After the script, ``sys.argv``, ``sys.path`` and the working folder are as they were (a script
+may ``os.chdir``). Cost: nothing beyond the script's own.
+"""
+import os
+import runpy
+import sys
+
+_LONG = 2 ** 63  # a C long on Linux and macOS: CPython reads the exit code as one
+
+
+def script_path(command):
+    """The script of ``command`` (``[python] script.py args...``), checked before anything runs;
+    ``(script, argv)``."""
+    if command and os.path.basename(command[0]).startswith("python"):
+        command = command[1:]
+    if not command or not command[0].endswith(".py"):
+        raise ValueError("give a Python script after --, e.g. tinymem timeline -- python train.py")
+    if not os.path.isfile(command[0]):
+        raise ValueError(f"no script {command[0]!r}")
+    return command[0], list(command)
+
+
+def input_files(command):
+    """The files ``command`` reads that exist now: the script and every argument naming an existing
+    file (``data.txt``, or the value of ``--data=data.txt``), as absolute paths."""
+    script, argv = script_path(command)
+    names = [script] + [part for arg in argv[1:] for part in ([arg] + arg.split("=", 1)[1:])]
+    return [os.path.abspath(n) for n in names if os.path.isfile(n)]
+
+
+def run(script, argv):
+    """Run ``script`` with ``argv`` as ``python`` would (see the module's docstring). Exceptions,
+    ``SystemExit`` included, pass on to the caller: :func:`exit_status` and :func:`report`
+    turn them into what ``python`` would show."""
+    saved_argv, saved_path, saved_folder = sys.argv, list(sys.path), os.getcwd()
+    script = os.path.abspath(script)
+    sys.argv = list(argv)  # argv[0] as given, as python leaves it
+    sys.path.insert(0, os.path.dirname(script))  # as `python script.py`: its folder imports
+    try:
+        runpy.run_path(script, run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        os.chdir(saved_folder)
+
+
+def exit_status(error):
+    """The status ``python script.py`` exits with when the script ended with ``error`` (None: it
+    ran to its end), by CPython's rules (see the module's docstring)."""
+    if error is None:
+        return 0
+    if not isinstance(error, SystemExit):
+        return 1
+    code = error.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return (code if -_LONG <= code < _LONG else -1) & 0xFF
+    return 1
+
+
+def ending(error):
+    """How a script or step ended, in words: ``"raised KeyError"``, ``"called sys.exit(256)"``."""
+    if error is None:
+        return "ran to its end"
+    if isinstance(error, SystemExit):
+        return "called sys.exit(" + ("" if error.code is None else repr(error.code)) + ")"
+    return f"raised {type(error).__name__}"
+
+
+def report(error, script=None):
+    """Print on stderr what ``python`` prints when ``script`` ends with ``error``: a traceback
+    from the script's own frame on (every frame when ``script`` is None), the argument of
+    ``sys.exit("message")``, or nothing."""
+    if isinstance(error, SystemExit):
+        if error.code is not None and not isinstance(error.code, int):
+            print(error.code, file=sys.stderr)
+        return
+    tb = error.__traceback__
+    if script is not None:
+        script = os.path.abspath(script)
+        while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
+            tb = tb.tb_next
+    # The hook prints the exception's own __traceback__ (CPython 3.11 ignores its tb argument), so
+    # the exception is cut too. tb None (a SyntaxError of the script): no frames, as under python.
+    sys.excepthook(type(error), error.with_traceback(tb), tb)
