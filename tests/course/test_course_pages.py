@@ -72,6 +72,10 @@ def test_each_notebook_becomes_a_page_linked_from_the_index_with_its_sources(tmp
     from tinymem.course import site
 
     notebooks = _write(tmp_path / "nb", {"00_first": _notebook("Lesson 0"), "01_second": _notebook("Lesson 1")})
+    from tinymem.course.build import write_exercise_notebooks
+    written = write_exercise_notebooks(notebooks)
+    assert "exercises_00.ipynb" in [p.name for p in written]  # lesson 0 has exercises (lessons/exercises/ex00.py)
+    (notebooks / "exercises_01.ipynb").unlink(missing_ok=True)  # here the second lesson has none
     pages = site.render(notebooks, tmp_path / "site", readme=notebooks / "README.md")
     assert [p.name for p in pages] == ["00_first.html", "01_second.html"]
     index = (tmp_path / "site" / "index.html").read_text()
@@ -81,6 +85,8 @@ def test_each_notebook_becomes_a_page_linked_from_the_index_with_its_sources(tmp
     assert "no_such_file.py" in page and "no_such_file.py.html" not in page  # a path that is not a file
     assert (tmp_path / "site" / "source" / "tinymem" / "plots.py.html").is_file()
     assert 'href="../notebooks/00_first.ipynb"' in page
+    assert 'href="../notebooks/exercises_00.ipynb"' in page and "exercises_" not in pages[1].read_text()
+    assert (tmp_path / "site" / "notebooks" / "exercises_00.ipynb").is_file()
     assert (tmp_path / "site" / "notebooks" / "00_first.ipynb").is_file()
     assert page.count('class="tinymem-measured"') == 1 and "<details open" not in page
     assert len(re.findall(r'<img [^>]*src="../_images/', page)) == 2  # the output's and the markdown's

@@ -3,7 +3,8 @@
     tinymem course build [--quick] [--out DIR] [--only NN ...] [--jobs N] [--timeout S]
                          [--source-url URL] [--notebooks DIR]
 
-Writes ``DIR/notebooks/NN_*.ipynb`` (each lesson with its outputs) and ``DIR/site/`` (open
+Writes ``DIR/notebooks/NN_*.ipynb`` (each lesson with its outputs), ``exercises_NN.ipynb`` (each
+lesson's exercises, to run on a student's own files) and ``DIR/site/`` (open
 ``DIR/site/index.html``); ``DIR`` is ``course_site/`` (``course_site/quick/`` with ``--quick``),
 git-ignored. Every ``lessons/NN_*.py`` is a lesson: a new one is picked up without a list to
 edit. Each lesson runs in its own process (:mod:`tinymem.course.execute`) in an empty scratch
@@ -76,6 +77,15 @@ def _run_one(lesson, notebooks, figures, quick, timeout_s):
     return lesson, time.perf_counter() - started, failure
 
 
+def write_exercise_notebooks(folder):
+    """The exercises notebook of each lesson that has exercises, ``folder/exercises_NN.ipynb``
+    (:mod:`tinymem.course.grade_notebook`; not executed: a student runs it on their own file)."""
+    from .execute import write
+    from .grade_notebook import exercise_lessons, exercises_notebook
+
+    return [write(exercises_notebook(n), pathlib.Path(folder) / f"exercises_{n}.ipynb") for n in exercise_lessons()]
+
+
 def build(out, quick=False, only=None, jobs=None, timeout_s=None, source_url=None, notebooks=None):
     """Execute the lessons (unless ``notebooks`` names a folder of executed ones), then render
     the site into ``out/site``; returns the lesson pages. Raises ``RuntimeError`` naming every
@@ -102,6 +112,7 @@ def build(out, quick=False, only=None, jobs=None, timeout_s=None, source_url=Non
         if failures:
             raise RuntimeError(f"{len(failures)} lesson(s) failed, no site written:\n  "
                                + "\n  ".join(sorted(failures)))
+        write_exercise_notebooks(notebooks)
     return site.render(notebooks, out / "site", source_url=source_url)
 
 

@@ -41,7 +41,7 @@ myst_all_links_external = True  # the links are written as the hrefs they must b
 exclude_patterns = ["_extra", "_files"]
 html_extra_path = ["_extra"]
 html_theme = "alabaster"
-html_theme_options = {"show_relbars": True, "page_width": "1280px", "sidebar_width": "260px"}
+html_theme_options = {"show_relbars": True, "page_width": "1100px", "sidebar_width": "260px"}
 html_sidebars = {"**": ["navigation.html", "relations.html", "searchbox.html"]}
 '''
 
@@ -95,10 +95,11 @@ def _embed_images(text, images, root):
     return IMAGE.sub(local, text)
 
 
-def lesson_page(notebook, name, source_url=None, root=ROOT):
+def lesson_page(notebook, name, source_url=None, root=ROOT, exercises=None):
     """A copy of the executed ``notebook`` (nbformat's) for the site: its mentions of source
     files linked, its images from the checkout embedded, and under its title a line with the
-    download link and the files it walks through. Returns ``(page, sources, images)``: the
+    download links (the notebook; ``exercises``, the lesson's exercises notebook, if it has one)
+    and the files it walks through. Returns ``(page, sources, images)``: the
     repository paths the page links and the images it shows from the checkout."""
     page, images = copy.deepcopy(notebook), []
     sources = lesson_sources(page, root)
@@ -109,7 +110,10 @@ def lesson_page(notebook, name, source_url=None, root=ROOT):
     mode = "quick mode (small sizes)" if page["metadata"].get("tinymem", {}).get("quick") else "full mode"
     note = (f"*Run once, top to bottom, in {mode}, to make this page: every output and figure below "
             f"is from that run.* [Download the notebook](../notebooks/{name}.ipynb) (its outputs "
-            f"included) to open it in Jupyter, VS Code or Colab.\n\nSource files this lesson walks "
+            f"included) to open it in Jupyter, VS Code or Colab."
+            + (f" Its exercises: [the exercises notebook](../notebooks/{exercises}), which loads your "
+               f"`lessons/exercises/ex{name[:2]}*.py` and runs its checks." if exercises else "")
+            + "\n\nSource files this lesson walks "
             f"through: {files}")
     first = next(i for i, c in enumerate(page["cells"]) if c["cell_type"] == "markdown")
     page["cells"].insert(first + 1, nbformat.v4.new_markdown_cell(note, id="tinymem-links"))
@@ -151,10 +155,14 @@ def _copy(path, to):
 
 def _sources_of_site(src, notebooks, names, readme, source_url, root):
     """Write the Sphinx project into ``src``: its conf.py, the index, one page per notebook,
-    the notebooks to download, the source pages. Returns ``{name: (figures, folded answers)}``
+    the notebooks to download (with the exercises notebooks, ``exercises_NN.ipynb``, found
+    beside them), the source pages. Returns ``{name: (figures, folded answers)}``
     that each page must show."""
     (src / "conf.py").write_text(CONF)
     expected, sources = {}, []
+    exercises = {p.name for p in pathlib.Path(notebooks).glob("exercises_[0-9][0-9].ipynb")}
+    for file in exercises:
+        _copy(pathlib.Path(notebooks) / file, src / "_extra" / "notebooks" / file)
     for name in names:
         notebook = nbformat.read(pathlib.Path(notebooks) / f"{name}.ipynb", as_version=4)
         errors = [o for c in notebook["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
@@ -162,7 +170,8 @@ def _sources_of_site(src, notebooks, names, readme, source_url, root):
             raise SiteError(f"{name}.ipynb holds an error ({errors[0]['ename']}: {errors[0]['evalue']}): "
                             "its lesson failed; fix it and build again")
         _copy(pathlib.Path(notebooks) / f"{name}.ipynb", src / "_extra" / "notebooks" / f"{name}.ipynb")
-        page, mentioned, images = lesson_page(notebook, name, source_url, root)
+        mine = f"exercises_{name[:2]}.ipynb"
+        page, mentioned, images = lesson_page(notebook, name, source_url, root, mine if mine in exercises else None)
         (src / "lessons").mkdir(exist_ok=True)
         nbformat.write(page, src / "lessons" / f"{name}.ipynb")
         figures, answers = _expected(notebook)
