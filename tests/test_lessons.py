@@ -1,4 +1,5 @@
-"""Lessons are tests: every lesson runs as a script in quick mode, and writes only where it should."""
+"""Lessons are tests: every lesson runs in quick mode (once, as a notebook, printing what the script
+prints; as the script where the course's packages are missing), and writes only where it should."""
 import importlib.util
 import os
 import pathlib
