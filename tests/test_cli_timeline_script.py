@@ -212,3 +212,17 @@ def test_the_script_sees_argv0_as_given_and_its_absolute_path_as_file_as_under_p
     assert python == f"['train.py', '--epochs', '1'] {script} __main__\n"
     assert cli.main(["timeline", "--out", "page.html", "--", "python", "train.py", "--epochs", "1"]) == 0
     assert capsys.readouterr().out.startswith(python)
+
+
+def test_a_script_whose_excepthook_raises_shows_what_python_shows_and_has_its_page(tmp_path, capsys):
+    # Before, the hook's error went through the command: no page, a traceback through tinymem.
+    script = tmp_path / "train.py"
+    script.write_text(MAKES_AN_ARRAY + "import sys\ndef hook(*args):\n    raise RuntimeError('hook broke')\n"
+                      "sys.excepthook = hook\nraise ValueError('v')\n")
+    status, shown = _python(script, tmp_path)
+    assert status == 1 and "Error in sys.excepthook:" in shown and "Original exception was:" in shown
+    page = tmp_path / "run.html"
+    assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(shown) and "tinymem" not in err[:len(shown)]
+    assert '"peak":{"bytes":256' in page.read_text()

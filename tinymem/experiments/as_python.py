@@ -24,6 +24,7 @@ import os
 import reprlib
 import signal
 import sys
+import traceback
 import types
 
 _LONG = 2 ** 63  # a C long on Linux and macOS: CPython reads the exit code as one
@@ -113,7 +114,8 @@ def ending(error):
 def report(error, script=None):
     """Print on stderr what ``python`` prints when ``script`` ends with ``error``: a traceback
     from the script's own frame on (every frame when ``script`` is None), the argument of
-    ``sys.exit("message")``, or nothing."""
+    ``sys.exit("message")``, or nothing. A ``sys.excepthook`` of the script's that raises is shown
+    with the original exception, as python shows them."""
     if isinstance(error, SystemExit):
         if error.code is not None and not isinstance(error.code, int):
             try:
@@ -129,4 +131,10 @@ def report(error, script=None):
             tb = tb.tb_next
     # The hook prints the exception's own __traceback__ (CPython 3.11 ignores its tb argument), so
     # the exception is cut too. tb None (a SyntaxError of the script): no frames, as under python.
-    sys.excepthook(type(error), error.with_traceback(tb), tb)
+    try:
+        sys.excepthook(type(error), error.with_traceback(tb), tb)
+    except Exception as broken:  # noqa: BLE001 - a hook of the script's that raises: python shows both
+        print("Error in sys.excepthook:", file=sys.stderr)
+        traceback.print_exception(broken.with_traceback(broken.__traceback__.tb_next), file=sys.stderr)  # from the hook
+        print("\nOriginal exception was:", file=sys.stderr)
+        sys.__excepthook__(type(error), error, tb)
