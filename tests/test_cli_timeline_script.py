@@ -226,3 +226,14 @@ def test_a_script_whose_excepthook_raises_shows_what_python_shows_and_has_its_pa
     err = capsys.readouterr().err
     assert err.startswith(shown) and "tinymem" not in err[:len(shown)]
     assert '"peak":{"bytes":256' in page.read_text()
+
+
+def test_an_output_that_is_a_loop_of_symlinks_is_refused_before_the_script_runs(tmp_path, monkeypatch, capsys):
+    # Before, os.stat of it raised out of the command: a traceback through tinymem, exit 1.
+    (tmp_path / "train.py").write_text(MAKES_AN_ARRAY + "open('ran', 'w').close()\n")
+    os.symlink("b.html", tmp_path / "a.html")
+    os.symlink("a.html", tmp_path / "b.html")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["timeline", "--out", "a.html", "--", "python", "train.py"]) == 2
+    assert "cannot write a.html: Too many levels of symbolic links; give another file name" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["a.html", "b.html", "train.py"] and os.readlink(tmp_path / "a.html") == "b.html"

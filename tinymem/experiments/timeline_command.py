@@ -76,6 +76,12 @@ def output_paths(args, inputs):
         if not path or path.endswith(("/", os.sep)):  # realpath("") is this folder; abspath drops the "/"
             raise ValueError(f"cannot write {path!r}: give a file name (e.g. 'out.html'), not an empty path "
                              "or a folder")
+        try:
+            os.stat(path)
+        except FileNotFoundError:  # a new file (or a link to one)
+            pass
+        except OSError as exc:  # a loop of symbolic links
+            raise ValueError(f"cannot write {path}: {exc.strerror}; give another file name") from None
         folder = os.path.dirname(os.path.realpath(path))  # a symlink is written through: its target's folder
         if not os.path.isdir(folder):
             raise ValueError(f"cannot write {path}: the folder {folder} does not exist; create it first")
