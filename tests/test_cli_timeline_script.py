@@ -237,3 +237,20 @@ def test_an_output_that_is_a_loop_of_symlinks_is_refused_before_the_script_runs(
     assert cli.main(["timeline", "--out", "a.html", "--", "python", "train.py"]) == 2
     assert "cannot write a.html: Too many levels of symbolic links; give another file name" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["a.html", "b.html", "train.py"] and os.readlink(tmp_path / "a.html") == "b.html"
+
+
+def test_a_script_run_through_a_symlink_imports_beside_its_target_as_under_python(tmp_path, capsys):
+    # python puts the folder of the link's target first on sys.path; before, the link's own folder
+    # was put there, and `import helper` found another module than under python.
+    for folder, name in (("real", "real"), ("other", "other")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "helper.py").write_text(f"X = {name!r}\n")
+    (tmp_path / "real" / "main.py").write_text(MAKES_AN_ARRAY + "import helper\nprint('helper', helper.X)\n")
+    os.symlink("../real/main.py", tmp_path / "other" / "link.py")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(cli.__file__)))
+    python = subprocess.run([sys.executable, str(tmp_path / "other" / "link.py")], env=env, capture_output=True,
+                            text=True, timeout=120).stdout
+    assert python == "helper real\n"
+    assert cli.main(["timeline", "--out", str(tmp_path / "page.html"), "--", "python",
+                     str(tmp_path / "other" / "link.py")]) == 0
+    assert capsys.readouterr().out.startswith(python)

@@ -4,9 +4,9 @@
 that a tracking window sees every array it makes. What a user sees must still be what ``python``
 shows them:
 
-- the script runs with its own ``sys.argv`` (``argv[0]`` as given), its folder first on
-  ``sys.path`` and its absolute path as ``__file__`` (Python 3.9+ does so for a script named on
-  the command line);
+- the script runs with its own ``sys.argv`` (``argv[0]`` as given), its folder (a symlink's
+  target's) first on ``sys.path`` and its absolute path as ``__file__`` (Python 3.9+ does so
+  for a script named on the command line);
 - a script that raises prints its traceback (through ``sys.excepthook``, as ``python`` does),
   starting at the script's own frame: tinymem's frames are not shown;
 - the exit status follows CPython's rules for ``SystemExit`` (``_Py_HandleSystemExit``): no
@@ -57,7 +57,8 @@ def run(script, argv):
     saved_argv, saved_path, saved_folder = sys.argv, list(sys.path), os.getcwd()
     script = os.path.abspath(script)
     sys.argv = list(argv)  # argv[0] as given, as python leaves it (runpy.run_path would not)
-    sys.path.insert(0, os.path.dirname(script))  # as `python script.py`: its folder imports
+    sys.path.insert(0, os.path.dirname(os.path.realpath(script)))  # as `python script.py`: its folder imports
+    # (through a symlink, its target's folder, as python resolves it)
     try:
         _run_as_main(script)
     finally:
