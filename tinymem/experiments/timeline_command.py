@@ -32,13 +32,14 @@ DEFAULT_SIZES = {"mlp": "64,1024,1024,10", "unet": "1,4,8,3,32", "transformer": 
 def window(body, device=None):
     """Run ``body()`` inside a tracking window: ``(the closed window, the exception that ended
     body or None)``. The window closes either way, so memory up to a failure can be drawn; the
-    exception (``SystemExit`` and a Ctrl-C's ``KeyboardInterrupt`` too) is returned, not raised. Memory: its traceback keeps the
-    failing frames' arrays alive until the caller drops it, as in a process that is failing."""
+    exception (``SystemExit`` and a Ctrl-C's ``KeyboardInterrupt`` too) is returned, not raised.
+    Memory: its traceback keeps the failing frames' arrays alive until the caller drops it, as in
+    a process that is failing."""
     error = None
     with memory.track(measure=False, device=device) as t:
         try:
             body()
-        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - the step's failure, reported by the caller
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - the step's failure
             error = exc
     return t, error
 
