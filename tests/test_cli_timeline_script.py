@@ -257,3 +257,14 @@ def test_a_script_run_through_a_symlink_imports_beside_its_target_as_under_pytho
     assert cli.main(["timeline", "--out", str(tmp_path / "page.html"), "--", "python",
                      str(tmp_path / "other" / "link.py")]) == 0
     assert capsys.readouterr().out.startswith(python)
+
+
+@pytest.mark.parametrize("options", [["-u"], ["-X", "dev"], ["-m", "train"]])
+def test_pythons_own_options_are_refused_by_name(tmp_path, monkeypatch, capsys, options):
+    # Before: "give a Python script after --", though one was given, after an option.
+    (tmp_path / "train.py").write_text(MAKES_AN_ARRAY)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["timeline", "--out", "page.html", "--", "python", *options, "train.py"]) == 2
+    assert (f"python's own option {options[0]} is not supported here: give the script right after python, "
+            "e.g. tinymem timeline -- python train.py") in capsys.readouterr().err
+    assert os.listdir(tmp_path) == ["train.py"]
