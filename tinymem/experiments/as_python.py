@@ -35,7 +35,7 @@ def script_path(command):
     ``(script, argv)``."""
     if command and os.path.basename(command[0]).startswith("python") and not command[0].endswith(".py"):
         command = command[1:]
-        if command and command[0].startswith("-"):  # -u, -X dev, -m module: this is not a python
+        if command and command[0].startswith("-"):  # -u, -X dev, -m module: this runner takes none
             raise ValueError(f"python's own option {command[0]} is not supported here: give the script right "
                              "after python, e.g. tinymem timeline -- python train.py")
     if not command or not command[0].endswith(".py"):
