@@ -1,5 +1,5 @@
 """Shared test parameters: devices, dtypes with their tolerances, the references (PyTorch,
-MPI) and what happens when one is missing (a skip, or a failure under ``CI=true``), and the
+MPI, the course's notebook and site packages) and what happens when one is missing (a skip, or a failure under ``CI=true``), and the
 loading of the exercise checks' answer files."""
 import gc
 import importlib.util
@@ -18,6 +18,7 @@ import background_runs
 import standin_cupy
 import tinymem as tm
 from tinymem import backend
+from tinymem.course import missing_packages
 from tinymem.distributed import launch
 
 # Property tests stay cheap (the whole Hypothesis part of the suite takes seconds) and write no
@@ -36,11 +37,9 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda), "standin"]
 # One tolerance per dtype, written down once (relative, absolute).
 TOL = {"float64": (1e-7, 1e-9), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3)}
 
-try:
-    import torch  # noqa: F401
-    HAVE_TORCH = True
-except ImportError:
-    HAVE_TORCH = False
+# Found, not imported: importing PyTorch is 1.7 of the 2.3 CPU seconds this file costs, and every
+# process that runs only checks without PyTorch (tinymem course grade starts one per student) would pay it.
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 # A reference that is missing skips its tests on a laptop, but fails them in CI: a run that
 # quietly skipped every PyTorch comparison would pass while checking nothing.
@@ -48,6 +47,7 @@ CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 requires_torch = pytest.mark.torch  # skipped (or failed under CI=true) without PyTorch
 requires_mpi = pytest.mark.mpi  # skipped (or failed under CI=true) without mpi4py and mpiexec
+requires_course = pytest.mark.course  # skipped (or failed under CI=true) without the course extra
 
 
 def missing_reference(what, install):
@@ -64,6 +64,8 @@ def pytest_runtest_setup(item):
         missing_reference("PyTorch", "pip install .[test]")
     if item.get_closest_marker("mpi") and not launch.mpi_available():
         missing_reference("mpi4py or mpiexec", "pip install .[dist]")
+    if item.get_closest_marker("course") and missing_packages():
+        missing_reference(f"the course's packages ({', '.join(missing_packages())})", "pip install .[course]")
     if item.get_closest_marker("cuda") and not backend.cuda_available():
         pytest.skip("needs CuPy and a GPU")
     # A test about the CPU itself (tracemalloc, RSS, NumPy's behaviour, a CPU-only design)
@@ -215,14 +217,18 @@ EXERCISE_FOLDERS = {"student": "exercises", "solutions": "solutions"}
 
 
 def exercise_folder():
-    """The folder of lessons/ the exercise checks load, from TINYMEM_EXERCISES."""
+    """The folder the exercise checks load, from TINYMEM_EXERCISES: lessons/exercises/ or
+    lessons/solutions/, or (as ``tinymem course grade`` sets it) the absolute path of a copy of a
+    student's lessons/exercises/."""
     value = os.environ.get("TINYMEM_EXERCISES", "solutions")
-    if value not in EXERCISE_FOLDERS:
-        raise pytest.UsageError(
-            f"TINYMEM_EXERCISES={value!r} is not understood: set it to 'student' to check your "
-            "answers in lessons/exercises/, or to 'solutions' (or leave it unset) to check the "
-            "reference answers in lessons/solutions/")
-    return LESSONS / EXERCISE_FOLDERS[value]
+    if value in EXERCISE_FOLDERS:
+        return LESSONS / EXERCISE_FOLDERS[value]
+    if os.path.isabs(value) and os.path.isdir(value):
+        return pathlib.Path(value)
+    raise pytest.UsageError(
+        f"TINYMEM_EXERCISES={value!r} is not understood: set it to 'student' to check your "
+        "answers in lessons/exercises/, to 'solutions' (or leave it unset) to check the "
+        "reference answers in lessons/solutions/, or to the absolute path of a folder of exNN.py files")
 
 
 def pytest_configure(config):
@@ -231,7 +237,9 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     value = os.environ.get("TINYMEM_EXERCISES", "solutions")
-    return f"exercise checks: TINYMEM_EXERCISES={value} -> {exercise_folder().relative_to(LESSONS.parent)}/ex*.py"
+    folder = exercise_folder()
+    shown = folder.relative_to(LESSONS.parent) if folder.is_relative_to(LESSONS.parent) else folder
+    return f"exercise checks: TINYMEM_EXERCISES={value} -> {shown}/ex*.py"
 
 
 def import_file(path, name, **names):

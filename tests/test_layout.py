@@ -23,7 +23,7 @@ LAYERS = [
     {"techniques"},
     {"planner", "distributed", "rl", "edge"},
     {"experiments"},
-    {"benchmarks", "cli", "cli_help", "__main__", "__init__"},
+    {"benchmarks", "course", "cli", "cli_help", "__main__", "__init__"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -348,7 +348,17 @@ def build_parser():
     tl.add_argument("--snapshot", default=None, help="also write PyTorch's memory snapshot (a .pickle)")
     tl.add_argument("command", nargs=argparse.REMAINDER, help="a script to run instead, after --")
     tl.set_defaults(fn=cmd_timeline)
+    course = sub.add_parser("course", help="the course: its site and notebooks, and grading a class's exercises")
+    actions = course.add_subparsers(dest="action", required=True)
+    _course_arguments(actions)
     return parser
+
+
+def _course_arguments(actions):
+    from .course import build, grade_cli
+
+    build.add_parser(actions)
+    grade_cli.add_parser(actions)
 
 
 def _plan_arguments(parser):
