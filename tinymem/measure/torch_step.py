@@ -175,7 +175,7 @@ def _measure(torch, step, model, optimizer, steps, inputs, device):
     for _ in range(steps - 2):
         step()
     gc.collect()  # cycles the earlier steps left must not die inside the measured one
-    params = list({id(p): p for g in optimizer.param_groups for p in g["params"]}.values())
+    params = list(model.parameters())  # the optimizer's among them (checked), and any it leaves alone
     # CPU activity alone: allocations are recorded on the host side, CUDA's included.
     with profile(use_kineto=True, use_cpu=True, profile_memory=True, record_shapes=False, with_stack=False) as prof:
         if steps > 1:  # profiled so that what it leaves is seen from birth
