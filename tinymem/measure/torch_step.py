@@ -146,6 +146,10 @@ def _check(step, model, optimizer, steps, inputs, device):
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("measure_torch_step: device='cuda' but torch sees no CUDA GPU "
                            "(torch.cuda.is_available() is False); measure on the CPU with device='cpu'")
+    on = sorted({p.device.type for p in model.parameters()})
+    if on and device not in on:  # the step's memory would be elsewhere: nothing of it measured
+        raise ValueError(f"measure_torch_step: model= has no parameter on device={device!r} (its parameters "
+                         f"are on {', '.join(on)}); give device=None to measure where the model is")
     return torch, steps, device
 
 
