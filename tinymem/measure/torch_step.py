@@ -22,8 +22,10 @@ CPU allocator's alignment (64 B) and malloc's own headers are not in them, nor i
 does not pass through c10's allocator (oneDNN scratchpads, OpenMP and Python objects), nor
 allocations on a thread the profiler does not follow (one the step starts itself). A storage
 made before the step before the measured one and freed during the measured one is noticed late
-(``missed_free_bytes``). Under ``torch.utils.checkpoint`` the tensors recomputed in backward are
-saved by checkpoint's own hooks, not these: they count as ``in_flight``, not ``activation``.
+(``missed_free_bytes``). Under ``torch.utils.checkpoint(use_reentrant=False)`` the tensors
+recomputed in backward are saved by checkpoint's own hooks, which hide these: they count as
+``in_flight`` (``temporary`` if freed inside the node that recomputed them), not ``activation``;
+``use_reentrant=True`` reruns a plain forward in backward, whose saved tensors are activations.
 The two hooks cost one empty ``record_function`` per saved tensor and per parameter, which moves
 no byte (a test holds the peak with and without them equal). One measurement runs at a time: a second one
 started while it runs (in another thread) is refused, as two profilers at once crash the process.
