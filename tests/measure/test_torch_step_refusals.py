@@ -77,3 +77,15 @@ def test_a_second_measurement_while_one_runs_is_refused_and_the_first_is_unharme
     assert ran == []
     assert results["first"].peak == results["first"].baseline == 24
     assert measure_torch_step(lambda: None, model=lin, optimizer=opt).peak == 24
+
+
+def test_a_device_that_holds_none_of_the_models_parameters_is_refused():
+    import torch
+    on_meta = torch.nn.Linear(2, 2, device="meta")  # as a model on the GPU measured with device='cpu'
+    opt = torch.optim.SGD(on_meta.parameters(), lr=0.1)
+    ran = []
+    with pytest.raises(ValueError, match="model= has no parameter on device='cpu' .its parameters are on meta."):
+        measure_torch_step(_never_runs(ran), model=on_meta, optimizer=opt, device="cpu")
+    assert ran == []
+    lin, opt = _sgd_linear(torch, 2, 2)
+    assert measure_torch_step(lambda: None, model=lin, optimizer=opt, device="cpu").peak == 24

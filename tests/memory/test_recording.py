@@ -44,6 +44,9 @@ def test_the_snapshot_holds_the_rows_bytes_at_the_peak_and_at_the_end(tmp_path):
     ([(1, "nowhere", "op", "d")], [], "entered names bucket 'nowhere'"),
     ([], [(0.0, 5, "made", "op", "d"), (0.1, -6, "made", "op", "d")], "frees 6 B of made"),
     ([], [(0.0, 2.5, "made", "op", "d")], "bytes 2.5"),
+    ([(True, "held", "op", "d")], [], "bytes True"),  # a bool is not a size
+    ([], [(float("nan"), 5, "made", "op", "d")], "time nan"),  # unsortable: the rows' order would be lost
+    ([], [(0.0, 5, "made")], r"event \(0.0, 5, 'made'\) is not .time s, \+-bytes, bucket, op, description."),
 ])
 def test_rows_that_do_not_add_up_are_refused(entered, events, match):
     with pytest.raises(ValueError, match=match):

@@ -22,8 +22,10 @@ CPU allocator's alignment (64 B) and malloc's own headers are not in them, nor i
 does not pass through c10's allocator (oneDNN scratchpads, OpenMP and Python objects), nor
 allocations on a thread the profiler does not follow (one the step starts itself). A storage
 made before the step before the measured one and freed during the measured one is noticed late
-(``missed_free_bytes``). Under ``torch.utils.checkpoint`` the tensors recomputed in backward are
-saved by checkpoint's own hooks, not these: they count as ``in_flight``, not ``activation``.
+(``missed_free_bytes``). Under ``torch.utils.checkpoint(use_reentrant=False)`` the tensors
+recomputed in backward are saved by checkpoint's own hooks, which hide these: they count as
+``in_flight`` (``temporary`` if freed inside the node that recomputed them), not ``activation``;
+``use_reentrant=True`` reruns a plain forward in backward, whose saved tensors are activations.
 The two hooks cost one empty ``record_function`` per saved tensor and per parameter, which moves
 no byte (a test holds the peak with and without them equal). One measurement runs at a time: a second one
 started while it runs (in another thread) is refused, as two profilers at once crash the process.
@@ -146,6 +148,10 @@ def _check(step, model, optimizer, steps, inputs, device):
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("measure_torch_step: device='cuda' but torch sees no CUDA GPU "
                            "(torch.cuda.is_available() is False); measure on the CPU with device='cpu'")
+    on = sorted({p.device.type for p in model.parameters()})
+    if on and device not in on:  # the step's memory would be elsewhere: nothing of it measured
+        raise ValueError(f"measure_torch_step: model= has no parameter on device={device!r} (its parameters "
+                         f"are on {', '.join(on)}); give device=None to measure where the model is")
     return torch, steps, device
 
 
@@ -175,7 +181,7 @@ def _measure(torch, step, model, optimizer, steps, inputs, device):
     for _ in range(steps - 2):
         step()
     gc.collect()  # cycles the earlier steps left must not die inside the measured one
-    params = list({id(p): p for g in optimizer.param_groups for p in g["params"]}.values())
+    params = list(model.parameters())  # the optimizer's among them (checked), and any it leaves alone
     # CPU activity alone: allocations are recorded on the host side, CUDA's included.
     with profile(use_kineto=True, use_cpu=True, profile_memory=True, record_shapes=False, with_stack=False) as prof:
         if steps > 1:  # profiled so that what it leaves is seen from birth

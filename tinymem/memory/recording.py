@@ -13,8 +13,11 @@ PyTorch step measured by ``tinymem.measure.torch_step``) is drawn by the same co
 
 Memory: one small object per array and one tuple per event, as a Tracker window keeps.
 """
+import math
+import numbers
 from collections import defaultdict, deque
 
+from ..checks import is_int
 from .page import data as page_data, write as write_page
 from .snapshot import build, write as write_snapshot
 
@@ -47,7 +50,8 @@ class Recording:
         open_arrays = defaultdict(deque)
         for array, bucket in self.entered.items():  # an entered array can be freed by an event
             open_arrays[(array.nbytes, bucket, array.label, array.module)].append(array)
-        rows = [(t, "mark", label) for t, label in marks] + [(e[0], "row", e) for e in events]
+        rows = ([(self._time(t, "a mark"), "mark", label) for t, label in marks]
+                + [(self._time(self._row(e)[0], f"event {e!r}"), "row", e) for e in events])
         for t, kind, item in sorted(rows, key=lambda r: r[0]):  # stable: rows keep their order
             if kind == "mark":
                 self.events.append((t, "mark", None, 0, item, tuple(live.values()), None))
@@ -73,8 +77,21 @@ class Recording:
     def _check(self, bucket, nbytes, where):
         if bucket not in self.buckets:
             raise ValueError(f"{where} names bucket {bucket!r}, not one of {self.buckets}")
-        if not isinstance(nbytes, int) or nbytes < 0:
+        if not is_int(nbytes) or nbytes < 0:
             raise ValueError(f"{where} has bytes {nbytes!r}: give a whole number of bytes")
+
+    @staticmethod
+    def _row(event):
+        if not isinstance(event, (tuple, list)) or len(event) != 5:
+            raise ValueError(f"event {event!r} is not (time s, +-bytes, bucket, op, description)")
+        return event
+
+    @staticmethod
+    def _time(t, where):
+        """``t`` when it is a finite number: the rows are sorted by it (a NaN would scramble them)."""
+        if not isinstance(t, numbers.Real) or isinstance(t, bool) or not math.isfinite(t):
+            raise ValueError(f"{where} has time {t!r}: give a finite number of seconds")
+        return t
 
     def peak(self):
         return self._peak
