@@ -22,6 +22,7 @@ security sandbox: grade untrusted code under a separate user or in a container.
 
 Memory cost: the course's source files, held once to compare and restore them (a few MB).
 """
+import math
 import pathlib
 import shutil
 import tempfile
@@ -30,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .grade_landlock import abi_version
 from .grade_report import write_csv, write_html
-from .grade_run import check_folder
+from .grade_run import check_folder, memory_ceiling_mb
 
 LAYOUT = pathlib.PurePosixPath("lessons", "exercises")
 COURSE_PARTS = ("lessons", "tests", "tinymem", "pyproject.toml")
@@ -59,6 +60,8 @@ def exercise_names(checkout, only=None):
     if only is None:
         return stems
     lessons = sorted({s[2:4] for s in stems})
+    if any(not str(n).strip() for n in only):  # else "" reads as lesson 00 ("--only 00," or --only "")
+        raise ValueError(f"only: {list(only)!r} holds an empty lesson number; give lesson numbers, e.g. --only 00,05")
     wanted = {str(n).strip().zfill(2) for n in only}
     unknown = sorted(wanted - set(lessons))
     if unknown or not wanted:
@@ -140,6 +143,27 @@ def _grade_one(student, stage, problem, stems, checkout, limits, course):
     return row
 
 
+def _check_outputs(submissions, out, html):
+    """Refuse, before anyone is graded, an ``out``/``html`` that could not be written or that
+    would land in a student's folder (a re-grade would find it there; ``exNN.py`` would be lost)."""
+    written = {}
+    for name, path in (("out", out), ("html", html)):
+        if path is None:
+            continue
+        target = pathlib.Path(path).resolve()
+        if target.is_dir():
+            raise ValueError(f"{name}: {str(path)!r} is a folder; give a file name (e.g. grades.csv)")
+        if not target.parent.is_dir():
+            raise ValueError(f"{name}: the folder of {path} does not exist; create it first")
+        inside = target.relative_to(submissions.resolve()).parts if target.is_relative_to(submissions.resolve()) else ()
+        if len(inside) > 1:
+            raise ValueError(f"{name}: {path} is inside the student folder {submissions / inside[0]}; write the "
+                             f"grades beside the class (e.g. {submissions.parent / 'grades.csv'})")
+        if target in written.values():
+            raise ValueError(f"{name}: {path} is the same file as out; give the page its own name (e.g. grades.html)")
+        written[name] = target
+
+
 def grade(submissions, out, html=None, timeout=120.0, memory_mb=4096, only=None, jobs=1, checkout=None,
           confine=True, echo=print):
     """Grade every student folder in ``submissions``; write the CSV ``out`` (and the page ``html``).
@@ -150,14 +174,17 @@ def grade(submissions, out, html=None, timeout=120.0, memory_mb=4096, only=None,
     if not submissions.is_dir():
         raise ValueError(f"submissions: {submissions} is not a folder; give the folder that holds one folder "
                          "per student")
-    for name, value in (("timeout", timeout), ("memory", memory_mb), ("jobs", jobs)):
-        if not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{name}: {value!r} must be a positive number")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise ValueError(f"timeout: {timeout!r} must be a positive, finite number of seconds")
+    for name, value in (("memory", memory_mb), ("jobs", jobs)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: {value!r} must be a positive whole number")
     if memory_mb < 512:
         raise ValueError(f"memory: {memory_mb} MB is too little to import NumPy, PyTorch and pytest; give 512 or more")
-    for name, path in (("out", out), ("html", html)):
-        if path is not None and not pathlib.Path(path).resolve().parent.is_dir():
-            raise ValueError(f"{name}: the folder of {path} does not exist; create it first")
+    if memory_mb > memory_ceiling_mb():
+        raise ValueError(f"memory: {memory_mb} MB is more than a process's address space can be here "
+                         f"({memory_ceiling_mb()} MB); give less (the default is 4096)")
+    _check_outputs(submissions, out, html)
     stems, students = exercise_names(checkout, only), _students(submissions)
     limits = (timeout, memory_mb, confine and abi_version() >= 1)
     course = (_snapshot(checkout), threading.Lock(), jobs)

@@ -40,6 +40,13 @@ RESULTS_READ = 4 << 20
 STARTUP_LIMIT = 600  # seconds for pytest to import the checks and reach the first one
 
 
+def memory_ceiling_mb():
+    """The largest address-space limit (in MB) a child can be given: this process's hard limit,
+    or what setrlimit's signed 64-bit value can hold."""
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    return (hard if hard != resource.RLIM_INFINITY else (1 << 63) - 1) >> 20
+
+
 def _limits(memory_bytes):
     """The child's resource limits, set between fork and exec."""
     def apply():

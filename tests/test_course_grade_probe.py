@@ -1,0 +1,53 @@
+"""``tinymem course grade`` as a careless teacher and clumsy students use it: values refused at the
+door (before any student runs, nothing written), odd files in a submission that must not stop
+the batch. Each grading here runs lesson 00 only, on a copy of the course, with a short limit."""
+import math
+import os
+import pathlib
+
+import pytest
+
+from tinymem.course import grade as grading
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "lessons" / "solutions"
+
+
+def student(submissions, name, ex00=None):
+    exercises = submissions / name / "lessons" / "exercises"
+    exercises.mkdir(parents=True)
+    (exercises / "ex00.py").write_text(ex00 if ex00 is not None else (SOLUTIONS / "ex00.py").read_text())
+    return exercises
+
+
+def files(folder):
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"timeout": math.inf}, "timeout: inf must be a positive, finite number of seconds"),
+    ({"timeout": True}, "timeout: True must be a positive, finite number of seconds"),
+    ({"memory_mb": 1024.5}, "memory: 1024.5 must be a positive whole number"),
+    ({"memory_mb": 1 << 60}, f"memory: {1 << 60} MB is more than a process's address space can be"),
+    ({"jobs": 1.5}, "jobs: 1.5 must be a positive whole number"),
+    ({"only": [""]}, "only: .* holds an empty lesson number"),
+    ({"only": ["00", ""]}, "only: .* holds an empty lesson number"),
+    ({"out": "{tmp}/out"}, "out: '.*/out' is a folder; give a file name"),
+    ({"out": ""}, "out: '.' is a folder; give a file name"),
+    ({"html": "{tmp}/out"}, "html: '.*/out' is a folder; give a file name"),
+    ({"html": "{tmp}/grades.csv"}, "html: .*grades.csv is the same file as out"),
+    ({"out": "{tmp}/class/alice/grades.csv"}, "out: .* is inside the student folder .*alice"),
+    ({"html": "{tmp}/class/alice/lessons/exercises/ex00.py"}, "html: .* is inside the student folder .*alice"),
+])
+def test_bad_values_are_refused_before_any_student_runs(tmp_path, kwargs, message):
+    """Before, each of these graded the whole class (inf: a loop was never stopped; '' lesson:
+    read as lesson 00), then failed on writing, crashed starting the child (memory), or
+    overwrote a student's file with the grades."""
+    student(tmp_path / "class", "alice")
+    (tmp_path / "out").mkdir()
+    kwargs = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in kwargs.items()}
+    arguments = {"out": tmp_path / "grades.csv", "only": ["00"], "timeout": 10, "memory_mb": 3072} | kwargs
+    before = files(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        grading.grade(tmp_path / "class", echo=lambda line: None, **arguments)
+    assert files(tmp_path) == before
