@@ -51,3 +51,22 @@ def test_bad_values_are_refused_before_any_student_runs(tmp_path, kwargs, messag
     with pytest.raises(ValueError, match=message):
         grading.grade(tmp_path / "class", echo=lambda line: None, **arguments)
     assert files(tmp_path) == before
+
+
+def test_links_and_pipes_in_a_submission_are_left_out_and_named(tmp_path):
+    """Before, a named pipe in one student's folder stopped the whole batch (shutil.Error from
+    copytree, no row written), and an ``ex00.py`` that links to the reference answers was
+    graded ``passed`` (the copy kept the link, the checks read the course's own file)."""
+    student(tmp_path / "class", "pipe")
+    os.mkfifo(tmp_path / "class" / "pipe" / "lessons" / "exercises" / "notes")
+    linked = student(tmp_path / "class", "linked", "")
+    (linked / "ex00.py").unlink()
+    (linked / "ex00.py").symlink_to(SOLUTIONS / "ex00.py")
+    rows = grading.grade(tmp_path / "class", tmp_path / "grades.csv", only=["00"], timeout=20, memory_mb=3072,
+                         echo=lambda line: None)
+    confined = "" if grading.abi_version() >= 1 else "; writes not confined by Landlock"
+    assert rows == [
+        {"student": "linked", "ex00": "error: lessons/exercises/ex00.py is missing",
+         "notes": "not copied (links and special files are not the student's own): ex00.py" + confined},
+        {"student": "pipe", "ex00": "passed",
+         "notes": "not copied (links and special files are not the student's own): notes" + confined}]

@@ -23,8 +23,10 @@ security sandbox: grade untrusted code under a separate user or in a container.
 Memory cost: the course's source files, held once to compare and restore them (a few MB).
 """
 import math
+import os
 import pathlib
 import shutil
+import stat
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -108,21 +110,35 @@ def _restore(checkout, before):
 
 
 def _stage(folder, stage):
-    """Copy a student's exercises into ``stage``; None, or why their row cannot be graded."""
+    """Copy a student's exercises into ``stage``: ``(problem, left_out)``, problem None or why
+    their row cannot be graded, left_out the names not copied. Only plain files and folders are
+    copied: a link may point at the reference answers (or anywhere), and a named pipe would
+    block the copy, so neither is the student's own file."""
     source = folder / LAYOUT
     if source.is_symlink() or not source.is_dir():
-        return f"error: this folder has no {LAYOUT}/ (the grader expects STUDENT/{LAYOUT}/exNN.py)"
+        return f"error: this folder has no {LAYOUT}/ (the grader expects STUDENT/{LAYOUT}/exNN.py)", []
     size = sum(p.lstat().st_size for p in source.rglob("*"))
     if size > STAGE_LIMIT:
-        return f"error: {LAYOUT}/ holds {size / 1e6:.0f} MB; the grader copies at most {STAGE_LIMIT >> 20} MiB"
-    shutil.copytree(source, stage, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-    return None
+        return f"error: {LAYOUT}/ holds {size / 1e6:.0f} MB; the grader copies at most {STAGE_LIMIT >> 20} MiB", []
+    left_out = []
+
+    def ignore(directory, names):
+        modes = {n: os.lstat(os.path.join(directory, n)).st_mode for n in names}
+        odd = sorted(n for n, m in modes.items() if not (stat.S_ISREG(m) or stat.S_ISDIR(m)))
+        left_out.extend(odd)
+        return {*odd, "__pycache__"}
+
+    shutil.copytree(source, stage, ignore=ignore)
+    return None, left_out
 
 
-def _grade_one(student, stage, problem, stems, checkout, limits, course):
+def _grade_one(student, stage, staged, stems, checkout, limits, course):
     """One student's row: their checks, then the course's files compared (and restored) under the
-    lock ``course = (files before the batch, lock, jobs)``."""
+    lock ``course = (files before the batch, lock, jobs)``; ``staged`` is what :func:`_stage` said."""
+    problem, left_out = staged
     row = {"student": student, "notes": []}
+    if left_out:
+        row["notes"].append("not copied (links and special files are not the student's own): " + ", ".join(left_out))
     if problem is None:
         missing = [s for s in stems if not (stage / f"{s}.py").is_file()]
         row.update({s: f"error: {LAYOUT}/{s}.py is missing" for s in missing})
@@ -191,15 +207,15 @@ def grade(submissions, out, html=None, timeout=120.0, memory_mb=4096, only=None,
     with tempfile.TemporaryDirectory(prefix="tinymem-grade-") as batch:
         # the whole class is copied first: no submission can reach another's files before they are read
         stages = [pathlib.Path(batch) / str(i) for i in range(len(students))]
-        problems = [_stage(student, stage) for student, stage in zip(students, stages)]
+        staged = [_stage(student, stage) for student, stage in zip(students, stages)]
 
-        def one(student, stage, problem):
-            row = _grade_one(student.name, stage, problem, stems, checkout, limits, course)
+        def one(student, stage, staged):
+            row = _grade_one(student.name, stage, staged, stems, checkout, limits, course)
             echo(f"{student.name}: " + ", ".join(f"{s} {row[s].split(':')[0]}" for s in stems))
             return row
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            rows = list(pool.map(one, students, stages, problems))
+            rows = list(pool.map(one, students, stages, staged))
     columns = ["student", *stems, "notes"]
     write_csv(out, columns, rows)
     if html is not None:
