@@ -4,6 +4,8 @@ the batch. Each grading here runs lesson 00 only, on a copy of the course, with 
 import math
 import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -70,3 +72,20 @@ def test_links_and_pipes_in_a_submission_are_left_out_and_named(tmp_path):
          "notes": "not copied (links and special files are not the student's own): ex00.py" + confined},
         {"student": "pipe", "ex00": "passed",
          "notes": "not copied (links and special files are not the student's own): notes" + confined}]
+
+
+@pytest.mark.skipif(grading.abi_version() < 6, reason="Landlock scopes signals from ABI 6 (Linux 6.12)")
+def test_a_submission_cannot_signal_processes_it_did_not_start(tmp_path):
+    """Before, ``os.kill(os.getppid(), SIGKILL)`` in a submission killed the grader, and the
+    batch with it (no CSV). Here the target is a process of the test's, not the grader itself."""
+    outside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        student(tmp_path / "class", "kills", f"import os, signal\nos.kill({outside.pid}, signal.SIGKILL)\n")
+        rows = grading.grade(tmp_path / "class", tmp_path / "grades.csv", only=["00"], timeout=20, memory_mb=3072,
+                             echo=lambda line: None)
+        assert outside.poll() is None
+        assert rows == [{"student": "kills", "ex00": "error: test_parameter_bytes[sizes0]: PermissionError: "
+                         "[Errno 1] Operation not permitted", "notes": ""}]
+    finally:
+        outside.kill()
+        outside.wait()
