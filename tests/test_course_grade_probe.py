@@ -89,3 +89,17 @@ def test_a_submission_cannot_signal_processes_it_did_not_start(tmp_path):
     finally:
         outside.kill()
         outside.wait()
+
+
+def test_the_notebooks_check_refuses_a_folder_without_the_lessons_files(tmp_path):
+    """Before, a missing folder raised copytree's bare FileNotFoundError, and a folder without
+    ex00.py ran every check, each failing on a temporary path that no longer exists."""
+    from tinymem.course.grade_notebook import check
+
+    lines = []
+    with pytest.raises(ValueError, match=f"folder: {tmp_path / 'nowhere'} is not a folder"):
+        check(0, folder=tmp_path / "nowhere", echo=lines.append)
+    (tmp_path / "ex05.py").write_text("")
+    with pytest.raises(ValueError, match=f"folder: {tmp_path} has no ex00.py; lesson 00's exercises are in ex00.py"):
+        check("0", folder=tmp_path, echo=lines.append)
+    assert lines == [] and files(tmp_path) == ["ex05.py"]
