@@ -103,3 +103,18 @@ def test_the_notebooks_check_refuses_a_folder_without_the_lessons_files(tmp_path
     with pytest.raises(ValueError, match=f"folder: {tmp_path} has no ex00.py; lesson 00's exercises are in ex00.py"):
         check("0", folder=tmp_path, echo=lines.append)
     assert lines == [] and files(tmp_path) == ["ex05.py"]
+
+
+def test_a_folder_name_that_is_not_utf8_gets_its_row(tmp_path):
+    """A zip made on an old system names a folder in Latin-1 (``Zo\\xeb``). Before, the whole class
+    was graded, then writing the CSV raised UnicodeEncodeError: no file, every row lost."""
+    exercises = os.fsencode(tmp_path / "class") + b"/Zo\xeb/lessons/exercises"
+    os.makedirs(exercises)
+    with open(exercises + b"/ex00.py", "w") as f:
+        f.write((SOLUTIONS / "ex00.py").read_text())
+    out, page = tmp_path / "grades.csv", tmp_path / "grades.html"
+    rows = grading.grade(tmp_path / "class", out, html=page, only=["00"], timeout=20, memory_mb=3072,
+                         echo=lambda line: None)
+    assert [(r["student"], r["ex00"]) for r in rows] == [("Zo\\xeb", "passed")]
+    assert out.read_text(encoding="utf-8").splitlines()[1].startswith("Zo\\xeb,passed,")
+    assert "<td class=\"\">Zo\\xeb</td>" in page.read_text(encoding="utf-8")

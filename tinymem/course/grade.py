@@ -210,8 +210,10 @@ def grade(submissions, out, html=None, timeout=120.0, memory_mb=4096, only=None,
         staged = [_stage(student, stage) for student, stage in zip(students, stages)]
 
         def one(student, stage, staged):
-            row = _grade_one(student.name, stage, staged, stems, checkout, limits, course)
-            echo(f"{student.name}: " + ", ".join(f"{s} {row[s].split(':')[0]}" for s in stems))
+            # a folder name that is not UTF-8 (a zip from an old system) is shown with \xNN escapes
+            name = os.fsencode(student.name).decode("utf-8", "backslashreplace")
+            row = _grade_one(name, stage, staged, stems, checkout, limits, course)
+            echo(f"{name}: " + ", ".join(f"{s} {row[s].split(':')[0]}" for s in stems))
             return row
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
