@@ -6,6 +6,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -118,3 +119,18 @@ def test_a_folder_name_that_is_not_utf8_gets_its_row(tmp_path):
     assert [(r["student"], r["ex00"]) for r in rows] == [("Zo\\xeb", "passed")]
     assert out.read_text(encoding="utf-8").splitlines()[1].startswith("Zo\\xeb,passed,")
     assert "<td class=\"\">Zo\\xeb</td>" in page.read_text(encoding="utf-8")
+
+
+def test_a_submission_that_nests_thousands_of_folders_does_not_stop_the_batch(tmp_path, monkeypatch):
+    """Before, removing that student's run folder raised RecursionError (shutil.rmtree recurses
+    once per level): the batch stopped there, no CSV, the folders left in the temporary folder."""
+    nest = ("import os\nif not os.path.exists('d'):\n    here = os.getcwd()\n    for _ in range(2000):\n"
+            "        os.mkdir('d')\n        os.chdir('d')\n    os.chdir(here)\n")
+    student(tmp_path / "class", "nests", nest + (SOLUTIONS / "ex00.py").read_text())
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # the grader's run folders go here
+    rows = grading.grade(tmp_path / "class", tmp_path / "grades.csv", only=["00"], timeout=30, memory_mb=3072,
+                         echo=lambda line: None)
+    assert [(r["student"], r["ex00"]) for r in rows] == [("nests", "passed")]
+    assert (tmp_path / "grades.csv").read_text().splitlines() == ["student,ex00,notes", "nests,passed,"]
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -213,11 +213,22 @@ def check_student(checkout, run_dir, stems, timeout, memory_mb, confine):
     return verdicts, notes, checks
 
 
+def _remove(folder):
+    """Remove a run folder, whatever the student left in it: shutil.rmtree recurses once per
+    level, so thousands of nested folders raise RecursionError; ``rm -rf`` walks them without."""
+    try:
+        shutil.rmtree(folder)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--", str(folder)], check=True)
+
+
 def check_folder(checkout, folder, stems, timeout, memory_mb, confine):
     """:func:`check_student` on a scratch copy of ``folder`` (a student's lessons/exercises/), in a
     temporary run folder removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix="tinymem-check-") as run_dir:
-        run_dir = pathlib.Path(run_dir).resolve()
+    run_dir = pathlib.Path(tempfile.mkdtemp(prefix="tinymem-check-")).resolve()
+    try:
         shutil.copytree(folder, run_dir / "work" / "lessons" / "exercises", symlinks=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
         return check_student(checkout, run_dir, stems, timeout, memory_mb, confine)
+    finally:
+        _remove(run_dir)
