@@ -4,6 +4,7 @@ the batch. Each grading here runs lesson 00 only, on a copy of the course, with 
 import math
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import tempfile
@@ -134,3 +135,14 @@ def test_a_submission_that_nests_thousands_of_folders_does_not_stop_the_batch(tm
     assert [(r["student"], r["ex00"]) for r in rows] == [("nests", "passed")]
     assert (tmp_path / "grades.csv").read_text().splitlines() == ["student,ex00,notes", "nests,passed,"]
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_student_killed_by_a_real_time_signal_gets_its_row(tmp_path):
+    """Before, naming the signal raised ValueError (Python's Signals has no name for SIGRTMIN+1),
+    which stopped the batch: no CSV."""
+    student(tmp_path / "class", "rt", "import os, signal\nos.kill(os.getpid(), signal.SIGRTMIN + 1)\n")
+    rows = grading.grade(tmp_path / "class", tmp_path / "grades.csv", only=["00"], timeout=20, memory_mb=3072,
+                         echo=lambda line: None)
+    number = int(signal.SIGRTMIN) + 1
+    assert rows[0]["ex00"] == (f"error: test_parameter_bytes[sizes0]: the checks' process ended "
+                               f"(killed by signal {number})")

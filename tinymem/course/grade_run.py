@@ -108,7 +108,8 @@ def _stem_of(nodeid):
 
 def _how_it_ended(returncode):
     if returncode < 0:
-        name = signal.Signals(-returncode).name
+        named = {int(s): s.name for s in signal.Signals}  # real-time signals (SIGRTMIN+1, ...) have no name
+        name = named.get(-returncode, f"signal {-returncode}")
         return f"killed by {name}" + (" (a file past 256 MiB)" if name == "SIGXFSZ" else "")
     return f"exit status {returncode}"
 
