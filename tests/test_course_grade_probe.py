@@ -146,3 +146,14 @@ def test_a_student_killed_by_a_real_time_signal_gets_its_row(tmp_path):
     number = int(signal.SIGRTMIN) + 1
     assert rows[0]["ex00"] == (f"error: test_parameter_bytes[sizes0]: the checks' process ended "
                                f"(killed by signal {number})")
+
+
+def test_a_results_file_replaced_by_a_folder_costs_only_that_row(tmp_path):
+    """The checks process writes its results to a file in the student's run folder, where the
+    student may write. Before, replacing it with a folder made the grader's read raise
+    IsADirectoryError and stopped the batch (with a named pipe, the grader waited forever)."""
+    student(tmp_path / "class", "swaps", "import os, sys\nif os.path.isfile(sys.argv[1]):\n"
+                                         "    os.remove(sys.argv[1])\n    os.mkdir(sys.argv[1])\n")
+    rows = grading.grade(tmp_path / "class", tmp_path / "grades.csv", only=["00"], timeout=20, memory_mb=3072,
+                         echo=lambda line: None)
+    assert rows[0]["ex00"].startswith("error: no check ran (exit status 1: ")

@@ -86,7 +86,7 @@ def _environment(checkout, run_dir, exercises, confine):
 
 def _read_results(path):
     """The child's JSON lines, from the first RESULTS_READ bytes (a line that is not JSON is skipped)."""
-    if not path.exists():
+    if not path.is_file():  # the student may have replaced it (a folder would raise, a pipe block)
         return []
     with open(path, "rb") as f:  # the child could write up to FILE_LIMIT into it: read a bounded start
         return [e for e in map(_entry, f.read(RESULTS_READ).splitlines()) if e]
@@ -120,7 +120,7 @@ def _wait(child, results, timeout):
     student code and costs the same for every student, has STARTUP_LIMIT instead."""
     deadline, offset, stem = time.monotonic() + STARTUP_LIMIT, 0, None
     while child.poll() is None:
-        if results.exists() and offset < RESULTS_READ:
+        if results.is_file() and offset < RESULTS_READ:
             with open(results, "rb") as f:
                 f.seek(offset)
                 new = f.read(RESULTS_READ - offset)
