@@ -131,6 +131,11 @@ def test_cross_entropy_backward_holds_two_gradients_of_the_logits_beside_the_sav
     assert r.buckets["in_flight"] == 2 * 4 * n * v  # dlogp from nll_loss, dlogits being written
     assert r.buckets["activation"] == 4 * n * v  # log_softmax's saved output
     assert r.buckets["temporary"] >= 4 * n * v  # the logits the caller holds
+    largest = r.top(4)
+    assert [row["bytes"] for row in largest] == [4 * n * v] * 4 and r.top(5)[4]["bytes"] < 4 * n * v
+    assert sorted((row["bucket"], row["op"]) for row in largest) == [
+        ("activation", "aten::_log_softmax"), ("in_flight", "aten::_log_softmax_backward_data"),
+        ("in_flight", "aten::nll_loss_backward"), ("temporary", "aten::mm")]
 
 
 def test_the_marking_hooks_move_no_byte(monkeypatch):
@@ -170,6 +175,8 @@ def test_refused_inputs_name_the_argument_and_run_nothing():
         measure_torch_step(step, model=lin, optimizer=lin)
     with pytest.raises(ValueError, match="steps"):
         measure_torch_step(step, model=lin, optimizer=opt, steps=0)
+    with pytest.raises(TypeError, match="inputs= holds a ndarray"):
+        measure_torch_step(step, model=lin, optimizer=opt, inputs=(torch.zeros(2), [torch.zeros(2).numpy()]))
     with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
         measure_torch_step(step, model=lin, optimizer=opt, device="mps")
     assert ran == []
@@ -216,3 +223,26 @@ def test_a_storage_made_before_profiling_and_freed_unseen_is_reported_and_two_st
     twice = measure_torch_step(step, model=lin, optimizer=opt, steps=2)
     assert (twice.peak, twice.missed_free_bytes, twice.note) == (24 + 4000, 0, "")
     assert twice.buckets["buffer"] == 4000
+
+
+def test_a_step_that_raises_leaves_no_hook_behind_and_the_next_measurement_works():
+    import torch
+    lin, opt = _sgd_linear(torch, 2, 2)
+    x = torch.randn(3, 2)
+    calls = []
+
+    def step():
+        calls.append(1)
+        loss = lin(x).square().sum()
+        if len(calls) == 2:  # the measured step
+            raise RuntimeError("the step failed")
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    with pytest.raises(RuntimeError, match="the step failed"):
+        measure_torch_step(step, model=lin, optimizer=opt)
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    assert all(not p._post_accumulate_grad_hooks for p in lin.parameters())
+    r = measure_torch_step(step, model=lin, optimizer=opt)
+    assert r.phase_at_peak == "backward" and r.buckets["activation"] > 0 and sum(r.buckets.values()) == r.peak

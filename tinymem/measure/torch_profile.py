@@ -11,7 +11,7 @@ importing this file imports no torch):
   (``register_post_accumulate_grad_hook``). A mark is an empty ``record_function`` named
   ``tinymem::saved <address>`` or ``tinymem::grad <address>``: it lands on the profiler's own
   clock, between the allocations around it.
-- :func:`read_profile`: the profiler's allocation records (address, signed bytes, time, the ops
+- :class:`Profile`: the profiler's allocation records (address, signed bytes, time, the ops
   around it) and the marks, replayed in time order into :class:`~.torch_replay.Block` s.
 
 The profiler reports a block's free only if it saw the block's allocation: a block allocated
@@ -43,17 +43,21 @@ def storage_of(tensor):
     return storage.data_ptr(), storage.nbytes()
 
 
-def _tensors(value, torch):
-    """Every tensor in a nest of tuples, lists and dicts."""
+def leaves(value):
+    """Every value in a nest of tuples, lists and dicts that is not one of them."""
     stack = [value]
     while stack:
         v = stack.pop()
-        if isinstance(v, torch.Tensor):
-            yield v
-        elif isinstance(v, dict):
+        if isinstance(v, dict):
             stack.extend(v.values())
         elif isinstance(v, (tuple, list)):
             stack.extend(v)
+        else:
+            yield v
+
+
+def _tensors(value, torch):
+    return (v for v in leaves(value) if isinstance(v, torch.Tensor))
 
 
 def state_storages(torch, model, optimizer, inputs, device_type):
@@ -136,7 +140,7 @@ class Profile:
 
     def __init__(self, torch, prof, device_type, start_mark, known, known_at_end):
         allocation_tag = torch._C._profiler._EventType.Allocation
-        allocations, ops = _records(prof.profiler.kineto_results.experimental_event_tree(),
+        allocations, ops = _records(prof.kineto_results.experimental_event_tree(),
                                     device_type, allocation_tag)
         self.start = min(s for s, _, name in ops if name == start_mark)
         nodes = [s for s, _, name in ops if s >= self.start and name.startswith(NODE)]
@@ -149,8 +153,8 @@ class Profile:
             bucket = known_at_end.get(b.ptr, (0, None))[1] if b.died is None else None
             if bucket in ("parameter", "buffer", "optimizer"):
                 b.labels.append((b.born, bucket))
-        for b in self.baseline:  # made before profiling, gone by the end: freed unseen
-            if b.op == UNSEEN and b.died is None and b.ptr not in known_at_end:
+        for b in self.baseline:  # named at the start, made before profiling, gone by the end: freed unseen
+            if b.op == UNSEEN and b.died is None and known[b.ptr][1] != "temporary" and b.ptr not in known_at_end:
                 self.missed_free_bytes += b.nbytes
 
     def _replay(self, allocations, marks, known):

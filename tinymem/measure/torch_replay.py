@@ -47,11 +47,13 @@ class Block:
 
 @dataclass
 class Peak:
-    """Where the running total was highest: the bytes, the buckets then, the block that reached it."""
+    """Where the running total was highest: the bytes, the buckets then, the block that reached it
+    and every block alive then."""
     nbytes: int
     time: int
     buckets: dict
     block: Block  # None: the peak is the state when the step started
+    live: list
 
 
 def label_in_flight(blocks, optimizer_start):
@@ -91,7 +93,7 @@ def replay(baseline, blocks, start):
     buckets = dict.fromkeys(BUCKETS, 0)
     for b in live:
         buckets[b.bucket_at(t)] += b.nbytes
-    return Peak(best, t, buckets, None if best_i < 0 else events[best_i][2])
+    return Peak(best, t, buckets, None if best_i < 0 else events[best_i][2], list(live))
 
 
 def phase_at(t, backward_start, optimizer_start):

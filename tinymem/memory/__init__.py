@@ -25,6 +25,7 @@ from .ledger import (BUCKETS, LEDGER, PLACES, Ledger, OutOfMemoryError, add_page
 from . import attribution
 from .leaks import find_leaks, live_tensors
 from .command import CommandMonitor
+from .recording import Recording
 from .sampler import Monitor, monitor
 from .shared import SharedDevice, device_name, device_queue, set_per_process_memory_fraction
 from .tracker import Tracker, track
@@ -33,5 +34,5 @@ from .units import format_bytes, format_table, parse_bytes
 __all__ = ["BUCKETS", "PLACES", "LEDGER", "Ledger", "OutOfMemoryError", "register", "register_bytes",
            "release", "hold", "unhold", "add_pager", "remove_pager", "holds", "locate", "live_bytes", "mark", "owner_of", "track",
            "Tracker", "parse_bytes", "format_bytes", "format_table", "attribution", "monitor", "Monitor",
-           "CommandMonitor", "live_tensors", "find_leaks", "SharedDevice", "device_queue", "device_name",
+           "CommandMonitor", "Recording", "live_tensors", "find_leaks", "SharedDevice", "device_queue", "device_name",
            "set_per_process_memory_fraction"]

@@ -46,22 +46,26 @@ def _larger(xp, a, b):
     return max(a, b) if xp is np else xp.fmax(a, b)
 
 
-def _lerp_(xp, start, end, weight, scratch=lambda a: a):
+def _lerp_(xp, start, end, weight):
     """``start += weight * (end - start)`` in place, rounded as ``torch.lerp_`` rounds it: from
     the start below weight 1/2, from the end above (so weight 1, the first step, gives exactly
     ``end``). PyTorch's form also decides what one inf gradient element does: at weight >= 1/2,
     ``inf - inf * (1 - weight)`` is NaN, so the running mean of an inf row is NaN and every weight
-    of a matrix becomes NaN, as in PyTorch. ``end`` is a temporary and is overwritten; above 1/2
-    one more temporary of its size (given to ``scratch``, the ledger's count)."""
+    of a matrix becomes NaN, as in PyTorch. ``end`` is a temporary and is overwritten.
+
+    Above 1/2, ``end - (end - start) * (1 - weight)`` is computed in ``start`` as
+    ``end + (start - end) * (1 - weight)``: the same bits (rounding is symmetric in sign), and
+    no temporary, so every step allocates the same arrays whatever its weight (the planner's
+    probe lines up steps of both kinds event by event)."""
     w = start.dtype.type(weight)  # PyTorch's scalar weight, in the tensor's dtype
     if weight < 0.5:
         end -= start
         end *= w
         start += end
     else:
-        diff = scratch(end - start)
-        diff *= start.dtype.type(1) - w
-        xp.subtract(end, diff, out=start)
+        start -= end
+        start *= start.dtype.type(1) - w
+        start += end
 
 
 class Adafactor(Optimizer):
@@ -115,7 +119,7 @@ class Adafactor(Optimizer):
             var /= xp.maximum(row.mean(axis=-2, keepdims=True), eps1)
         else:
             v = state["variance"]
-            _lerp_(xp, v, self.scratch(grad * grad), weight, self.scratch)
+            _lerp_(xp, v, self.scratch(grad * grad), weight)
             var = self.scratch(v.copy())
         xp.maximum(var, eps1 * eps1, out=var)
         xp.sqrt(var, out=var)

@@ -212,10 +212,12 @@ class Optimizer:
             p = params[int(i)]
             restored = {}
             for k, v in s.items():
-                if isinstance(v, np.ndarray) and v.ndim > 0:
+                # state_dict saves buffers as arrays and counters as numbers: a 0-d array is the
+                # buffer of a 0-d parameter (made a float, the next step raised or went wrong)
+                if isinstance(v, np.ndarray):
                     restored[k] = backend.to_device(np.array(v), p.device)
                 else:
-                    restored[k] = v.item() if isinstance(v, np.ndarray) else v
+                    restored[k] = v.item() if isinstance(v, np.generic) else v
             self._check_loaded(int(i), p, restored, group_of[int(i)])
             state[p] = restored
         for mine, saved in zip(self.param_groups, groups):
