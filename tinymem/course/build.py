@@ -92,7 +92,7 @@ def build(out, quick=False, only=None, jobs=None, timeout_s=None, source_url=Non
     lesson that failed, and writes no page then."""
     from . import site
 
-    out = pathlib.Path(out)
+    out = pathlib.Path(out).resolve()  # each lesson runs in a scratch folder: a relative path would land there
     if notebooks is None:
         chosen = lessons(only)
         notebooks = out / "notebooks"
