@@ -31,3 +31,19 @@ def test_a_relative_out_folder_gets_the_notebooks_and_the_site(tiny_course, caps
     assert any("image/png" in o.get("data", {}) for c in notebook.cells for o in c.get("outputs", []))
     assert (tiny_course / "rel" / "figures" / "98_tiny" / "tiny.png").is_file()
     assert (tiny_course / "rel" / "site" / "lessons" / "98_tiny.html").is_file()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--only", ""], "--only '': give lesson numbers"),
+    (["--only", "1x"], "--only '1x': give lesson numbers"),
+    (["--timeout", "nan"], "--timeout nan must be a positive, finite number"),
+    (["--timeout", "inf"], "--timeout inf must be a positive, finite number"),
+    (["--source-url", "javascript:alert(1)//"], "--source-url 'javascript:alert(1)//' must be an http"),
+    (["--source-url", "tinymem/blob/main"], "must be an http:// or https:// address"),
+])
+def test_bad_values_are_refused_by_name_before_anything_runs_or_is_written(tiny_course, capsys, argv, says):
+    from tinymem import cli
+
+    assert cli.main(["course", "build", "--quick", "--out", "out", *argv]) == 2
+    assert says in capsys.readouterr().err
+    assert sorted(p.name for p in tiny_course.iterdir()) == ["lessons"]  # nothing written, no lesson ran

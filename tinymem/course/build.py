@@ -13,14 +13,17 @@ names its cell. ``--notebooks DIR`` renders notebooks already executed there (th
 shares its lesson runs this way) instead of running the lessons.
 """
 import concurrent.futures
+import math
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LESSONS = ROOT / "lessons"
@@ -120,8 +123,13 @@ def _refusal(args):
     """What is wrong with the arguments, or None: checked before anything runs or is written."""
     if args.jobs is not None and args.jobs < 1:
         return f"--jobs {args.jobs} must be 1 or more"
-    if args.timeout is not None and args.timeout <= 0:
-        return f"--timeout {args.timeout:g} must be a positive number of seconds"
+    if args.timeout is not None and not 0 < args.timeout < math.inf:  # NaN fails both
+        return f"--timeout {args.timeout:g} must be a positive, finite number of seconds"
+    bad = [n for n in args.only or [] if not re.fullmatch(r"\d{1,2}", n)]
+    if bad:
+        return f"--only {' '.join(map(repr, bad))}: give lesson numbers, e.g. --only 01 06"
+    if args.source_url is not None and urllib.parse.urlsplit(args.source_url).scheme not in ("http", "https"):
+        return f"--source-url {args.source_url!r} must be an http:// or https:// address"
     if args.notebooks is not None and not pathlib.Path(args.notebooks).is_dir():
         return f"--notebooks {args.notebooks} is not a folder of executed notebooks"
     try:
