@@ -1,5 +1,7 @@
 """``tinymem course build`` end to end on a tiny lesson (tinymem/course/build.py): the lessons
 folder is swapped for one holding a single short lesson, so one kernel runs, for seconds."""
+import os
+
 import pytest
 
 from conftest import requires_course
@@ -47,3 +49,31 @@ def test_bad_values_are_refused_by_name_before_anything_runs_or_is_written(tiny_
     assert cli.main(["course", "build", "--quick", "--out", "out", *argv]) == 2
     assert says in capsys.readouterr().err
     assert sorted(p.name for p in tiny_course.iterdir()) == ["lessons"]  # nothing written, no lesson ran
+
+
+def test_an_out_folder_in_the_checkout_a_file_or_read_only_is_refused(tiny_course, capsys):
+    from tinymem import cli
+    from tinymem.course.build import ROOT
+
+    for out in (ROOT, ROOT / "lessons", ROOT / "tinymem", ROOT.parent):
+        assert cli.main(["course", "build", "--quick", "--out", str(out)]) == 2
+        assert "would write into the course's own files" in capsys.readouterr().err
+    assert not (ROOT / "lessons" / "notebooks").exists() and not (ROOT / "site").exists()
+    (tiny_course / "a_file").write_text("mine")
+    assert cli.main(["course", "build", "--quick", "--out", "a_file"]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err and (tiny_course / "a_file").read_text() == "mine"
+    (tiny_course / "mine" / "site").mkdir(parents=True)
+    (tiny_course / "mine" / "site" / "thesis.tex").write_text("mine")
+    assert cli.main(["course", "build", "--quick", "--out", "mine"]) == 2
+    assert "holds a site/ or notebooks/ folder this command did not write" in capsys.readouterr().err
+    assert (tiny_course / "mine" / "site" / "thesis.tex").read_text() == "mine"
+    if os.geteuid() == 0:  # root writes anywhere: no folder is read-only to it
+        return
+    locked = tiny_course / "locked"
+    locked.mkdir(mode=0o555)
+    try:
+        assert cli.main(["course", "build", "--quick", "--out", "locked/out"]) == 2
+        assert f"{locked} is not writable" in capsys.readouterr().err
+    finally:
+        locked.chmod(0o755)
+    assert not (locked / "out").exists()

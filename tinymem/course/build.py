@@ -119,6 +119,27 @@ def build(out, quick=False, only=None, jobs=None, timeout_s=None, source_url=Non
     return site.render(notebooks, out / "site", source_url=source_url)
 
 
+def _out_refusal(out):
+    """Why ``--out`` may not be written, or None: the build replaces ``out/site`` and
+    ``out/notebooks``, so it never goes into the checkout (but under course_site/, git-ignored),
+    over a site or notebooks of someone else's, nor into a folder that is not one."""
+    out = out.resolve()
+    if out in (ROOT, *ROOT.parents) or (out.is_relative_to(ROOT) and not out.is_relative_to(ROOT / "course_site")):
+        return (f"--out {out} would write into the course's own files: choose a folder outside {ROOT} "
+                "(or under its course_site/)")
+    if out.exists() and not out.is_dir():
+        return f"--out {out} is a file, not a folder: choose a folder"
+    site, notebooks = out / "site", out / "notebooks"
+    if (site.exists() and not (site / ".buildinfo").is_file()) or (  # Sphinx writes .buildinfo
+            notebooks.is_dir() and any(p.suffix not in (".ipynb", ".tmp") for p in notebooks.iterdir())):
+        return (f"--out {out} holds a site/ or notebooks/ folder this command did not write, which the build "
+                "would replace: choose another folder")
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"--out {out}: {existing} is not writable: choose a folder you can write"
+    return None
+
+
 def _refusal(args):
     """What is wrong with the arguments, or None: checked before anything runs or is written."""
     if args.jobs is not None and args.jobs < 1:
@@ -130,6 +151,11 @@ def _refusal(args):
         return f"--only {' '.join(map(repr, bad))}: give lesson numbers, e.g. --only 01 06"
     if args.source_url is not None and urllib.parse.urlsplit(args.source_url).scheme not in ("http", "https"):
         return f"--source-url {args.source_url!r} must be an http:// or https:// address"
+    from ..cli_help import default_out
+
+    out_refused = _out_refusal(pathlib.Path(args.out or default_out("course_site", args.quick)))
+    if out_refused:
+        return out_refused
     if args.notebooks is not None and not pathlib.Path(args.notebooks).is_dir():
         return f"--notebooks {args.notebooks} is not a folder of executed notebooks"
     try:
