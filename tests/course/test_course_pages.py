@@ -130,3 +130,24 @@ def test_build_refuses_an_unknown_lesson_number_and_writes_nothing(tmp_path, cap
     assert not (tmp_path / "site").exists()
     assert cli.main(["course", "build", "--notebooks", str(tmp_path / "none"), "--out", str(tmp_path / "s")]) == 2
     assert "is not a folder of executed notebooks" in capsys.readouterr().err and not (tmp_path / "s").exists()
+
+
+@requires_course
+def test_a_folder_of_malformed_or_foreign_notebooks_is_refused_by_name(tmp_path):
+    import nbformat
+
+    from tinymem.course import site
+
+    for name, text in [("00_not_json", "{not json"), ("00_not_a_notebook", '{"cells": 3}'),
+                       ("00_a_list", "[]"), ("00_no_cells", '{"nbformat": 4}')]:
+        folder = _write(tmp_path / name, {})
+        (folder / f"{name}.ipynb").write_text(text)
+        with pytest.raises(site.SiteError, match=rf"{name}.ipynb is not a notebook nbformat reads"):
+            site.render(folder, tmp_path / "site", readme=folder / "README.md")
+    foreign = _notebook("Lesson 0")
+    foreign.cells = [c for c in foreign.cells if c.cell_type == "code"]
+    nbformat.validate(foreign)
+    folder = _write(tmp_path / "foreign", {"05_other": foreign})
+    with pytest.raises(site.SiteError, match=r"05_other.ipynb has no markdown cell"):
+        site.render(folder, tmp_path / "site", readme=folder / "README.md")
+    assert not (tmp_path / "site").exists() and not list(tmp_path.glob(".site*"))

@@ -148,6 +148,23 @@ def _expected(notebook):
     return figures, answers
 
 
+def _read(path):
+    """The lesson notebook at ``path``, valid nbformat v4 with a markdown cell (its title), or
+    :class:`SiteError` naming the file (``--notebooks`` may name any folder)."""
+    try:
+        notebook = nbformat.read(path, as_version=4)
+        nbformat.validate(notebook)
+    # Not JSON or an unknown version (ValueError), or JSON of another shape, which nbformat meets
+    # with AttributeError or TypeError before its schema does.
+    except (ValueError, TypeError, AttributeError, nbformat.ValidationError) as exc:
+        raise SiteError(f"{path} is not a notebook nbformat reads ({type(exc).__name__}: "
+                        f"{str(exc).strip().splitlines()[0][:200]}): give the notebooks `tinymem course build` "
+                        "wrote") from None
+    if not any(c["cell_type"] == "markdown" for c in notebook["cells"]):
+        raise SiteError(f"{path} has no markdown cell, so no title: it is not a lesson's notebook")
+    return notebook
+
+
 def _copy(path, to):
     to.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(path, to)
@@ -164,7 +181,7 @@ def _sources_of_site(src, notebooks, names, readme, source_url, root):
     for file in exercises:
         _copy(pathlib.Path(notebooks) / file, src / "_extra" / "notebooks" / file)
     for name in names:
-        notebook = nbformat.read(pathlib.Path(notebooks) / f"{name}.ipynb", as_version=4)
+        notebook = _read(pathlib.Path(notebooks) / f"{name}.ipynb")
         errors = [o for c in notebook["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
         if errors:
             raise SiteError(f"{name}.ipynb holds an error ({errors[0]['ename']}: {errors[0]['evalue']}): "
