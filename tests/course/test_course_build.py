@@ -77,3 +77,33 @@ def test_an_out_folder_in_the_checkout_a_file_or_read_only_is_refused(tiny_cours
     finally:
         locked.chmod(0o755)
     assert not (locked / "out").exists()
+
+
+LOOPS = '''# %% [markdown]
+# # Lesson 96 - a lesson that never ends
+
+# %%
+import os, pathlib
+pathlib.Path(os.environ["TINYMEM_LESSON_OUT"]).mkdir(parents=True, exist_ok=True)
+(pathlib.Path(os.environ["TINYMEM_LESSON_OUT"]) / "kernel.pid").write_text(str(os.getpid()))
+
+# %%
+print("the lesson's second cell")
+while True:
+    pass
+'''
+
+
+@requires_course
+def test_a_lesson_past_its_time_is_named_with_its_cell_and_its_kernel_is_gone(tiny_course, capsys):
+    from tinymem import cli
+
+    (tiny_course / "lessons" / "98_tiny.py").unlink()
+    (tiny_course / "lessons" / "96_loops.py").write_text(LOOPS)
+    assert cli.main(["course", "build", "--quick", "--out", "out", "--timeout", "20"]) == 1
+    err = capsys.readouterr().err
+    assert "96_loops.py line 11 (notebook cell 3, which begins `print(\"the lesson's second cell\")`)" in err, err
+    assert "CellTimeoutError" in err and not (tiny_course / "out" / "site").exists()
+    pid = int((tiny_course / "out" / "figures" / "96_loops" / "kernel.pid").read_text())
+    with pytest.raises(ProcessLookupError):  # the kernel was shut down with its lesson
+        os.kill(pid, 0)

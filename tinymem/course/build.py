@@ -28,6 +28,7 @@ import urllib.parse
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LESSONS = ROOT / "lessons"
 QUICK_TIMEOUT_S, FULL_TIMEOUT_S = 600, 3600  # one lesson, all its cells
+KERNEL_GRACE_S = 60  # on top: starting and stopping its kernel
 
 
 def lessons(only=None):
@@ -55,24 +56,29 @@ def lesson_env(quick, out):
     return env
 
 
-def execute_command(lesson, notebook):
-    """The command that executes ``lesson`` into ``notebook`` and prints its transcript."""
-    return [sys.executable, "-m", "tinymem.course.execute", str(lesson), "--notebook", str(notebook)]
+def execute_command(lesson, notebook, timeout_s=None):
+    """The command that executes ``lesson`` into ``notebook`` and prints its transcript; its
+    cells may run ``timeout_s`` seconds in all (default: execute's, 600)."""
+    limit = ["--timeout", repr(float(timeout_s))] if timeout_s is not None else []
+    return [sys.executable, "-m", "tinymem.course.execute", str(lesson), "--notebook", str(notebook), *limit]
 
 
 def _run_one(lesson, notebooks, figures, quick, timeout_s):
     """Execute one lesson in a scratch folder: ``(lesson, seconds, None or the failure's text)``."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"tinymem-{lesson.stem}-") as scratch:
-        process = subprocess.Popen(execute_command(lesson, notebooks / f"{lesson.stem}.ipynb"), cwd=scratch,
-                                   env=lesson_env(quick, figures / lesson.stem), text=True,
+        command = execute_command(lesson, notebooks / f"{lesson.stem}.ipynb", timeout_s)
+        process = subprocess.Popen(command, cwd=scratch, env=lesson_env(quick, figures / lesson.stem), text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         try:
-            _, err = process.communicate(timeout=timeout_s)
+            # The cells' own limit names the cell that ran out; this one catches a kernel that hangs
+            # starting or stopping.
+            _, err = process.communicate(timeout=timeout_s + KERNEL_GRACE_S)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)  # the kernel notices its parent died and exits
             process.communicate()
-            return lesson, time.perf_counter() - started, f"lessons/{lesson.name} ran past {timeout_s:g} s"
+            hung = f"lessons/{lesson.name} ran past {timeout_s + KERNEL_GRACE_S:g} s (its kernel hung)"
+            return lesson, time.perf_counter() - started, hung
     failure = None
     if process.returncode != 0:
         failure = err.strip().splitlines()[-1] if err.strip() else f"exit code {process.returncode}"
