@@ -151,3 +151,17 @@ def test_a_folder_of_malformed_or_foreign_notebooks_is_refused_by_name(tmp_path)
     with pytest.raises(site.SiteError, match=r"05_other.ipynb has no markdown cell"):
         site.render(folder, tmp_path / "site", readme=folder / "README.md")
     assert not (tmp_path / "site").exists() and not list(tmp_path.glob(".site*"))
+
+
+@requires_course
+def test_html_in_a_lessons_markdown_is_shown_as_text_and_runs_nothing(tmp_path):
+    from tinymem.course import site
+
+    notebook = _notebook("Lesson 0")
+    notebook.cells[1].source += ('\n\nA <script>alert("md")</script> tag, <img src=x onerror="alert(2)">.'
+                                 "\n\n<details open><summary>raw</summary>inside</details>\n")
+    notebooks = _write(tmp_path / "nb", {"00_first": notebook})
+    page = site.render(notebooks, tmp_path / "site", readme=notebooks / "README.md")[0].read_text()
+    assert "<script>alert" not in page and "onerror=" not in page.replace("onerror=&quot;", "")
+    assert "&lt;script&gt;alert" in page and "&lt;details open&gt;" in page and "<details open" not in page
+    assert page.count('<details class="tinymem-measured"') == 1  # the output's own HTML is kept

@@ -44,6 +44,37 @@ html_theme = "alabaster"
 html_theme_options = {"show_relbars": True, "page_width": "1100px", "sidebar_width": "260px"}
 html_sidebars = {"**": ["navigation.html", "relations.html", "searchbox.html"]}
 '''
+# Then: the checkout's tinymem, for the transform below (Sphinx runs in a process of its own).
+CONF_SETUP = '''
+import sys
+sys.path.insert(0, {root!r})
+from tinymem.course.site import markdown_html_as_text
+
+
+def setup(app):
+    app.connect("doctree-read", markdown_html_as_text)
+'''
+
+
+def markdown_html_as_text(app, doctree):
+    """Sphinx's ``doctree-read`` hook: raw HTML that MyST passed through from a lesson's markdown
+    (``<script>``, ``<details open>``) is shown as the text it is, never run or rendered. Only a
+    cell's outputs stay HTML: the site's own predictions and folded answers, escaped when made
+    (:mod:`tinymem.course.kernel`)."""
+    from docutils import nodes
+
+    for raw in list(doctree.findall(nodes.raw)):
+        in_output = any("cell_output" in a.get("classes", []) for a in _ancestors(raw))
+        if raw.get("format") == "html" and not in_output:
+            text = raw.astext()
+            inline = isinstance(raw.parent, nodes.TextElement)
+            raw.replace_self(nodes.Text(text) if inline else nodes.literal_block(text, text, language="text"))
+
+
+def _ancestors(node):
+    while node.parent is not None:
+        node = node.parent
+        yield node
 
 
 class SiteError(Exception):
@@ -175,7 +206,7 @@ def _sources_of_site(src, notebooks, names, readme, source_url, root):
     the notebooks to download (with the exercises notebooks, ``exercises_NN.ipynb``, found
     beside them), the source pages. Returns ``{name: (figures, folded answers)}``
     that each page must show."""
-    (src / "conf.py").write_text(CONF)
+    (src / "conf.py").write_text(CONF + CONF_SETUP.format(root=str(ROOT)))
     expected, sources = {}, []
     exercises = {p.name for p in pathlib.Path(notebooks).glob("exercises_[0-9][0-9].ipynb")}
     for file in exercises:
