@@ -165,3 +165,24 @@ def test_html_in_a_lessons_markdown_is_shown_as_text_and_runs_nothing(tmp_path):
     assert "<script>alert" not in page and "onerror=" not in page.replace("onerror=&quot;", "")
     assert "&lt;script&gt;alert" in page and "&lt;details open&gt;" in page and "<details open" not in page
     assert page.count('<details class="tinymem-measured"') == 1  # the output's own HTML is kept
+
+
+@requires_course
+def test_a_site_that_cannot_take_the_previous_ones_place_leaves_it_whole(tmp_path, monkeypatch):
+    from tinymem.course import site
+
+    notebooks = _write(tmp_path / "nb", {"00_first": _notebook("Lesson 0")})
+    site.render(notebooks, tmp_path / "site", readme=notebooks / "README.md")
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "site").rglob("*"))
+    replace = site.os.replace
+
+    def fails_into_place(source, target):
+        if pathlib.Path(source).name == ".site.building":  # the new site, into place
+            raise OSError(28, "No space left on device")
+        return replace(source, target)
+
+    monkeypatch.setattr(site.os, "replace", fails_into_place)
+    with pytest.raises(OSError, match="No space left"):
+        site.render(notebooks, tmp_path / "site", readme=notebooks / "README.md")
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "site").rglob("*")) == before
+    assert not list(tmp_path.glob(".site*"))  # no staging or aside left

@@ -265,9 +265,26 @@ def render(notebooks, out, readme=ROOT / "lessons" / "README.md", source_url=Non
         shutil.rmtree(staging, ignore_errors=True)
         raise
     shutil.rmtree(staging / ".doctrees", ignore_errors=True)
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(staging, out)
+    _swap(staging, out)
     return [out / "lessons" / f"{name}.html" for name in names]
+
+
+def _swap(staging, out):
+    """Put the new site ``staging`` in the place of ``out`` by two renames: the previous site is
+    moved aside whole, never deleted file by file while a reader has it open, and put back if the
+    new one cannot take its place."""
+    aside = out.with_name(f".{out.name}.previous")
+    shutil.rmtree(aside, ignore_errors=True)
+    if out.exists():
+        os.replace(out, aside)
+    try:
+        os.replace(staging, out)
+    except OSError:
+        if aside.exists():
+            os.replace(aside, out)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _check_pages(site, expected):
