@@ -249,11 +249,13 @@ def render(notebooks, out, readme=ROOT / "lessons" / "README.md", source_url=Non
         raise SiteError(f"no executed lesson notebooks (NN_*.ipynb) in {notebooks}: "
                         "run `tinymem course build` to execute the lessons first")
     out = pathlib.Path(out)
-    staging = out.with_name(f".{out.name}.building")
+    # Sphinx writes building/html; myst-nb its copies of the outputs beside that, building/jupyter_execute.
+    building = out.with_name(f".{out.name}.building")
+    staging = building / "html"
     with tempfile.TemporaryDirectory(prefix="tinymem-site-") as tmp:
         expected = _sources_of_site(pathlib.Path(tmp), notebooks, names, readme, source_url, root)
         out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(building, ignore_errors=True)
         # -W: a warning (an image not found, a cell Sphinx cannot render) fails the build, named.
         done = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", "-W", "--keep-going",
                                tmp, str(staging)], capture_output=True, text=True, cwd=tmp)
@@ -261,11 +263,10 @@ def render(notebooks, out, readme=ROOT / "lessons" / "README.md", source_url=Non
         if done.returncode != 0:
             raise SiteError(f"Sphinx failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
         _check_pages(staging, expected)
-    except SiteError:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    shutil.rmtree(staging / ".doctrees", ignore_errors=True)
-    _swap(staging, out)
+        shutil.rmtree(staging / ".doctrees", ignore_errors=True)
+        _swap(staging, out)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
     return [out / "lessons" / f"{name}.html" for name in names]
 
 
@@ -282,7 +283,6 @@ def _swap(staging, out):
     except OSError:
         if aside.exists():
             os.replace(aside, out)
-        shutil.rmtree(staging, ignore_errors=True)
         raise
     shutil.rmtree(aside, ignore_errors=True)
 
