@@ -61,7 +61,7 @@ def test_plan_explains_bad_arguments_without_a_traceback(capsys, args, message):
     (["--arch", "gpt2", "--seq", "0"], "seq must be a positive integer"),  # 0 used to mean "not given"
     (["--arch", "gpt2", "--batch", "0"], "--batch must be a whole number >= 1"),
     (["--arch", "gpt2", "--micro-batches", "0"], "--micro-batches must be a whole number >= 1"),
-    (["--arch", "gpt2", "--ffn", "8"], "with --arch the width is the architecture's"),
+    (["--arch", "gpt2", "--ffn", "-8"], "gpt2 overridden by --ffn -8: ffn must be a positive integer"),
     (["--model", "mlp", "--sizes", "4,8,2", "--batch", "0"], "--batch must be a whole number >= 1"),
 ])
 def test_plan_refuses_zero_and_negative_sizes_instead_of_reading_them_as_not_given(capsys, args, message):

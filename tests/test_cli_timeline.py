@@ -6,6 +6,8 @@ import pickle
 import re
 import sys
 
+import pytest
+
 from tinymem import cli, optim
 
 SCRIPT = """
@@ -73,6 +75,22 @@ def test_bad_input_is_refused_before_the_step(tmp_path, capsys):
     assert cli.main(["timeline", "--out", str(tmp_path / "a.html"), "--", "python", "train.sh"]) == 2
     assert "give a Python script" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("argv,said", [
+    (["--workload", "transformer", "--sizes", "64,32,30,4,2"], "embed_dim (30) must be divisible by num_heads (4)"),
+    (["--workload", "mlp", "--sizes", ""], "mlp sizes need an input and an output size"),
+    (["--workload", "unet", "--sizes", "1,4,8,3,7"], "unet resolution 7 must be divisible by 2**(depth-1) = 4"),
+    (["--workload", "", "--sizes", "4,4"], "unknown workload ''"),
+])
+def test_sizes_no_model_can_have_and_empty_values_are_refused_before_the_step(tmp_path, capsys, argv, said):
+    # Before, a model the sizes could not build raised out of the command (a traceback through
+    # tinymem, exit 1), and an empty --sizes or --workload silently meant the default one.
+    assert cli.main(["timeline", *argv, "--out", str(tmp_path / "a.html")]) == 2
+    assert f"tinymem timeline: {said}" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+    assert cli.main(["timeline", "--workload", "mlp", "--sizes", "4,4", "--out", str(tmp_path / "a.html")]) == 0
+    assert os.listdir(tmp_path) == ["a.html"]
 
 
 def test_the_memory_timeline_family_writes_its_page_beside_the_png(tmp_path):

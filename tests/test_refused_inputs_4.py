@@ -59,7 +59,29 @@ CASES = {
     # accepted: integer scales
     "dequantize_nf4(packed, int absmax, n)": (lambda: dequantize_nf4(codes()[0], codes()[1].astype(np.int32), 100),
                                               TypeError, "absmax must be the float array.*got int32 on cpu"),
+    # ValueError: operands could not be broadcast together with shapes (1,50) (1,1,2) (1,50)
+    "dequantize_nf4(packed, absmax (1, 2), n)": (lambda: dequantize_nf4(codes()[0], codes()[1].reshape(1, 2), 100),
+                                                 ValueError, r"absmax must be the flat array .* got shape \(1, 2\)"),
+    # ValueError: could not broadcast input array from shape (2,25) into shape (50,)
+    "dequantize_nf4(packed (2, 25), absmax, n)": (lambda: dequantize_nf4(codes()[0].reshape(2, 25), codes()[1], 100),
+                                                  ValueError, r"packed must be the flat array .* got shape \(2, 25\)"),
 }
+
+
+@pytest.mark.parametrize("training", ["no", 0, None])
+def test_the_training_flag_is_true_or_false_for_dropout_and_module_train(training):
+    """F.dropout(x, 0.5, "no") dropped half the values and model.train("no") set every module's
+    training to "no", so Dropout dropped; 0 and None were taken as False. PyTorch refuses a
+    non-bool in both. A refused train() changes no module, and a good call after it works."""
+    with pytest.raises(TypeError, match=f"dropout: training must be True or False, got {training!r}"):
+        F.dropout(x3(), 0.5, training)
+    model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
+    model.eval()
+    with pytest.raises(TypeError, match=f"train: mode must be True or False, got {training!r}"):
+        model.train(training)
+    assert [m.training for m in model.modules()] == [False, False, False]
+    assert [m.training for m in model.train(np.True_).modules()] == [True, True, True]
+    np.testing.assert_array_equal(F.dropout(x3(), 0.5, np.False_).numpy(), np.ones(3))
 
 
 @pytest.mark.parametrize("name", list(CASES))

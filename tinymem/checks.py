@@ -7,6 +7,8 @@ run on every call use them only where NumPy would not already refuse the input.
 """
 import numbers
 
+import numpy as np
+
 
 class AxisError(ValueError, IndexError):
     """An axis outside a tensor's dimensions. A ``ValueError`` like every refused argument, and an
@@ -34,6 +36,14 @@ def real_number(name, value):
         return float(value)
     except OverflowError:  # an integer past float64's range (10**400): no number a caller means
         raise ValueError(f"{name} is too large for a float, got {value!r}") from None
+
+
+def true_or_false(name, value):
+    """``value`` as a ``bool`` when it is True or False (a NumPy bool too), else a TypeError
+    naming ``name``: 1, "no" or None would pick a branch by their truth, silently."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 def axis_index(op, axis, ndim):

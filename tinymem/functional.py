@@ -9,7 +9,7 @@ import operator
 
 from . import backend
 from .autograd import Tensor
-from .checks import axis_index, dropout_probability
+from .checks import axis_index, dropout_probability, true_or_false
 from .ops import batchnorm as BN
 from .ops import conv as C
 from .ops import elementwise as E
@@ -286,8 +286,10 @@ def batch_norm(input, running_mean=None, running_var=None, weight=None, bias=Non
 
 
 def dropout(x, p=0.5, training=True):
-    """Zero elements with probability ``p`` (seeded RNG). Identity when not training or p == 0."""
+    """Zero elements with probability ``p`` (seeded RNG). Identity when not training or p == 0.
+    ``p`` is in [0, 1): PyTorch also takes 1 (every value dropped), refused here (checks.py)."""
     p = dropout_probability("dropout probability p", p)
+    training = true_or_false("dropout: training", training)  # "no" would drop, by its truth
     if not training or p == 0:
         return x
     return NL.Dropout.apply(x, p=p)

@@ -20,6 +20,7 @@ The same seed gives reproducible, but not identical, numbers on the two devices.
 Memory cost: none beyond the arrays drawn.
 """
 import operator
+import threading
 
 import numpy as np
 
@@ -68,6 +69,18 @@ UNIFORM = Kernel("philox_uniform", _KEY, _OUT, _uniform_body, ("key0", "key1", "
 NORMAL = Kernel("philox_normal", _KEY, _OUT, _normal_body, ("key0", "key1", "draw0", "draw1"))
 
 _state = {"seed": 0, "counter": 0}
+# Reading the counter and advancing it are two steps: two threads drawing at once could read the
+# same count and draw the same numbers. The lock makes a draw's count its own (PyTorch locks its
+# generator too); it also keeps (seed, counter) consistent for get_rng_state and set_rng_state.
+_lock = threading.Lock()
+
+
+def _take_draw():
+    """``(seed, counter)`` for one draw, advancing the counter under the lock."""
+    with _lock:
+        draw = _state["counter"]
+        _state["counter"] = draw + 1
+        return _state["seed"], draw
 
 
 def manual_seed(seed):
@@ -79,13 +92,16 @@ def manual_seed(seed):
         raise TypeError(f"manual_seed takes an integer, got {type(seed).__name__} {seed!r}") from None
     if not -2 ** 63 <= seed < 2 ** 64:
         raise ValueError(f"manual_seed: the seed must be in [-2**63, 2**64), got {seed}")
-    _state["seed"], _state["counter"] = seed % 2 ** 64, 0
+    with _lock:
+        _state["seed"], _state["counter"] = seed % 2 ** 64, 0
 
 
 def get_rng_state():
     """The generator state as a small int64 array ``[seed, counter]`` (a seed of 2^63 and up
     reads as its int64 bits)."""
-    return np.array([_state["seed"], _state["counter"]], dtype=np.uint64).view(np.int64)
+    with _lock:
+        state = [_state["seed"], _state["counter"]]
+    return np.array(state, dtype=np.uint64).view(np.int64)
 
 
 def set_rng_state(state):
@@ -99,13 +115,12 @@ def set_rng_state(state):
     if not 0 <= counter < 2 ** 63:  # -1 was taken, then the next draw and get_rng_state raised
         raise ValueError(f"set_rng_state: the counter (the second value, the draws made since the seed) must be in "
                          f"[0, 2**63), got {counter}; pass a state that get_rng_state returned")
-    _state["seed"], _state["counter"] = seed % 2 ** 64, counter
+    with _lock:
+        _state["seed"], _state["counter"] = seed % 2 ** 64, counter
 
 
 def _next_seed():
-    seq = np.random.SeedSequence([_state["seed"], _state["counter"]])
-    _state["counter"] += 1
-    return seq
+    return np.random.SeedSequence(list(_take_draw()))
 
 
 def generator(device="cpu"):
@@ -119,9 +134,8 @@ def generator(device="cpu"):
 def _device_draw(kernel, shape, device):
     """One draw on a device: ``kernel`` keyed by the seed, counting this draw; no generator."""
     xp = backend.array_module(backend.check_device(device))
-    key = np.random.SeedSequence([_state["seed"]]).generate_state(2, np.uint32)
-    draw = _state["counter"]
-    _state["counter"] += 1
+    seed, draw = _take_draw()
+    key = np.random.SeedSequence([seed]).generate_state(2, np.uint32)
     size = int(np.prod(shape, dtype=np.int64))
     words = xp.empty((-(-size // 4), 4), np.float32)  # each counter gives 4 values
     kernel(key[0], key[1], np.uint32(draw & 0xFFFFFFFF), np.uint32(draw >> 32 & 0xFFFFFFFF), *words.T)

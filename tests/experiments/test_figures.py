@@ -25,7 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # legend on the data); a family joins once its figures do.
 LAYOUT_CHECKED = ["memory_timeline", "checkpoint", "precision", "quantization", "offload", "optimizers", "stack",
                   "workload_resolution", "workload_seq_len", "workload_embeddings",
-                  "edge", "what_fits", "plan", "rl", "watching", "partition", "lora"]
+                  "edge", "what_fits", "plan", "rl", "watching", "partition", "lora", "torch_conventions"]
 
 
 def _family_params():

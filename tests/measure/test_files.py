@@ -1,5 +1,6 @@
 """write_atomically and write_together, as every file tinymem writes for a user goes: paths users give."""
 import os
+import stat
 
 import pytest
 
@@ -44,3 +45,33 @@ def test_files_written_together_are_all_or_none(tmp_path):
     write_together([(tmp_path / "page.html", _hi, ".html"), (tmp_path / "step.pickle", _hi, ".pickle")])
     assert sorted(os.listdir(tmp_path)) == ["page.html", "step.pickle"]
     assert (tmp_path / "page.html").read_text() == (tmp_path / "step.pickle").read_text() == "hi"
+
+
+@pytest.mark.parametrize("second", ["page.html", "./page.html", "link.html"])
+def test_one_file_named_twice_in_files_written_together_is_refused_and_nothing_written(tmp_path, second):
+    # Before, both were written and the second silently replaced the first: one of two was lost.
+    (tmp_path / "page.html").write_text("old page")
+    os.symlink("page.html", tmp_path / "link.html")
+    with pytest.raises(ValueError, match=f"cannot write {tmp_path / second} and {tmp_path / 'page.html'} together: "
+                                         "they are one file"):
+        write_together([(tmp_path / "page.html", _hi, ".html"), (tmp_path / second, lambda f: f.write(b"b"), "")])
+    assert sorted(os.listdir(tmp_path)) == ["link.html", "page.html"]
+    assert (tmp_path / "page.html").read_text() == "old page"
+
+
+def test_a_fifo_or_device_at_the_path_is_refused_and_left_as_it_is(tmp_path):
+    # Before, the temporary file was renamed over it: a FIFO (or, as root, /dev/null) became a
+    # regular file holding the page.
+    os.mkfifo(tmp_path / "fifo")
+    nodes = ["fifo"]
+    if os.geteuid() == 0:  # only root may make a device node: a copy of /dev/null's
+        os.mknod(tmp_path / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        nodes.append("null")
+    for name in nodes:
+        kind = stat.S_IFMT(os.lstat(tmp_path / name).st_mode)
+        with pytest.raises(ValueError, match=f"cannot write {tmp_path / name}: it is not a regular file"):
+            write_atomically(tmp_path / name, _hi)
+        assert stat.S_IFMT(os.lstat(tmp_path / name).st_mode) == kind
+    assert sorted(os.listdir(tmp_path)) == sorted(nodes)
+    write_atomically(tmp_path / "page.html", _hi)
+    assert (tmp_path / "page.html").read_text() == "hi"

@@ -235,6 +235,21 @@ def test_timeline_records_forward_backward_and_optimizer_in_order():
     assert max(sum(e["live"].values()) for e in events) == t.peak()
 
 
+@pytest.mark.parametrize("label", [3, None, b"forward", ["forward"], object()])
+def test_a_mark_that_is_not_a_str_is_refused_and_a_good_one_after_it_is_recorded(tmp_path, label):
+    # Before, any object went onto the timeline and `tinymem timeline` then failed on it after the
+    # script had run (json: "Object of type object is not JSON serializable"; no page).
+    with memory.track() as t:
+        x = tm.tensor(np.ones(4, np.float32))
+        with pytest.raises(TypeError, match="memory.mark's label must be a str"):
+            memory.mark(label)
+        memory.mark("forward")
+        del x
+    assert [e["label"] for e in t.timeline() if e["kind"] == "mark"] == ["forward"]
+    memory.page.write(memory.page.data(t, "one step"), tmp_path / "page.html")
+    assert '"marks":[[1,"forward"]]' in (tmp_path / "page.html").read_text()
+
+
 def test_peak_by_bucket_sums_to_peak_and_views_count_once():
     a = tm.tensor(np.zeros((100, 100), np.float32))
     view = a.reshape(10000)
@@ -322,3 +337,19 @@ def test_register_bytes_refuses_a_bool_for_a_size_and_counts_nothing(nbytes):
     assert memory.live_bytes("workspace", "disk") == before
     memory.register_bytes(handle, 16, "workspace", "disk")  # a good call after the refused one
     assert memory.live_bytes("workspace", "disk") == before + 16
+
+
+@pytest.mark.parametrize("label", [object(), b"op", 3])
+def test_register_refuses_a_label_that_is_not_a_str_and_counts_nothing(tmp_path, label):
+    # Before, the label was recorded and `tinymem timeline` then failed on it after the script had
+    # run (json: "Object of type object is not JSON serializable"; no page).
+    with memory.track() as t:
+        before = memory.live_bytes("activation")
+        array = np.ones(16, np.float32)
+        with pytest.raises(TypeError, match="memory.register's label must be a str naming the array"):
+            memory.register(array, "activation", label=label)
+        assert memory.live_bytes("activation") == before and memory.locate(array) is None
+        memory.register(array, "activation", label="my buffer")
+        assert memory.live_bytes("activation") == before + 64
+    memory.page.write(memory.page.data(t, "one step"), tmp_path / "page.html")
+    assert '"ops":["my buffer"]' in (tmp_path / "page.html").read_text()

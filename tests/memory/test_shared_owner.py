@@ -1,6 +1,7 @@
 """The shared device's lock files and table are this user's (or a named group's): a symbolic
 link planted under their names, or a file or segment of another user, is refused, not joined."""
 import os
+import socket
 import stat
 import tempfile
 import uuid
@@ -195,6 +196,25 @@ def test_a_directory_at_a_lock_path_is_refused_with_what_to_do(name, kind):
         assert not os.path.exists(f"/dev/shm/tinymem_{name}")
     finally:
         os.rmdir(_lock(name, kind))
+
+
+@pytest.mark.parametrize("kind", ["lock", "queue"])
+@pytest.mark.parametrize("planted", ["fifo", "socket"])
+def test_a_fifo_or_socket_at_a_lock_path_is_refused_with_what_to_do(name, kind, planted):
+    # Before, a socket there raised a bare OSError ("[Errno 6] No such device or address").
+    path = _lock(name, kind)
+    if planted == "fifo":
+        os.mkfifo(path)
+    else:
+        socket.socket(socket.AF_UNIX).bind(path)
+    with pytest.raises(PermissionError, match="is not a regular file: refusing to use it; remove it if it is yours"):
+        _open(kind, name)
+    assert stat.S_IFMT(os.lstat(path).st_mode) == (stat.S_IFIFO if planted == "fifo" else stat.S_IFSOCK)
+    assert not os.path.exists(f"/dev/shm/tinymem_{name}")
+    # Removed, the path is a good lock again.
+    os.remove(path)
+    _open(kind, name)
+    assert _mode(path) == 0o600
 
 
 @pytest.mark.parametrize("kind", ["lock", "queue"])

@@ -1,4 +1,6 @@
 """MultiheadAttention and EmbeddingBag against PyTorch; sparse and dense table gradients agree."""
+import re
+
 import numpy as np
 import pytest
 from conftest import TOL, requires_torch, to_np
@@ -177,6 +179,20 @@ def test_embedding_bag_takes_offsets_as_a_list():
         F.embedding_bag([0, 1, 4], w, [0, 1.5])
     with pytest.raises(TypeError, match="embedding_bag: offsets must be an integer Tensor, array or list, got int"):
         F.embedding_bag([0, 1, 4], w, 1)
+
+
+@pytest.mark.parametrize("sparse", ["no", 1, None, np.array([True])])
+def test_embedding_bag_takes_sparse_as_true_or_false_only(sparse):
+    """sparse="no" (or 1) was taken by its truth: a RowSparse gradient that a dense optimizer
+    then refuses, and None a dense one; PyTorch refuses a non-bool. The module refuses it at
+    construction, and a good call after a refused one works."""
+    w = tm.tensor(np.ones((5, 3)), requires_grad=True)
+    with pytest.raises(TypeError, match=re.escape(f"embedding_bag: sparse must be True or False, got {sparse!r}")):
+        F.embedding_bag([0, 1, 4], w, [0, 1], sparse=sparse)
+    with pytest.raises(TypeError, match=re.escape(f"EmbeddingBag: sparse must be True or False, got {sparse!r}")):
+        nn.EmbeddingBag(5, 3, sparse=sparse)
+    F.embedding_bag([0, 1, 4], w, [0, 1], mode="sum", sparse=np.bool_(False)).sum().backward()
+    np.testing.assert_array_equal(w.grad.data[:, 0], [1, 1, 0, 0, 1])
 
 
 @pytest.mark.parametrize("sparse", [False, True])

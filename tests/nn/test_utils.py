@@ -159,3 +159,23 @@ def test_bad_parameters_or_norm_type_are_refused_and_change_nothing(call, error,
         call(p)
     np.testing.assert_array_equal(p.grad.numpy(), [3.0, -4.0])
     assert clip_grad_norm_(p, 1.0).item() == 5.0
+
+
+@requires_torch
+@pytest.mark.parametrize("foreach", [None, True, False])
+def test_foreach_is_taken_as_pytorch_takes_it_and_changes_nothing(foreach):
+    """clip_grad_norm_(..., foreach=True), as PyTorch code writes it, raised "got an unexpected
+    keyword argument 'foreach'"; it only picks PyTorch's kernels, so here (one code path) it is
+    taken, checked (True, False or None) and the result is PyTorch's with the same flag."""
+    import torch
+    grads = [np.array([3.0, 4.0], np.float32), np.array([[1.0, -2.0]], np.float32)]
+    ours = [tm.tensor(np.zeros_like(g), requires_grad=True) for g in grads]
+    theirs = [torch.zeros(g.shape, requires_grad=True) for g in grads]
+    for o, t, g in zip(ours, theirs, grads):
+        o.grad, t.grad = tm.tensor(g.copy()), torch.from_numpy(g.copy())
+    total = clip_grad_norm_(ours, 1.0, foreach=foreach)
+    assert float(total.numpy()) == float(torch.nn.utils.clip_grad_norm_(theirs, 1.0, foreach=foreach))
+    for o, t in zip(ours, theirs):
+        np.testing.assert_array_equal(o.grad.numpy(), t.grad.numpy())
+    with pytest.raises(TypeError, match="clip_grad_norm_: foreach must be True or False, got 'yes'"):
+        clip_grad_norm_(ours, 1.0, foreach="yes")

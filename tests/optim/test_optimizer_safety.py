@@ -121,6 +121,45 @@ def test_adafactor_refuses_options_of_the_wrong_type_by_name(options, error, mes
         optim.Adafactor([Parameter(np.zeros((3, 4), np.float32))], **options)
 
 
+@pytest.mark.parametrize("options, error, message", [
+    ({"eps": 1e-3}, TypeError, r"Adafactor: eps must be a pair \(eps1 or None, eps2\), got 0.001"),
+    ({"d": 0.5}, ValueError, "the clipping threshold d must be >= 1, got 0.5"),
+    ({"beta2_decay": 0.5}, ValueError, "beta2_decay must be <= 0, got 0.5"),
+    ({"lr": float("nan")}, ValueError, "invalid learning rate lr=nan: it must be a finite number"),
+])
+def test_adafactor_options_are_checked_in_a_group_and_in_a_loaded_state(options, error, message):
+    """A group's own options, and those a loaded state brings, are checked as the constructor's:
+    before, a group's eps=1e-3 or a loaded one raised "'float' object is not subscriptable" at the
+    first step, d=0.5 or beta2_decay=0.5 were taken, and a loaded lr of NaN made every weight NaN.
+    A refused load changes nothing: the optimizer steps on with its own state."""
+    w = Parameter(np.ones((3, 4), np.float32))
+    with pytest.raises(error, match=message):
+        optim.Adafactor([{"params": [w], **options}])
+    opt = optim.Adafactor([w], lr=0.1)
+    w.grad = np.ones((3, 4), np.float32)
+    opt.step()
+    saved = copy.deepcopy(opt.state_dict())
+    saved["param_groups"][0].update(options)
+    saved["state"][0]["step"] = 7
+    with pytest.raises(error, match=message):
+        opt.load_state_dict(saved)
+    assert opt.param_groups[0]["lr"] == 0.1 and opt.state[w]["step"] == 1
+    opt.step()
+    assert np.isfinite(w.numpy()).all() and opt.state[w]["step"] == 2
+
+
+@pytest.mark.parametrize("cls, options, message", [
+    (optim.SGD, {"momentum": 0.9, "nesterov": True, "dampening": 0.5}, "Nesterov momentum needs momentum > 0"),
+    (optim.SGD, {"nesterov": True}, "Nesterov momentum needs momentum > 0"),
+    (optim.RMSprop, {"alpha": 1.5}, r"invalid alpha 1.5: it must be in \[0, 1\]"),
+])
+def test_a_group_s_own_options_are_checked_as_the_constructor_s(cls, options, message):
+    """SGD's nesterov rule and RMSprop's alpha were checked in the constructor only: a group of its
+    own with dampening 0.5 stepped as no Nesterov SGD does, alpha=1.5 made every weight NaN."""
+    with pytest.raises(ValueError, match=message):
+        cls([{"params": [Parameter(np.ones(3, np.float32))], **options}], lr=0.1)
+
+
 @pytest.mark.parametrize("label", list(CONFIGS))
 @pytest.mark.parametrize("other", [(80, 64), (32, 80), (5,)])
 def test_state_saved_from_other_shapes_is_refused_at_load(label, other):

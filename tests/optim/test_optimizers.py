@@ -133,13 +133,15 @@ ROUND_TRIP_SHAPES = [(64, 80), (80,), (3, 4)]  # (64, 80) has 5120 >= 4096 eleme
 ROUND_TRIP_OPTIONS = {"GaLore r=32": {"rank": 4, "update_proj_gap": 2}}
 
 
-@pytest.mark.parametrize("label", list(CONFIGS))
-def test_state_dict_round_trip_continues_bit_identically(label, device):
+def _resumed(label, device, shapes, steps, keep):
+    """Train on ``steps`` gradients, and again from the state saved half way through (kept by
+    ``keep``, state_dict -> what load_state_dict gets) by a fresh optimizer made with lr=0.5:
+    (the parameters, the optimizer; the resumed parameters, their optimizer)."""
     cls, options = CONFIGS[label]
     options = dict(options, **ROUND_TRIP_OPTIONS.get(label, {}))
-    params, grads = _problem(ROUND_TRIP_SHAPES, steps=6)
+    params, grads = _problem(shapes, steps=steps)
 
-    def steps(ps, opt, chunk):
+    def run(ps, opt, chunk):
         for step_grads in chunk:
             for p, g in zip(ps, step_grads):
                 p.grad = backend.to_device(g.copy(), device)
@@ -147,19 +149,37 @@ def test_state_dict_round_trip_continues_bit_identically(label, device):
 
     ps = [Parameter(backend.to_device(p.copy(), device)) for p in params]
     opt = cls(ps, lr=1e-2, **options)
-    steps(ps, opt, grads[:3])
+    run(ps, opt, grads[:steps // 2])
     saved_params = [p.numpy().copy() for p in ps]
-    saved = copy.deepcopy(opt.state_dict())
-    steps(ps, opt, grads[3:])
+    saved = keep(opt.state_dict())
+    run(ps, opt, grads[steps // 2:])
 
     fresh = [Parameter(backend.to_device(p, device)) for p in saved_params]
     reloaded = cls(fresh, lr=0.5)
     reloaded.load_state_dict(saved)
     assert reloaded.param_groups[0]["lr"] == 1e-2, "load_state_dict must restore the hyper-parameters"
-    steps(fresh, reloaded, grads[3:])
+    run(fresh, reloaded, grads[steps // 2:])
     for a, b in zip(ps, fresh):
         assert np.array_equal(a.numpy(), b.numpy()), f"{label}: resumed run differs"
     assert reloaded.state_bytes() == opt.state_bytes()
+
+
+@pytest.mark.parametrize("label", list(CONFIGS))
+def test_state_dict_round_trip_continues_bit_identically(label, device):
+    _resumed(label, device, ROUND_TRIP_SHAPES, 6, copy.deepcopy)
+
+
+@pytest.mark.parametrize("label", list(CONFIGS))
+def test_a_scalar_parameter_resumes_from_a_saved_state_bit_identically(label, device, tmp_path):
+    """A 0-d parameter's state buffers are 0-d arrays; saved and loaded (through tm.save and
+    tm.load) they come back as arrays on the parameter's device. Before, load_state_dict took
+    every 0-d array for a counter and made it a Python float: Adam, RMSprop, Lion, Adafactor and
+    Adam8bit raised at the next step, SGD momentum and Adagrad went on from a wrong value."""
+    def through_a_file(state):
+        tm.save(state, tmp_path / "opt.tm")
+        return tm.load(tmp_path / "opt.tm")
+
+    _resumed(label, device, [(), (3,)], 4, through_a_file)
 
 
 def test_load_state_dict_rejects_another_layout():

@@ -8,6 +8,7 @@ import pytest
 
 from tinymem.planner import fits
 from tinymem.planner.model.architectures import get_arch
+from tinymem.planner.inputs import Stack
 from tinymem.planner.search.fits import PIPELINES
 
 
@@ -64,3 +65,17 @@ def test_a_row_that_fits_on_more_gpus_than_the_search_limit_still_has_its_fewest
     row = _rows(arch, gpus, memory)["+ ZeRO-3"]
     assert row.fits and row.fewest_gpus is not None and 2 ** 20 < row.fewest_gpus <= gpus
     assert _fits_on(arch, row, row.fewest_gpus, memory) and not _fits_on(arch, row, row.fewest_gpus - 1, memory)
+
+
+@pytest.mark.parametrize("tensor,ranks", [(8, 1), (1, 4), (8, 4)])
+def test_the_fewest_gpus_of_a_pipeline_count_every_gpu_of_its_layout_not_its_stages(tensor, ranks):
+    # fewest_gpus returned the stage count: 5 for t=8 (a layout of 40 GPUs), 20 for d=4 (80 GPUs)
+    arch = get_arch("llama2-70b")
+    stack = Stack("bf16", "Adam", "full", zero=1, ranks=ranks, pipeline=2, tensor=tensor, micro_batches=8)
+    gpus = fits.fewest_gpus(arch, 1, stack, 40e9)
+    assert fits.gpus_per_count(stack, True) == tensor * ranks and gpus % (tensor * ranks) == 0
+    stages = gpus // (tensor * ranks)
+    peaks = [fits.run(arch, 1, fits.grow(stack, p, True)).peak for p in range(1, stages + 1)]
+    assert peaks[-1] <= 40e9 < min(peaks[:-1]), peaks
+    layout = fits.grow(stack, stages, True)
+    assert layout.tensor * layout.pipeline * layout.ranks == gpus

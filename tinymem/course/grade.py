@@ -22,15 +22,18 @@ security sandbox: grade untrusted code under a separate user or in a container.
 
 Memory cost: the course's source files, held once to compare and restore them (a few MB).
 """
+import math
+import os
 import pathlib
 import shutil
+import stat
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from .grade_landlock import abi_version
 from .grade_report import write_csv, write_html
-from .grade_run import check_folder
+from .grade_run import check_folder, memory_ceiling_mb
 
 LAYOUT = pathlib.PurePosixPath("lessons", "exercises")
 COURSE_PARTS = ("lessons", "tests", "tinymem", "pyproject.toml")
@@ -59,6 +62,8 @@ def exercise_names(checkout, only=None):
     if only is None:
         return stems
     lessons = sorted({s[2:4] for s in stems})
+    if any(not str(n).strip() for n in only):  # else "" reads as lesson 00 ("--only 00," or --only "")
+        raise ValueError(f"only: {list(only)!r} holds an empty lesson number; give lesson numbers, e.g. --only 00,05")
     wanted = {str(n).strip().zfill(2) for n in only}
     unknown = sorted(wanted - set(lessons))
     if unknown or not wanted:
@@ -105,21 +110,35 @@ def _restore(checkout, before):
 
 
 def _stage(folder, stage):
-    """Copy a student's exercises into ``stage``; None, or why their row cannot be graded."""
+    """Copy a student's exercises into ``stage``: ``(problem, left_out)``, problem None or why
+    their row cannot be graded, left_out the names not copied. Only plain files and folders are
+    copied: a link may point at the reference answers (or anywhere), and a named pipe would
+    block the copy, so neither is the student's own file."""
     source = folder / LAYOUT
     if source.is_symlink() or not source.is_dir():
-        return f"error: this folder has no {LAYOUT}/ (the grader expects STUDENT/{LAYOUT}/exNN.py)"
+        return f"error: this folder has no {LAYOUT}/ (the grader expects STUDENT/{LAYOUT}/exNN.py)", []
     size = sum(p.lstat().st_size for p in source.rglob("*"))
     if size > STAGE_LIMIT:
-        return f"error: {LAYOUT}/ holds {size / 1e6:.0f} MB; the grader copies at most {STAGE_LIMIT >> 20} MiB"
-    shutil.copytree(source, stage, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-    return None
+        return f"error: {LAYOUT}/ holds {size / 1e6:.0f} MB; the grader copies at most {STAGE_LIMIT >> 20} MiB", []
+    left_out = []
+
+    def ignore(directory, names):
+        modes = {n: os.lstat(os.path.join(directory, n)).st_mode for n in names}
+        odd = sorted(n for n, m in modes.items() if not (stat.S_ISREG(m) or stat.S_ISDIR(m)))
+        left_out.extend(odd)
+        return {*odd, "__pycache__"}
+
+    shutil.copytree(source, stage, ignore=ignore)
+    return None, left_out
 
 
-def _grade_one(student, stage, problem, stems, checkout, limits, course):
+def _grade_one(student, stage, staged, stems, checkout, limits, course):
     """One student's row: their checks, then the course's files compared (and restored) under the
-    lock ``course = (files before the batch, lock, jobs)``."""
+    lock ``course = (files before the batch, lock, jobs)``; ``staged`` is what :func:`_stage` said."""
+    problem, left_out = staged
     row = {"student": student, "notes": []}
+    if left_out:
+        row["notes"].append("not copied (links and special files are not the student's own): " + ", ".join(left_out))
     if problem is None:
         missing = [s for s in stems if not (stage / f"{s}.py").is_file()]
         row.update({s: f"error: {LAYOUT}/{s}.py is missing" for s in missing})
@@ -140,6 +159,27 @@ def _grade_one(student, stage, problem, stems, checkout, limits, course):
     return row
 
 
+def _check_outputs(submissions, out, html):
+    """Refuse, before anyone is graded, an ``out``/``html`` that could not be written or that
+    would land in a student's folder (a re-grade would find it there; ``exNN.py`` would be lost)."""
+    written = {}
+    for name, path in (("out", out), ("html", html)):
+        if path is None:
+            continue
+        target = pathlib.Path(path).resolve()
+        if target.is_dir():
+            raise ValueError(f"{name}: {str(path)!r} is a folder; give a file name (e.g. grades.csv)")
+        if not target.parent.is_dir():
+            raise ValueError(f"{name}: the folder of {path} does not exist; create it first")
+        inside = target.relative_to(submissions.resolve()).parts if target.is_relative_to(submissions.resolve()) else ()
+        if len(inside) > 1:
+            raise ValueError(f"{name}: {path} is inside the student folder {submissions / inside[0]}; write the "
+                             f"grades beside the class (e.g. {submissions.parent / 'grades.csv'})")
+        if target in written.values():
+            raise ValueError(f"{name}: {path} is the same file as out; give the page its own name (e.g. grades.html)")
+        written[name] = target
+
+
 def grade(submissions, out, html=None, timeout=120.0, memory_mb=4096, only=None, jobs=1, checkout=None,
           confine=True, echo=print):
     """Grade every student folder in ``submissions``; write the CSV ``out`` (and the page ``html``).
@@ -150,29 +190,34 @@ def grade(submissions, out, html=None, timeout=120.0, memory_mb=4096, only=None,
     if not submissions.is_dir():
         raise ValueError(f"submissions: {submissions} is not a folder; give the folder that holds one folder "
                          "per student")
-    for name, value in (("timeout", timeout), ("memory", memory_mb), ("jobs", jobs)):
-        if not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{name}: {value!r} must be a positive number")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise ValueError(f"timeout: {timeout!r} must be a positive, finite number of seconds")
+    for name, value in (("memory", memory_mb), ("jobs", jobs)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: {value!r} must be a positive whole number")
     if memory_mb < 512:
         raise ValueError(f"memory: {memory_mb} MB is too little to import NumPy, PyTorch and pytest; give 512 or more")
-    for name, path in (("out", out), ("html", html)):
-        if path is not None and not pathlib.Path(path).resolve().parent.is_dir():
-            raise ValueError(f"{name}: the folder of {path} does not exist; create it first")
+    if memory_mb > memory_ceiling_mb():
+        raise ValueError(f"memory: {memory_mb} MB is more than a process's address space can be here "
+                         f"({memory_ceiling_mb()} MB); give less (the default is 4096)")
+    _check_outputs(submissions, out, html)
     stems, students = exercise_names(checkout, only), _students(submissions)
     limits = (timeout, memory_mb, confine and abi_version() >= 1)
     course = (_snapshot(checkout), threading.Lock(), jobs)
     with tempfile.TemporaryDirectory(prefix="tinymem-grade-") as batch:
         # the whole class is copied first: no submission can reach another's files before they are read
         stages = [pathlib.Path(batch) / str(i) for i in range(len(students))]
-        problems = [_stage(student, stage) for student, stage in zip(students, stages)]
+        staged = [_stage(student, stage) for student, stage in zip(students, stages)]
 
-        def one(student, stage, problem):
-            row = _grade_one(student.name, stage, problem, stems, checkout, limits, course)
-            echo(f"{student.name}: " + ", ".join(f"{s} {row[s].split(':')[0]}" for s in stems))
+        def one(student, stage, staged):
+            # a folder name that is not UTF-8 (a zip from an old system) is shown with \xNN escapes
+            name = os.fsencode(student.name).decode("utf-8", "backslashreplace")
+            row = _grade_one(name, stage, staged, stems, checkout, limits, course)
+            echo(f"{name}: " + ", ".join(f"{s} {row[s].split(':')[0]}" for s in stems))
             return row
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            rows = list(pool.map(one, students, stages, problems))
+            rows = list(pool.map(one, students, stages, staged))
     columns = ["student", *stems, "notes"]
     write_csv(out, columns, rows)
     if html is not None:

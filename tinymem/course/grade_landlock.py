@@ -8,8 +8,9 @@ folder or the teacher's home gets ``PermissionError`` instead.
 
 Landlock needs Linux 5.13 or later with Landlock enabled (most distributions since 2022);
 elsewhere :func:`confine_writes` returns None and nothing is confined, which the grader reports.
-Reads, the network and other processes are not confined: this is a guard against a careless or
-clumsy submission, not a sandbox against a hostile one.
+From Landlock ABI 6 (Linux 6.12) it may also signal only the processes it started itself, so a
+submission cannot kill the grader. Reads and the network are not confined (nor signals, before
+ABI 6): this is a guard against a careless or clumsy submission, not a sandbox against a hostile one.
 
 Memory cost: none (a few kernel objects).
 """
@@ -26,6 +27,7 @@ PR_SET_NO_NEW_PRIVS = 38
 WRITE_FILE, REMOVE_DIR, REMOVE_FILE = 1 << 1, 1 << 4, 1 << 5
 MAKE = sum(1 << bit for bit in range(6, 13))  # char, dir, reg, sock, fifo, block, sym
 REFER, TRUNCATE = 1 << 13, 1 << 14  # Landlock ABI 2 and 3
+SCOPE_SIGNAL = 1 << 1  # Landlock ABI 6 (Linux 6.12): signals only to processes inside the domain
 
 
 class _PathBeneath(ctypes.Structure):
@@ -51,8 +53,10 @@ def confine_writes(folders):
         return None
     libc = ctypes.CDLL(None, use_errno=True)
     handled = WRITE_FILE | REMOVE_DIR | REMOVE_FILE | MAKE | (REFER if abi >= 2 else 0) | (TRUNCATE if abi >= 3 else 0)
-    attr = ctypes.c_uint64(handled)  # struct landlock_ruleset_attr, its first field only
-    ruleset = libc.syscall(CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    # struct landlock_ruleset_attr: handled_access_fs, handled_access_net (none), scoped (ABI 6):
+    # from 6 on, a submission cannot kill or stop the grader or any process it did not start
+    attr = (ctypes.c_uint64 * 3)(handled, 0, SCOPE_SIGNAL) if abi >= 6 else (ctypes.c_uint64 * 1)(handled)
+    ruleset = libc.syscall(CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:

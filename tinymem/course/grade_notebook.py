@@ -37,6 +37,12 @@ def check(lesson, folder=None, timeout=120.0, memory_mb=4096, echo=print):
     checkout = course_checkout()
     stems = exercise_names(checkout, only=[lesson])
     folder = pathlib.Path(folder) if folder is not None else checkout / "lessons" / "exercises"
+    if not folder.is_dir():
+        raise ValueError(f"folder: {folder} is not a folder; give the folder that holds your exNN.py files")
+    missing = [f"{stem}.py" for stem in stems if not (folder / f"{stem}.py").is_file()]
+    if missing:
+        raise ValueError(f"folder: {folder} has no {', '.join(missing)}; lesson {stems[0][2:4]}'s exercises are in "
+                         f"{', '.join(f'{s}.py' for s in stems)} (copy them from lessons/exercises/)")
     verdicts, notes, checks = check_folder(checkout, folder, stems, timeout, memory_mb, abi_version() >= 1)
     for stem in stems:
         mine = [c for c in checks if c[0] == stem]

@@ -40,6 +40,13 @@ RESULTS_READ = 4 << 20
 STARTUP_LIMIT = 600  # seconds for pytest to import the checks and reach the first one
 
 
+def memory_ceiling_mb():
+    """The largest address-space limit (in MB) a child can be given: this process's hard limit,
+    or what setrlimit's signed 64-bit value can hold."""
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    return (hard if hard != resource.RLIM_INFINITY else (1 << 63) - 1) >> 20
+
+
 def _limits(memory_bytes):
     """The child's resource limits, set between fork and exec."""
     def apply():
@@ -79,7 +86,7 @@ def _environment(checkout, run_dir, exercises, confine):
 
 def _read_results(path):
     """The child's JSON lines, from the first RESULTS_READ bytes (a line that is not JSON is skipped)."""
-    if not path.exists():
+    if not path.is_file():  # the student may have replaced it (a folder would raise, a pipe block)
         return []
     with open(path, "rb") as f:  # the child could write up to FILE_LIMIT into it: read a bounded start
         return [e for e in map(_entry, f.read(RESULTS_READ).splitlines()) if e]
@@ -101,7 +108,8 @@ def _stem_of(nodeid):
 
 def _how_it_ended(returncode):
     if returncode < 0:
-        name = signal.Signals(-returncode).name
+        named = {int(s): s.name for s in signal.Signals}  # real-time signals (SIGRTMIN+1, ...) have no name
+        name = named.get(-returncode, f"signal {-returncode}")
         return f"killed by {name}" + (" (a file past 256 MiB)" if name == "SIGXFSZ" else "")
     return f"exit status {returncode}"
 
@@ -112,7 +120,7 @@ def _wait(child, results, timeout):
     student code and costs the same for every student, has STARTUP_LIMIT instead."""
     deadline, offset, stem = time.monotonic() + STARTUP_LIMIT, 0, None
     while child.poll() is None:
-        if results.exists() and offset < RESULTS_READ:
+        if results.is_file() and offset < RESULTS_READ:
             with open(results, "rb") as f:
                 f.seek(offset)
                 new = f.read(RESULTS_READ - offset)
@@ -206,11 +214,22 @@ def check_student(checkout, run_dir, stems, timeout, memory_mb, confine):
     return verdicts, notes, checks
 
 
+def _remove(folder):
+    """Remove a run folder, whatever the student left in it: shutil.rmtree recurses once per
+    level, so thousands of nested folders raise RecursionError; ``rm -rf`` walks them without."""
+    try:
+        shutil.rmtree(folder)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--", str(folder)], check=True)
+
+
 def check_folder(checkout, folder, stems, timeout, memory_mb, confine):
     """:func:`check_student` on a scratch copy of ``folder`` (a student's lessons/exercises/), in a
     temporary run folder removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix="tinymem-check-") as run_dir:
-        run_dir = pathlib.Path(run_dir).resolve()
+    run_dir = pathlib.Path(tempfile.mkdtemp(prefix="tinymem-check-")).resolve()
+    try:
         shutil.copytree(folder, run_dir / "work" / "lessons" / "exercises", symlinks=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
         return check_student(checkout, run_dir, stems, timeout, memory_mb, confine)
+    finally:
+        _remove(run_dir)

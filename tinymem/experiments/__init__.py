@@ -20,6 +20,8 @@ from .. import backend
 CPU_ONLY_FAMILIES = {
     "rl": "the replay buffer is host memory by design, and the CartPole network is too small for a GPU to matter",
     "edge": "ONNX Runtime's CPU kernels and a microcontroller's memory are the subject",
+    "torch_conventions": "it measures PyTorch steps with the CPU profiler; the CUDA prediction is unmeasured until "
+                         "a GPU confirms it",
 }
 
 

@@ -32,13 +32,14 @@ DEFAULT_SIZES = {"mlp": "64,1024,1024,10", "unet": "1,4,8,3,32", "transformer": 
 def window(body, device=None):
     """Run ``body()`` inside a tracking window: ``(the closed window, the exception that ended
     body or None)``. The window closes either way, so memory up to a failure can be drawn; the
-    exception (``SystemExit`` too) is returned, not raised. Memory: its traceback keeps the
-    failing frames' arrays alive until the caller drops it, as in a process that is failing."""
+    exception (``SystemExit`` and a Ctrl-C's ``KeyboardInterrupt`` too) is returned, not raised.
+    Memory: its traceback keeps the failing frames' arrays alive until the caller drops it, as in
+    a process that is failing."""
     error = None
     with memory.track(measure=False, device=device) as t:
         try:
             body()
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the step's failure, reported by the caller
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - the step's failure
             error = exc
     return t, error
 
@@ -69,15 +70,27 @@ def workload_step(name, sizes, batch, device="cpu"):
 
 def output_paths(args, inputs):
     """The absolute paths of ``--out`` and ``--snapshot`` (None when not given), checked: each
-    in a writable folder, not a folder itself, not one of ``inputs`` (files the command reads),
+    in a writable folder, not a folder, FIFO or device, not one of ``inputs`` (files the command reads),
     not the other. Raises ValueError saying what is wrong."""
-    given = [("--out", args.out)] + ([("--snapshot", args.snapshot)] if args.snapshot else [])
+    given = [("--out", args.out)] + ([("--snapshot", args.snapshot)] if args.snapshot is not None else [])
     for flag, path in given:
+        if not path or path.endswith(("/", os.sep)):  # realpath("") is this folder; abspath drops the "/"
+            raise ValueError(f"cannot write {path!r}: give a file name (e.g. 'out.html'), not an empty path "
+                             "or a folder")
+        try:
+            os.stat(path)
+        except FileNotFoundError:  # a new file (or a link to one)
+            pass
+        except OSError as exc:  # a loop of symbolic links
+            raise ValueError(f"cannot write {path}: {exc.strerror}; give another file name") from None
         folder = os.path.dirname(os.path.realpath(path))  # a symlink is written through: its target's folder
         if not os.path.isdir(folder):
             raise ValueError(f"cannot write {path}: the folder {folder} does not exist; create it first")
         if os.path.isdir(path):
             raise ValueError(f"cannot write {path}: it is a folder; give a file name inside it")
+        if os.path.exists(path) and not os.path.isfile(path):  # see measure.files: a rename would replace it
+            raise ValueError(f"cannot write {path}: it is not a regular file (a FIFO, device or socket); "
+                             "give a file name")
         if not os.access(folder, os.W_OK):
             raise ValueError(f"cannot write {path}: the folder {folder} is not writable")
         for source in inputs:
@@ -120,21 +133,20 @@ def run(args):
             script, argv = as_python.script_path(command)
             inputs, title = as_python.input_files(command), " ".join(command)
         else:
-            name = args.workload or "transformer"
+            name = "transformer" if args.workload is None else args.workload  # "" is not a name
             if name not in WORKLOADS:
                 return _refuse(f"unknown workload {name!r}; choose one of {', '.join(WORKLOADS)}")
-            sizes = args.sizes or DEFAULT_SIZES[name]
+            sizes = DEFAULT_SIZES[name] if args.sizes is None else args.sizes
             if args.batch < 1:
                 return _refuse(f"--batch must be >= 1, got {args.batch}")
-            workload(name, sizes, args.device)
+            # Built here: sizes no model can have (30 wide, 4 heads) are a refused argument.
+            step, device = workload_body(name, sizes, args.batch, args.device), args.device
             script, inputs, title = None, [], f"one Adam step of {name}({sizes}), batch {args.batch}"
         out, snap = output_paths(args, inputs + [page.TEMPLATE])
     except (ValueError, TypeError, backend.DeviceError) as exc:
         return _refuse(str(exc))
     if command:
         step, device = (lambda: as_python.run(script, argv)), None
-    else:
-        step, device = workload_body(name, sizes, args.batch, args.device), args.device
     before = {path: _identity(path) for path in (out, snap) if path}
     tracker, error = window(step, device)
     status = as_python.exit_status(error)

@@ -16,7 +16,7 @@ def write_atomically(path, write, suffix=""):
     it over ``path``: a reader sees the old file or the whole new one, never half of it, and the
     temporary file is removed when anything fails. A new file gets the usual permissions (0666
     less the umask); an overwritten one keeps its own. A symlink is written through: its target
-    is replaced, the link kept."""
+    is replaced, the link kept. A FIFO or device there is refused (ValueError), not replaced."""
     write_together([(path, write, suffix)])
 
 
@@ -24,11 +24,17 @@ def write_together(files):
     """Write several files as one: ``files`` is ``[(path, write, suffix), ...]``, each written
     as :func:`write_atomically` does, except that no target is renamed over before every one of
     them is written. A failure while writing (a full disk, ``write`` raising) leaves every target
-    as it was; only a failure between two renames (each atomic) could leave some renamed."""
-    staged = []
+    as it was; only a failure between two renames (each atomic) could leave some renamed. One
+    file named twice (through a symlink or ``./``) is refused: the second would replace the first."""
+    staged, named = [], {}
     try:
         for path, write, suffix in files:
             staged.append(_staged(path, write, suffix))
+            target = staged[-1][1]
+            if target in named:
+                raise ValueError(f"cannot write {path} and {named[target]} together: they are one file "
+                                 f"({target}); give them two names")
+            named[target] = path
         for tmp, target in staged:
             os.replace(tmp, target)
     except BaseException:
@@ -53,9 +59,14 @@ def _staged(path, write, suffix):
     if os.path.isdir(target):
         raise IsADirectoryError(f"cannot write {path}: it is a folder; give a file name inside it")
     try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
+        st = os.stat(target)
     except FileNotFoundError:
         mode = None
+    else:  # a FIFO or a device (/dev/null, /dev/stdout) would be replaced by a regular file
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"cannot write {path}: it is not a regular file (a FIFO, device or socket), "
+                             "which a rename would replace; give a file name")
+        mode = stat.S_IMODE(st.st_mode)
     fd, tmp = _create_temporary(folder, suffix, path)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -107,6 +107,7 @@ class Ledger:
         ``owner`` is an object whose death releases the bytes, for buffers that cannot be
         weakly referenced. Registering an already known buffer only raises its bucket. With
         ``nbytes``, ``owner`` alone is counted, for that many bytes (see :meth:`register_bytes`).
+        ``label`` (a str, or None for the op running now) names the array on pages and snapshots.
         """
         # This runs for every op's output, so it is one function (no helper call) and the common
         # case comes first: a fresh NumPy (or device) array owns its memory (and asking one for
@@ -150,6 +151,9 @@ class Ledger:
                 known = False
             if not known:
                 raise ValueError(f"unknown bucket {bucket!r}; choose one of {', '.join(BUCKETS)}")
+            if label is not None and not isinstance(label, str):  # pages and snapshots show it as text
+                raise TypeError(f"memory.register's label must be a str naming the array, e.g. 'replay index', "
+                                f"got {type(label).__name__}")
             if nbytes is None:
                 nbytes = root.nbytes
             trackers = self.trackers
@@ -386,7 +390,11 @@ def live_bytes(bucket=None, place="device"):
 
 
 def mark(label):
-    """Put a labelled marker (``"forward"``, ``"backward"``, ``"optimizer"``) on every timeline."""
+    """Put a labelled marker (``"forward"``, ``"backward"``, ``"optimizer"``) on every timeline.
+    ``label`` is a str: pages and snapshots show it as text."""
+    if not isinstance(label, str):
+        raise TypeError(f"memory.mark's label must be a str naming the phase, e.g. 'forward', got "
+                        f"{type(label).__name__}")
     with LEDGER.lock:
         for tracker in LEDGER.trackers:
             tracker._record("mark", None, None, 0, label)

@@ -132,6 +132,8 @@ def _refusal(path, what, exc):
     if exc.errno == errno.ELOOP:
         return PermissionError(f"{what} is a symbolic link: refusing to follow it (someone may have "
                                "planted it); remove it if it is yours")
+    if exc.errno == errno.ENXIO:  # a socket: open() cannot open one (a FIFO opens, and fstat refuses it)
+        return PermissionError(f"{what} is not a regular file: refusing to use it; remove it if it is yours")
     if exc.errno == errno.EISDIR:
         return PermissionError(f"{what} is a directory, not a file: refusing to use it; remove it if it "
                                "is yours, or use another device name")

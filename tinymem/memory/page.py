@@ -96,13 +96,15 @@ def render(numbers):
     """The page's HTML text for :func:`data`'s dict. Every string goes in as text: the title
     HTML-escaped, the JSON with ``<``, ``>`` and ``&`` as ``\\u003c``-style escapes (so no
     ``</script>`` or ``<!--`` inside a name can end or bend the script), both markers
-    replaced in one pass (a name holding a marker is not replaced again)."""
+    replaced in one pass (a name holding a marker is not replaced again). A title character UTF-8
+    cannot hold (a lone surrogate: a command-line byte that is not UTF-8, as python decodes it) is
+    shown as its escape, ``\\udcff``, as python's tracebacks show it."""
     with open(TEMPLATE, encoding="utf-8") as f:
         template = f.read()
     payload = json.dumps(numbers, separators=(",", ":"))
     for char in "<>&":
         payload = payload.replace(char, f"\\u{ord(char):04x}")
-    title = html.escape(numbers["title"])
+    title = html.escape(numbers["title"].encode("utf-8", "backslashreplace").decode("utf-8"))
     return _MARKERS.sub(lambda m: payload if m.group(0) == "/*DATA*/null" else title, template)
 
 

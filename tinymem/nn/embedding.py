@@ -6,7 +6,7 @@ EmbeddingBag's gradient holds only the rows its batch touched.
 
 from .. import backend
 from .. import functional as F
-from ..checks import positive_int
+from ..checks import positive_int, true_or_false
 from ..ops.embedding_bag import MODES
 from .init import normal
 from .module import Module
@@ -45,7 +45,7 @@ class EmbeddingBag(Module):
         self.num_embeddings, self.embedding_dim = _table_shape("EmbeddingBag", num_embeddings, embedding_dim)
         if mode not in MODES:
             raise ValueError(f"EmbeddingBag: mode {mode!r} is not supported; choose one of {MODES}")
-        self.mode, self.sparse = mode, sparse
+        self.mode, self.sparse = mode, true_or_false("EmbeddingBag: sparse", sparse)
         self.weight = normal((num_embeddings, embedding_dim), device)
 
     def forward(self, input, offsets=None):

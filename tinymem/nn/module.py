@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import backend
 from ..autograd import Tensor
-from ..checks import is_int
+from ..checks import is_int, true_or_false
 from ..memory import attribution
 
 
@@ -122,6 +122,7 @@ class Module:
                 (data.values if getattr(data, "is_sparse", False) else data)[...] = 0
 
     def train(self, mode=True):
+        mode = true_or_false("train: mode", mode)  # "no" would leave Dropout dropping, by its truth
         for m in self.modules():
             object.__setattr__(m, "training", mode)
         return self

@@ -16,9 +16,10 @@ import numpy as np
 
 from .. import backend
 from ..autograd import Tensor
+from ..checks import true_or_false
 
 
-def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
     """Scale the ``.grad`` of ``parameters`` in place so their total norm is <= ``max_norm``.
 
     As PyTorch: total = norm of the per-tensor norms; each grad *= min(1, max_norm /
@@ -27,7 +28,10 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     gradients (whose squares would overflow). No host sync (nothing is read on the host) unless ``error_if_nonfinite``,
     whose check reads the norm once, as in PyTorch. ``max_norm`` must be >= 0 (inf: measure the
     norm without clipping); PyTorch takes a negative one (gradients flipped) or NaN (NaN gradients).
+    ``foreach`` (True, False or None) picks PyTorch's kernels; taken for its code, it changes nothing here.
     """
+    if foreach is not None:
+        true_or_false("clip_grad_norm_: foreach", foreach)
     if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not max_norm >= 0:
         raise ValueError(f"clip_grad_norm_: max_norm must be a number >= 0 (inf to measure the norm "
                          f"without clipping), got {max_norm!r}")

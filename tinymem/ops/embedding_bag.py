@@ -13,6 +13,7 @@ import numpy as np
 
 from ..autograd import Function
 from ..backend import array_module, scatter_add
+from ..checks import true_or_false
 from ..sparse import RowSparse
 from .rows import check_ids, gather_rows, scatter_ids
 
@@ -109,6 +110,7 @@ def embedding_bag(input, weight, offsets=None, mode="mean", sparse=False):
     (a float table), gradients included, so a GradScaler skips the step.
     """
     offsets = None if offsets is None else _ids("offsets", offsets)
+    sparse = true_or_false("embedding_bag: sparse", sparse)  # "no" would be a sparse gradient
     return EmbeddingBag.apply(_ids("input", input), weight, offsets, mode=mode, sparse=sparse)
 
 

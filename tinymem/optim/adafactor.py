@@ -46,26 +46,38 @@ def _larger(xp, a, b):
     return max(a, b) if xp is np else xp.fmax(a, b)
 
 
-def _lerp_(xp, start, end, weight, scratch=lambda a: a):
+def _lerp_(xp, start, end, weight):
     """``start += weight * (end - start)`` in place, rounded as ``torch.lerp_`` rounds it: from
     the start below weight 1/2, from the end above (so weight 1, the first step, gives exactly
     ``end``). PyTorch's form also decides what one inf gradient element does: at weight >= 1/2,
     ``inf - inf * (1 - weight)`` is NaN, so the running mean of an inf row is NaN and every weight
-    of a matrix becomes NaN, as in PyTorch. ``end`` is a temporary and is overwritten; above 1/2
-    one more temporary of its size (given to ``scratch``, the ledger's count)."""
+    of a matrix becomes NaN, as in PyTorch. ``end`` is a temporary and is overwritten.
+
+    Above 1/2, ``end - (end - start) * (1 - weight)`` is computed in ``start`` as
+    ``end + (start - end) * (1 - weight)``: the same bits (rounding is symmetric in sign), and
+    no temporary, so every step allocates the same arrays whatever its weight (the planner's
+    probe lines up steps of both kinds event by event)."""
     w = start.dtype.type(weight)  # PyTorch's scalar weight, in the tensor's dtype
     if weight < 0.5:
         end -= start
         end *= w
         start += end
     else:
-        diff = scratch(end - start)
-        diff *= start.dtype.type(1) - w
-        xp.subtract(end, diff, out=start)
+        start -= end
+        start *= start.dtype.type(1) - w
+        start += end
 
 
 class Adafactor(Optimizer):
     def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0):
+        super().__init__(params, lr=lr, beta2_decay=beta2_decay, eps=eps, d=d, weight_decay=weight_decay)
+
+    @staticmethod
+    def _checked_group(group, hyper):
+        """The base checks, then Adafactor's own, for the constructor's options, a group's own
+        and those a loaded state brings (``load_state_dict`` checks through this too)."""
+        full = Optimizer._checked_group(group, hyper)
+        beta2_decay, eps, d, weight_decay = (full[key] for key in ("beta2_decay", "eps", "d", "weight_decay"))
         if real_number("Adafactor: beta2_decay", beta2_decay) > 0:
             raise ValueError(f"beta2_decay must be <= 0, got {beta2_decay}")
         if not (isinstance(eps, (tuple, list)) and len(eps) == 2):
@@ -77,8 +89,8 @@ class Adafactor(Optimizer):
             raise ValueError(f"the clipping threshold d must be >= 1, got {d}")
         if real_number("Adafactor: weight_decay", weight_decay) < 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
-        super().__init__(params, lr=lr, beta2_decay=beta2_decay, eps=tuple(eps), d=d,
-                         weight_decay=weight_decay)
+        full["eps"] = tuple(eps)
+        return full
 
     @staticmethod
     def bytes_for(shape, itemsize, group):
@@ -115,7 +127,7 @@ class Adafactor(Optimizer):
             var /= xp.maximum(row.mean(axis=-2, keepdims=True), eps1)
         else:
             v = state["variance"]
-            _lerp_(xp, v, self.scratch(grad * grad), weight, self.scratch)
+            _lerp_(xp, v, self.scratch(grad * grad), weight)
             var = self.scratch(v.copy())
         xp.maximum(var, eps1 * eps1, out=var)
         xp.sqrt(var, out=var)

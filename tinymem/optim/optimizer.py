@@ -196,7 +196,8 @@ class Optimizer:
         if len(groups) != len(self.param_groups) or any(
                 len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
             raise ValueError("load_state_dict: the saved optimizer has a different parameter layout")
-        merged = [dict(mine, **{k: v for k, v in saved.items() if k not in _LAYOUT})
+        # checked as the constructor checks its options: a saved lr of NaN would make every weight NaN
+        merged = [self._checked_group(dict(mine, **{k: v for k, v in saved.items() if k not in _LAYOUT}), {})
                   for mine, saved in zip(self.param_groups, groups)]
         group_of = [g for g in merged for _ in g["params"]]
         saved_shapes = [s for g in groups for s in g.get("param_shapes", [None] * len(g["params"]))]
@@ -212,14 +213,16 @@ class Optimizer:
             p = params[int(i)]
             restored = {}
             for k, v in s.items():
-                if isinstance(v, np.ndarray) and v.ndim > 0:
+                # state_dict saves buffers as arrays and counters as numbers: a 0-d array is the
+                # buffer of a 0-d parameter (made a float, the next step raised or went wrong)
+                if isinstance(v, np.ndarray):
                     restored[k] = backend.to_device(np.array(v), p.device)
                 else:
-                    restored[k] = v.item() if isinstance(v, np.ndarray) else v
+                    restored[k] = v.item() if isinstance(v, np.generic) else v
             self._check_loaded(int(i), p, restored, group_of[int(i)])
             state[p] = restored
-        for mine, saved in zip(self.param_groups, groups):
-            mine.update({k: v for k, v in saved.items() if k not in _LAYOUT})
+        for mine, checked in zip(self.param_groups, merged):
+            mine.update({k: v for k, v in checked.items() if k != "params"})
         self.state = {p: {k: memory.register(v, "optimizer") if hasattr(v, "shape") else v
                           for k, v in s.items()} for p, s in state.items()}
 

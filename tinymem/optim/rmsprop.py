@@ -20,12 +20,18 @@ from .optimizer import Optimizer
 class RMSprop(Optimizer):
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
                  centered=False):
-        if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"invalid alpha {alpha}: it must be in [0, 1]")
         if eps < 0 or weight_decay < 0 or momentum < 0:
             raise ValueError("eps, weight_decay and momentum must be >= 0")
         super().__init__(params, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
                          momentum=momentum, centered=centered)
+
+    @staticmethod
+    def _checked_group(group, hyper):
+        """The base checks, then alpha's range, for every group (and a loaded state's)."""
+        full = Optimizer._checked_group(group, hyper)
+        if not 0.0 <= full["alpha"] <= 1.0:
+            raise ValueError(f"invalid alpha {full['alpha']}: it must be in [0, 1]")
+        return full
 
     @staticmethod
     def bytes_for(shape, itemsize, group):

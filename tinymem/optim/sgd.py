@@ -15,10 +15,16 @@ from .optimizer import Optimizer
 
 class SGD(Optimizer):
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0):
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("Nesterov momentum needs momentum > 0 and dampening = 0")
         super().__init__(params, lr=lr, momentum=momentum, dampening=dampening,
                          nesterov=nesterov, weight_decay=weight_decay)
+
+    @staticmethod
+    def _checked_group(group, hyper):
+        """The base checks, then Nesterov's rule, for every group (and a loaded state's)."""
+        full = Optimizer._checked_group(group, hyper)
+        if full["nesterov"] and (full["momentum"] <= 0 or full["dampening"] != 0):
+            raise ValueError("Nesterov momentum needs momentum > 0 and dampening = 0")
+        return full
 
     @staticmethod
     def bytes_for(shape, itemsize, group):

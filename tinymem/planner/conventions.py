@@ -33,9 +33,7 @@ state), no fp32 gradients, no transients; 7.5B parameters on 64 GPUs: 120, 31.4,
 import math
 from collections import namedtuple
 
-import numpy as np
-
-from ..checks import is_int, real_number
+from ..checks import is_int, real_number, true_or_false
 from .inputs import resolve
 from .model import architectures as archs
 from .terms.analytic import stage_parameters
@@ -137,8 +135,7 @@ def deepspeed_estimate(stage, total_params, largest_layer_params=0, num_gpus_per
         raise ValueError(f"DeepSpeed estimates ZeRO stage 2 or 3, got {stage!r}")
     flags = (("cpu_offload", cpu_offload), ("cpu_offload_params", cpu_offload_params), ("zero_init", zero_init))
     for name, flag in flags:
-        if not isinstance(flag, (bool, np.bool_)):  # 2 or "no" would pick a branch by truth, silently
-            raise TypeError(f"{name} must be True or False, got {flag!r}")
+        true_or_false(name, flag)  # 2 or "no" would pick a branch by truth, silently
     # inf raised OverflowError in int()
     if not 0 < real_number("additional_buffer_factor", additional_buffer_factor) < math.inf:
         raise ValueError("additional_buffer_factor is DeepSpeed's allowance, a finite number > 0, got "

@@ -165,3 +165,65 @@ def offload_kind(offload):
         return offload
     raise ValueError(f"unknown offload {offload!r}; choose False, 'optimizer' (or True), 'zero-offload' "
                      "or 'zero-offload-params'")
+
+
+TorchOptions = namedtuple("TorchOptions", "optimizer hold_logits attention checkpoint precision device")
+TorchOptions.__new__.__defaults__ = (None, True, "math", False, "fp32", "cpu")
+TorchOptions.__doc__ = """How a PyTorch step runs, for the planner's ``torch`` mode (PyTorch's defaults):
+``optimizer`` AdamW's implementation, "for-loop" | "foreach" | "fused" (None: PyTorch's default on
+the device, the for-loop on the CPU and foreach on CUDA); ``hold_logits`` the caller keeps the
+logits through backward and the update (nanoGPT's ``logits, loss = model(X, Y)``); ``attention``
+"math" (nanoGPT's masked_fill) | "sdpa"; ``checkpoint`` every block under
+``torch.utils.checkpoint(use_reentrant=False)``; ``precision`` "fp32" | "bf16-autocast";
+``device`` "cpu" (measured) | "cuda" (predicted, unmeasured). Tied embeddings and dropout are the
+Arch's own fields."""
+TORCH_CHOICES = dict(optimizer=(None, "for-loop", "foreach", "fused"), hold_logits=(True, False),
+                     attention=("math", "sdpa"), checkpoint=(False, True), precision=("fp32", "bf16-autocast"),
+                     device=("cpu", "cuda"))
+
+
+def resolve_torch(options, arch, batch):
+    """``options`` checked (a ValueError naming the field) with AdamW's default filled in for its
+    device; ``arch`` (an Arch) a GPT (gelu, layernorm, learned positions) or a LLaMA (swiglu,
+    rmsnorm, rotary, no biases, no dropout) without grouped-query attention or experts."""
+    if not isinstance(options, TorchOptions):
+        raise TypeError(f"options must be a planner.inputs.TorchOptions, got a {type(options).__name__}")
+    for field, choices in TORCH_CHOICES.items():
+        value = getattr(options, field)
+        if not any(value is c or (type(value) is type(c) and value == c) for c in choices):
+            raise ValueError(f"TorchOptions.{field} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    positive_int("batch", batch)
+    gpt = (arch.mlp, arch.norm, arch.positions) == ("gelu", "layernorm", "learned")
+    llama = (arch.mlp, arch.norm, arch.positions, arch.bias) == ("swiglu", "rmsnorm", "rotary", False)
+    if not (gpt or llama):
+        raise ValueError(f"{arch.name}: the torch mode runs GPT (gelu, layernorm, learned positions) or LLaMA "
+                         f"(swiglu, rmsnorm, rotary, no bias) layers, got {arch.mlp}/{arch.norm}/{arch.positions}")
+    if llama and arch.dropout:
+        raise ValueError(f"{arch.name}: a LLaMA trains without dropout in the torch mode, got {arch.dropout}")
+    if archs.kv_heads(arch) != arch.heads or arch.experts != 1:
+        raise ValueError(f"{arch.name}: grouped-query attention and experts are not in the torch mode")
+    if options.precision == "bf16-autocast" and llama:
+        raise ValueError(f"{arch.name}: bf16 autocast of LLaMA layers is not in the torch mode (RMSNorm and rotary "
+                         "positions mix dtypes their own way): give precision='fp32', or GPT layers")
+    if options.precision == "bf16-autocast" and options.attention == "sdpa" and arch.dropout and options.device == "cpu":
+        raise ValueError("SDPA with dropout under bf16 autocast runs PyTorch's math kernel in float32 on the CPU, "
+                         "not in the torch mode: give dropout 0, attention='math' or precision='fp32'")
+    default = "for-loop" if options.device == "cpu" else "foreach"
+    return options._replace(optimizer=options.optimizer or default)
+
+
+def parse_torch(text):
+    """A :class:`TorchOptions` from comma-separated words (the ``--torch`` flag): for-loop,
+    foreach, fused, math, sdpa, hold-logits, no-hold-logits, checkpoint, fp32, bf16-autocast,
+    cpu, cuda. An unknown word is refused, naming it."""
+    words = {"for-loop": ("optimizer", "for-loop"), "foreach": ("optimizer", "foreach"),
+             "fused": ("optimizer", "fused"), "math": ("attention", "math"), "sdpa": ("attention", "sdpa"),
+             "hold-logits": ("hold_logits", True), "no-hold-logits": ("hold_logits", False),
+             "checkpoint": ("checkpoint", True), "fp32": ("precision", "fp32"),
+             "bf16-autocast": ("precision", "bf16-autocast"), "cpu": ("device", "cpu"), "cuda": ("device", "cuda")}
+    fields = {}
+    for word in filter(None, (w.strip() for w in str(text).split(","))):
+        if word not in words:
+            raise ValueError(f"--torch: unknown word {word!r}; choose from {', '.join(words)}")
+        fields.__setitem__(*words[word])
+    return TorchOptions(**fields)

@@ -106,10 +106,14 @@ def test_the_constructor_refuses_what_load_state_dict_refuses(key, value, error,
         GradScaler(**{name: value})
 
 
-@pytest.mark.parametrize("new_scale, error", [(1e39, ValueError), ("8", TypeError), (True, TypeError)])
+@pytest.mark.parametrize("new_scale, error", [(1e39, ValueError), ("8", TypeError), (True, TypeError),
+                                              (np.array([2.0, 4.0], np.float32), ValueError)])
 def test_update_refuses_a_new_scale_float32_cannot_hold_or_not_a_number(new_scale, error):
     """update(1e39) set the scale to float32 inf (every later step skipped); "8" raised Python's
-    "could not convert" and True set a scale of 1."""
+    "could not convert" and True set a scale of 1; a Tensor of two values raised "item() needs a
+    tensor with one element", which does not name new_scale (PyTorch asks for a 1-element one)."""
+    if isinstance(new_scale, np.ndarray):
+        new_scale = tm.tensor(new_scale)
     scaler, w, opt = _trained_scaler()
     opt.zero_grad()
     scaler.scale((w * 1.0).sum()).backward()

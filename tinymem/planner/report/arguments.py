@@ -3,9 +3,11 @@
 ``plan`` runs in one of four modes, chosen by the flags:
 
     probe       --model/--sizes/--batch: measures a tinymem model's step on this machine
-    training    --arch NAME (or --layers/--hidden/--heads/--seq/--vocab): the closed form's stacks
+    training    --arch NAME or --config FILE (or --layers/--hidden/--heads/--seq/--vocab): the closed
+                form's stacks
     layout      training flags + --tensor-parallel/--pipeline/--data-parallel/--sequence-parallel
     inference   --arch NAME --inference
+    torch       --arch NAME --mode torch [--torch WORDS]: one PyTorch step's peak (the torch mode)
 
 A flag of another mode used to be ignored, the output byte-identical (``--inference
 --tensor-parallel 8`` still said a 70B model does not fit one GPU); :func:`check` refuses it
@@ -20,23 +22,27 @@ from ..model import architectures
 from .. import conventions
 from ..terms import inference
 
-ARCH_FLAGS = ("arch", "layers", "hidden", "heads", "seq", "vocab", "ffn")
+ARCH_FLAGS = ("arch", "config", "layers", "hidden", "heads", "seq", "vocab", "ffn")
+OVERRIDES = ("layers", "hidden", "heads", "vocab", "ffn")  # with --arch or --config: in place of the model's
 LAYOUT_FLAGS = ("tensor_parallel", "pipeline", "data_parallel", "sequence_parallel")
-COMMON = ("batch", "gpu_memory", "cuda_context", "fragmentation")
+COMMON = ("batch", "gpu_memory", "cuda_context", "fragmentation", "json")
 MODES = {
     "probe": ("model", "sizes", "batch", "budget", "schedules", "precisions", "optimizers", "offloads", "top", "all",
-              "verify"),
+              "verify", "json"),
     "training": ARCH_FLAGS + COMMON + ("gpus", "micro_batches", "mode", "convention", "explain", "finetune",
-                                       "lora_rank"),
+                                       "lora_rank", "verify_torch"),
     "layout": ARCH_FLAGS + COMMON + LAYOUT_FLAGS + ("micro_batches", "mode", "convention", "explain", "recompute",
                                                     "zero"),
     "inference": ARCH_FLAGS + COMMON + ("inference", "context", "weights", "kv_cache"),
+    "torch": ARCH_FLAGS + COMMON + ("mode", "torch", "verify_torch"),
 }
 DEFAULTS = {"gpus": 8, "gpu_memory": "80GB", "mode": "tinymem", "convention": "tinymem", "cuda_context": "0.5GB",
             "fragmentation": 0.05, "lora_rank": 16, "weights": "bf16", "kv_cache": "bf16", "recompute": "selective",
             "zero": 1, "top": 15}
-USAGE = {"probe": "--model/--sizes/--batch (probe a tinymem model)", "training": "--arch (the closed form)",
-         "layout": "--tensor-parallel/--pipeline/--data-parallel (one 3D layout)", "inference": "--inference"}
+USAGE = {"probe": "--model/--sizes/--batch (probe a tinymem model)",
+         "training": "--arch or --config (the closed form)",
+         "layout": "--tensor-parallel/--pipeline/--data-parallel (one 3D layout)", "inference": "--inference",
+         "torch": "--mode torch (one PyTorch step)"}
 
 EPILOG = """examples:
   tinymem plan --arch llama2-7b --gpus 8 --gpu-memory 80GB     which stacks fit, the fewest GPUs each needs
@@ -44,6 +50,8 @@ EPILOG = """examples:
   tinymem plan --arch llama2-7b --gpus 1 --gpu-memory 24GB --finetune   LoRA and QLoRA on one GPU too
   tinymem plan --arch llama2-70b --tensor-parallel 8 --pipeline 4 --data-parallel 2   one 3D layout
   tinymem plan --arch llama3-8b --inference --context 32768    weights, KV cache, workspace of generation
+  tinymem plan --config config.json --gpus 1 --json            a Hugging Face or nanoGPT config; bytes as JSON
+  tinymem plan --arch gpt2 --layers 2 --hidden 256 --heads 4 --seq 128 --verify-torch foreach   torch mode vs PyTorch
   tinymem plan --model mlp --sizes 64,256,256,10 --batch 32 --budget 4MB   probe a tinymem model here
 
 exit codes:
@@ -72,11 +80,22 @@ def add_arguments(parser):
     probe.add_argument("--top", type=int, default=None, help=f"rows to print (default {DEFAULTS['top']})")
     probe.add_argument("--all", action="store_true", help="print every combination")
     probe.add_argument("--verify", action="store_true", help="run one step with the proposal and compare")
-    model = parser.add_argument_group("the model of the closed form (--arch NAME, or all of --layers ... --vocab)")
+    model = parser.add_argument_group("the model of the closed form (--arch NAME, --config FILE, or all of --layers "
+                                      "... --vocab; with --arch or --config, each size given overrides the model's)")
     model.add_argument("--arch", help="a named model: " + ", ".join(architectures.ARCHS))
+    model.add_argument("--config", metavar="FILE", help="a model's config.json: Hugging Face's gpt2 family (n_layer, "
+                       "n_embd, n_head, n_positions or n_ctx, vocab_size, n_inner, tie_word_embeddings, "
+                       "activation_function, *_pdrop), its llama family (num_hidden_layers, hidden_size, "
+                       "num_attention_heads, num_key_value_heads, intermediate_size, max_position_embeddings, "
+                       "vocab_size, tie_word_embeddings, hidden_act), or nanoGPT's GPTConfig as JSON (block_size, "
+                       "vocab_size, n_layer, n_head, n_embd, dropout, bias). Fields that change no memory of a step "
+                       "(token ids, initializer_range, norm epsilons, rope_theta/rope_scaling, torch_dtype, "
+                       "transformers_version, use_cache, summary_*, any _private field) are ignored with a note; "
+                       "any other unknown field is refused by name, as is a missing or impossible one")
     for name in ("layers", "hidden", "heads", "seq", "vocab", "ffn"):
         model.add_argument(f"--{name}", type=int, default=None, help=f"explicit {name}" +
-                           (" (with --arch: its sequence length)" if name == "seq" else ""))
+                           (" (with --arch: its sequence length)" if name == "seq" else
+                            " (with --arch: in place of the named model's)"))
     machine = parser.add_argument_group("the machine and the batch (every closed-form mode)")
     machine.add_argument("--batch", type=int, default=None,
                          help="sequences per micro-batch per GPU (default 1); probe: samples per step")
@@ -90,13 +109,21 @@ def add_arguments(parser):
     train.add_argument("--gpus", type=int, default=None, help=f"GPUs (default {DEFAULTS['gpus']}); not with a layout")
     train.add_argument("--micro-batches", type=int, default=None,
                        help="micro-batches per step on a pipeline (default 4 per stage)")
-    train.add_argument("--mode", default=None, choices=("tinymem", "korthikanti"),
-                       help="count tinymem's saved tensors (default), or Korthikanti et al.'s")
+    train.add_argument("--mode", default=None, choices=("tinymem", "korthikanti", "torch"),
+                       help="count tinymem's saved tensors (default), or Korthikanti et al.'s; torch: the peak of "
+                       "one PyTorch 2.13 step of a GPT or LLaMA, op by op")
+    train.add_argument("--torch", default=None, metavar="WORDS", help="--mode torch's options, comma-separated: "
+                       "for-loop|foreach|fused, math|sdpa, hold-logits|no-hold-logits, checkpoint, cpu|cuda")
     train.add_argument("--convention", default=None, choices=conventions.CONVENTIONS,
                        help="count model states as tinymem holds them (default), as DeepSpeed's estimators do "
                        f"({conventions.DEEPSPEED}), or as the ZeRO paper does")
     train.add_argument("--explain", action="store_true",
                        help="the proposal term by term (bytes per parameter, divided by, GB per GPU)")
+    train.add_argument("--verify-torch", nargs="?", const="", default=None, metavar="WORDS",
+                       help="build the model in PyTorch on this CPU at the size given (small: the step must peak "
+                       "under 2 GB), run two AdamW steps, and print the torch mode's prediction beside the measured "
+                       "second step, per bucket. WORDS (optional, comma separated): for-loop, foreach or fused "
+                       "(AdamW; default for-loop, the CPU's), math or sdpa, no-hold-logits")
     train.add_argument("--finetune", action="store_true",
                        help="also LoRA and QLoRA on one GPU (frozen base, fp32 adapters with Adam)")
     train.add_argument("--lora-rank", type=int, default=None,
@@ -111,6 +138,8 @@ def add_arguments(parser):
     layout.add_argument("--zero", type=int, default=None, choices=(0, 1, 2, 3),
                         help=f"ZeRO stage over the data-parallel copies (default {DEFAULTS['zero']}, Megatron's "
                         "distributed optimizer)")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON for scripts, every row and "
+                        "bucket in bytes (every mode; the exit code is the table's)")
     infer = parser.add_argument_group("inference (--arch NAME --inference), on one GPU")
     infer.add_argument("--inference", action="store_true", help="weights, KV cache and workspace of generation")
     infer.add_argument("--context", type=int, default=None, help="tokens of context per sequence (default: the arch's)")
@@ -124,6 +153,8 @@ def mode_of(args):
     """Which of :data:`MODES` the flags ask for."""
     if args.inference:
         return "inference"
+    if args.mode == "torch":
+        return "torch"
     closed_form = any(getattr(args, n) is not None for n in ARCH_FLAGS)
     if not closed_form and (args.model, args.sizes) != (None, None):
         return "probe"  # a stray layout flag is the one refused, not --model
@@ -150,10 +181,10 @@ def check(args):
                              f"{USAGE[mode]}: leave it out{hint}")
     if mode == "probe" and args.budget is not None:
         size_or_none("--budget", args.budget)
+    if args.arch and args.config:
+        raise ValueError("--arch and --config both name the model: give one")
     if args.lora_rank is not None and not args.finetune:
         raise ValueError("--lora-rank sets the rank of --finetune's adapters: give --finetune with it")
-    if mode != "probe" and args.arch and args.ffn is not None:
-        raise ValueError("--ffn sets an explicit architecture's MLP width; with --arch the width is the architecture's")
     if args.sequence_parallel and (args.tensor_parallel or 1) == 1:
         raise ValueError("--sequence-parallel splits activations over the tensor-parallel ranks: give "
                          "--tensor-parallel T (T > 1) with it")

@@ -3,12 +3,12 @@ stacks, ``--explain``'s term-by-term account), registered by :mod:`tinymem.cli`.
 import sys
 
 from ..model import architectures
-from . import arguments
+from . import arguments, as_json, torch_mode, verify_torch
+from .model_flags import model_from
 from .. import conventions
 from ..terms import finetune, inference
 from ..search import fits
 from ..inputs import resolve
-
 
 
 def main(args, print_table):
@@ -20,7 +20,7 @@ def main(args, print_table):
         print(f"tinymem plan: {exc}", file=sys.stderr)
         return 2
     return {"probe": plan_probe, "training": plan_arch, "layout": plan_layout,
-            "inference": plan_inference}[mode](args, print_table)
+            "inference": plan_inference, "torch": plan_torch}[mode](args, print_table)
 
 
 def plan_probe(args, print_table):
@@ -43,28 +43,37 @@ def plan_probe(args, print_table):
     except ValueError as exc:
         print(f"tinymem plan: {exc}", file=sys.stderr)
         return 2
-    print_table(planner.table_rows(result, None if args.all else args.top))
-    print(planner.summary(result))
+    code = 0 if result.proposal is not None else 1
+    measured = None
     if args.verify and result.proposal is not None:
         measured = planner.measure_step(result.workload, result.proposal.combo, args.batch, budget=result.budget)
+    if args.json:
+        print(as_json.dumps({
+            "mode": "probe", "exit_code": code, "workload": repr(result.workload), "batch": args.batch,
+            "budget": result.budget, "rows": [as_json.probe_row(r) for r in result.rows],
+            "proposal": None if result.proposal is None else as_json.probe_row(result.proposal),
+            **({"verify": planner.verify_rows(result, measured)} if measured else {})}))
+        return code
+    print_table(planner.table_rows(result, None if args.all else args.top))
+    print(planner.summary(result))
+    if measured:
         print("\n== --verify: one training step with the proposal")
         print_table(planner.verify_rows(result, measured))
         print(f"ledger growth above the step's entry {format_bytes(measured['ledger_delta'])}, "
               f"measured (allocator) {format_bytes(measured['measured'])}; "
               f"step {1e3 * measured['seconds']:.1f} ms measured, "
               f"{1e3 * result.proposal.seconds:.1f} ms predicted")
-    return 0 if result.proposal is not None else 1
+    return code
 
 
-def arch_from(args):
-    """The :class:`~.architectures.Arch` the flags name (``--arch``, or explicit sizes)."""
-    if args.arch:
-        arch = architectures.get_arch(args.arch)
-        return architectures.check(arch._replace(seq=args.seq)) if args.seq is not None else arch
-    missing = [f"--{n}" for n in ("layers", "hidden", "heads", "seq", "vocab") if getattr(args, n) is None]
-    if missing:
-        raise ValueError(f"explicit sizes need {', '.join(missing)} too")
-    return architectures.custom(args.layers, args.hidden, args.heads, args.seq, args.vocab, args.ffn)
+def plan_torch(args, print_table):
+    """``--mode torch``: one PyTorch step's peak (:mod:`.torch_mode`)."""
+    try:
+        model, usable = model_from(args), allowance(args)[2]
+    except ValueError as exc:
+        print(f"tinymem plan: {exc}", file=sys.stderr)
+        return 2
+    return torch_mode.plan_torch(args, model, usable, print_table)
 
 
 def layout_stack(args):
@@ -104,19 +113,41 @@ def assumptions_line():
 def plan_arch(args, print_table):
     """The closed form at any size: bytes per bucket per stack, the fewest GPUs, the time cost."""
     try:
-        arch = arch_from(args)
+        model = model_from(args)
+        arch = model.arch
         memory = arguments.size("--gpu-memory", args.gpu_memory)
         batch = 1 if args.batch is None else args.batch  # >= 1: arguments.check
         usable = allowance(args)[2]
         rows, proposal = fits.plan_arch(arch, args.gpus, usable, batch, args.mode, args.micro_batches,
                                         args.convention)
         tuned = finetune.rows(arch, args.lora_rank, batch) if args.finetune else []
+        torch_options = None if args.verify_torch is None else verify_torch.options_of(args.verify_torch, arch, batch)
     except ValueError as exc:
         print(f"tinymem plan: {exc}", file=sys.stderr)
         return 2
+    checked, where = verify_torch.compare(arch, batch, torch_options) if torch_options else (None, None)
+    chosen = explained_row(args, arch, batch, rows, proposal) if args.explain else None
+    code = 0 if proposal is not None or any(r.peak <= usable for r in tuned) else 1
+    if args.json:
+        print(as_json.dumps({
+            "mode": "training", "exit_code": code, **as_json.model(arch, model.config), "batch": batch,
+            "gpus": args.gpus, "gpu_memory": memory, "usable": usable, "planner_mode": args.mode,
+            "convention": args.convention, "rows": [as_json.stack_row(r) for r in rows],
+            "proposal": None if proposal is None else as_json.stack_row(proposal),
+            **({"finetune": [as_json.finetune_row(r, usable) for r in tuned]} if args.finetune else {}),
+            **({"explain": chosen and as_json.explain_rows(arch, chosen, args.convention,
+                                                            terms(arch, chosen, args.convention)[2])}
+               if args.explain else {}),
+            **({"verify_torch": checked} if checked else {})}))
+        return code
     label = args.gpu_memory
+    for line in model.header:
+        print(line)
+    if arch.name != (args.arch or "custom"):
+        print(architectures.describe(arch))
     print(f"per GPU, micro-batch of {batch} sequence(s) of {arch.seq} tokens, mode {args.mode}, convention "
-          f"{args.convention} (GB = 10^9 B; fewest GPUs: data-parallel ranks, or pipeline stages for the pipeline rows)")
+          f"{args.convention} (GB = 10^9 B; fewest GPUs: every GPU of the layout, grown by data-parallel copies, or by pipeline stages "
+          "for the pipeline rows)")
     # On one GPU a ZeRO stage or a pipeline is the stack above it: their fewest GPUs go on one line.
     shown = [r for r in rows if args.gpus > 1 or not fits.needs_gpus(r)]
     print_table(fits.table(shown, args.gpus, memory, label))
@@ -126,32 +157,49 @@ def plan_arch(args, print_table):
     print(overhead_line(args, usable))
     print(assumptions_line())
     print(fits.summary(arch, rows, proposal, args.gpus, memory, label, full_training=args.finetune))
-    tuned_fits = print_finetune(args, tuned, usable, print_table) if args.finetune else False
+    if args.finetune:
+        print_finetune(args, tuned, usable, print_table)
+    if checked:
+        print(f"\n== --verify-torch: the torch mode ({torch_options.optimizer} AdamW, {torch_options.attention} "
+              f"attention) against a PyTorch step of {arch.name} on this CPU, batch {batch}: bytes at the peak")
+        print_table(checked)
+        print(where)
     if args.explain:
-        chosen = proposal or min((r for r in rows if r.fewest_gpus is not None and not r.refused),
-                                 key=lambda r: (r.fewest_gpus, r.time), default=None)
-        if chosen is not None and proposal is None:  # the summary's "fewest GPUs": explain it there
-            stack = fits.grow(chosen.stack, chosen.fewest_gpus // (chosen.stack.tensor * (
-                1 if chosen.name in fits.PIPELINES else chosen.stack.pipeline)), chosen.name in fits.PIPELINES,
-                args.micro_batches)
-            chosen = chosen._replace(stack=stack, breakdown=fits.run(arch, batch, stack, args.mode, args.convention))
         if chosen is None:
             print(f"\n--explain: no stack fits any number of GPUs of {args.gpu_memory}: nothing to explain")
         else:
             print()
             for line in explain(arch, chosen, args.convention, print_table):
                 print(line)
-    return 0 if proposal is not None or tuned_fits else 1
+    return code
+
+
+def explained_row(args, arch, batch, rows, proposal):
+    """The row ``--explain`` explains: the proposal, else the summary's "fewest GPUs" stack on
+    that many GPUs (None when no stack fits any count)."""
+    chosen = proposal or min((r for r in rows if r.fewest_gpus is not None and not r.refused),
+                             key=lambda r: (r.fewest_gpus, r.time), default=None)
+    if chosen is not None and proposal is None:
+        stages = chosen.name in fits.PIPELINES
+        stack = fits.grow(chosen.stack, chosen.fewest_gpus // fits.gpus_per_count(chosen.stack, stages), stages,
+                          args.micro_batches)
+        chosen = chosen._replace(stack=stack, breakdown=fits.run(arch, batch, stack, args.mode, args.convention))
+    return chosen
+
+
+def terms(arch, row, convention):
+    """``(resolved stack, parameters per GPU, the convention's rows)`` of ``row``'s model states."""
+    stack = resolve(row.stack)
+    parameters = fits.analytic.stage_parameters(arch, stack.pipeline, stack.tensor)
+    return stack, parameters, conventions.resolved_rows(arch, stack, convention, parameters)
 
 
 def explain(arch, row, convention, print_table):
     """Print ``row``'s model states term by term under ``convention``, then the other terms of
     its peak; returns the closing lines (the same stack in the other conventions)."""
-    stack = resolve(row.stack)
+    stack, parameters, table = terms(arch, row, convention)
     print(f"== --explain: {fits.describe(stack)}; t={stack.tensor} x p={stack.pipeline} x d={stack.ranks} GPUs; "
           f"convention {convention} (bytes per parameter; GB = 10^9 B per GPU)")
-    parameters = fits.analytic.stage_parameters(arch, stack.pipeline, stack.tensor)
-    table = conventions.resolved_rows(arch, stack, convention, parameters)
     n_layer = architectures.layer_parameter_count(arch) / stack.tensor
     big = architectures.largest_module(arch) / stack.tensor
     counts = {parameters[0]: "n", n_layer: "n_layer", big: "n_big"}
@@ -186,7 +234,8 @@ def explain(arch, row, convention, print_table):
 def plan_layout(args, print_table):
     """One 3D layout: its buckets per GPU, whether it fits, and its terms."""
     try:
-        arch = arch_from(args)
+        model = model_from(args)
+        arch = model.arch
         memory = arguments.size("--gpu-memory", args.gpu_memory)
         batch = 1 if args.batch is None else args.batch
         stack = layout_stack(args)
@@ -199,6 +248,16 @@ def plan_layout(args, print_table):
     gpus = stack.tensor * stack.pipeline * stack.ranks
     row = fits.Row(fits.describe(stack), stack, result, result.peak <= usable, None,
                    fits.step_time(arch, batch, resolved), fits.refused(resolved))
+    if args.json:
+        print(as_json.dumps({
+            "mode": "layout", "exit_code": 0 if row.fits else 1, **as_json.model(arch, model.config),
+            "batch": batch, "layout": {"tensor": stack.tensor, "pipeline": stack.pipeline, "data": stack.ranks},
+            "gpu_memory": memory, "usable": usable, "planner_mode": args.mode, "convention": args.convention,
+            "rows": [as_json.stack_row(row)],
+            "explain": as_json.explain_rows(arch, row, args.convention, terms(arch, row, args.convention)[2])}))
+        return 0 if row.fits else 1
+    for line in model.header:
+        print(line)
     print(f"{architectures.describe(arch)}\none layout on {gpus} GPUs (t={stack.tensor} x p={stack.pipeline} x "
           f"d={stack.ranks}), micro-batch of {batch} sequence(s), mode {args.mode}, convention {args.convention}; "
           "activations of tensor-parallel layers as Korthikanti et al. count them")
@@ -215,7 +274,8 @@ def plan_inference(args, print_table):
     """Generation: weights, KV cache, the largest layer's workspace, the allowance; accelerate's
     ``estimate-memory`` beside it in its own convention."""
     try:
-        arch = arch_from(args)
+        model = model_from(args)
+        arch = model.arch
         batch = 1 if args.batch is None else args.batch
         rows = inference.plan(arch, batch, args.context, args.weights, 2 if args.kv_cache == "bf16" else 1)
         context_bytes, fraction, usable = allowance(args)
@@ -224,17 +284,27 @@ def plan_inference(args, print_table):
         return 2
     context = arch.seq if args.context is None else args.context
     total = sum(t.bytes for t in rows)
+    need = context_bytes + (1 + fraction) * total
+    memory = arguments.size("--gpu-memory", args.gpu_memory)
+    per_token = inference.kv_cache_bytes(arch, batch, 1, 2 if args.kv_cache == "bf16" else 1)
+    if args.json:
+        print(as_json.dumps({
+            "mode": "inference", "exit_code": 0 if need <= memory else 1, **as_json.model(arch, model.config),
+            "batch": batch, "context": context, "weights": args.weights, "kv_cache": args.kv_cache,
+            "terms": [{"term": t.name, "formula": t.formula, "bytes": t.bytes} for t in rows],
+            "cuda_context": context_bytes, "fragmentation": fraction * total, "total": total, "need": need,
+            "gpu_memory": memory, "fits": need <= memory, "kv_cache_per_token": per_token}))
+        return 0 if need <= memory else 1
+    for line in model.header:
+        print(line)
     out = [{"term": t.name, "formula": t.formula, "GB": f"{t.bytes / 1e9:.3f}"} for t in rows]
     out.append({"term": "CUDA context + fragmentation", "formula": f"{args.cuda_context} + {fraction:.0%}",
                 "GB": f"{(context_bytes + fraction * total) / 1e9:.3f}"})
     print(f"{architectures.describe(arch)}\ninference: batch {batch}, context {context} tokens, weights "
           f"{args.weights}, KV cache {args.kv_cache}, fused (flash) attention (GB = 10^9 B)")
     print_table(out)
-    need = context_bytes + (1 + fraction) * total
-    memory = arguments.size("--gpu-memory", args.gpu_memory)
     print(f"total {need / 1e9:.2f} GB: {'fits' if total <= usable else 'does not fit'} one {args.gpu_memory} GPU; "
-          f"the KV cache grows by {inference.kv_cache_bytes(arch, batch, 1, 2 if args.kv_cache == 'bf16' else 1) / 1e6:.3f}"
-          f" MB a token")
+          f"the KV cache grows by {per_token / 1e6:.3f} MB a token")
     theirs = inference.accelerate_estimate(arch, args.weights)
     print(f"accelerate estimate-memory, {args.weights} row (its convention: the model without its LM head, "
           f"units of 2^30 B): Total Size {theirs['total'] / 2 ** 30:.2f} GB, Largest Layer "
@@ -243,7 +313,7 @@ def plan_inference(args, print_table):
 
 
 def print_finetune(args, tuned, usable, print_table):
-    """LoRA and QLoRA rows on one GPU (:mod:`.finetune`); returns whether one of them fits."""
+    """LoRA and QLoRA rows on one GPU (:mod:`.finetune`)."""
     table = []
     for r in tuned:
         table.append({"method": r.method, "frozen base GB": f"{r.base / 1e9:.2f}",
@@ -256,4 +326,3 @@ def print_finetune(args, tuned, usable, print_table):
     able = [r.method for r in tuned if r.peak <= usable]
     print(f"fine-tuning fits 1 x {args.gpu_memory} with {' and '.join(able)}" if able
           else f"no fine-tuning method fits 1 x {args.gpu_memory}")
-    return bool(able)

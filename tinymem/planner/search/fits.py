@@ -220,23 +220,31 @@ def evaluate(arch, batch, stack, mode="tinymem", convention="tinymem"):
 
 
 def grow(stack, count, stages, micro_batches=None):
-    """``stack`` on ``count`` GPUs: ``count`` pipeline stages fed ``micro_batches`` micro-batches
-    (default 4 per stage) when ``stages``, else ``count`` data-parallel copies. The one rule
-    behind a row's "fits" and its "fewest GPUs"."""
+    """``stack`` with ``count`` pipeline stages fed ``micro_batches`` micro-batches (default 4 per
+    stage) when ``stages``, else ``count`` data-parallel copies: ``count`` is stages or copies,
+    not GPUs (it takes ``count`` x :func:`gpus_per_count` GPUs). The one rule behind a row's
+    "fits" and its "fewest GPUs"."""
     if stages:
         return stack._replace(pipeline=count, micro_batches=micro_batches or 4 * count)
     return stack._replace(ranks=count)
 
 
+def gpus_per_count(stack, stages):
+    """GPUs that one more of :func:`grow`'s ``count`` adds to ``stack``: a pipeline stage spans
+    t·d GPUs (each of the d copies gets one more stage of t ranks), a data-parallel copy t·p."""
+    return stack.tensor * (stack.ranks if stages else stack.pipeline)
+
+
 def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, stages=None, convention="tinymem",
                 micro_batches=None):
-    """The fewest GPUs with which ``stack``'s peak fits ``gpu_memory`` (None when none up to
-    ``limit`` does). Data-parallel stacks grow their ranks (a copy is t·p GPUs with tensor or
+    """The fewest GPUs with which ``stack``'s peak fits ``gpu_memory``, counted in GPUs
+    (stages or copies times :func:`gpus_per_count`; None when no count up to ``limit`` copies or
+    stages does). Data-parallel stacks grow their ranks (a copy is t·p GPUs with tensor or
     pipeline parallelism): the peak never rises with N (each sharded term is bytes/N), so a
     bisection finds the least. Pipeline stacks grow their stages (``stages``: grow the stages;
     default, when ``stack`` has more than one), each count fed ``micro_batches`` (default 4 per
     stage, :func:`grow`): a stage holds ceil(L/p) layers, not monotone in p, so every count
-    from 1 to the layers is tried."""
+    from 1 to the layers is tried; p stages of t ranks in d copies are t·p·d GPUs."""
     arch = archs.get_arch(arch)
     positive_int("batch", batch)
     # Below the door the search grows ranks or stages up to ``limit`` unchecked: 2.5 looped forever,
@@ -252,15 +260,16 @@ def fewest_gpus(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, s
 def fewest(arch, batch, stack, gpu_memory, mode="tinymem", limit=1 << 20, stages=None, convention="tinymem",
            micro_batches=None):
     """:func:`fewest_gpus` below the door (``arch`` an Arch, ``stack`` resolved on it: growing
-    its ranks or stages changes no name the door resolved)."""
+    its ranks or stages changes no name the door resolved). Returns GPUs, as it does."""
     stages = stack.pipeline > 1 if stages is None else stages
+    scale = gpus_per_count(stack, stages)  # the search counts stages or copies; it returns GPUs
 
     def fits(count):
         return evaluate(arch, batch, grow(stack, count, stages, micro_batches), mode, convention).peak <= gpu_memory
 
     if stages:
-        return next((count for count in range(1, min(limit, arch.layers) + 1) if fits(count)), None)
-    scale = stack.tensor * stack.pipeline  # GPUs per data-parallel copy
+        least = next((count for count in range(1, min(limit, arch.layers) + 1) if fits(count)), None)
+        return None if least is None else least * scale
     if fits(1):
         return scale
     if not fits(limit):

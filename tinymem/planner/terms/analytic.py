@@ -43,11 +43,12 @@ out here as well (``tests/planner/test_analytic_exact.py`` states the bound on w
 import math
 from collections import namedtuple
 
-from ..inputs import Resolved, Stack, device, resolve
+from ..inputs import Resolved, Stack, TorchOptions, device, resolve
 from ..model import architectures as archs
 from .activations import Term, activations_per_layer, korthikanti_formula, layer_terms
 from .moments import (activation_moments, attention_backward, layer_transient, micro_batch_sizes,
                       pipeline_in_flight, segments, step_moments, transient_bound)  # re-exported but step_moments
+from . import torch_step
 from .precision import PRECISIONS
 from .sharding import (SCRATCH, model_states, optimizer_bytes, optimizer_label, parameter_total,
                        scratch_bytes, step_states)
@@ -65,7 +66,8 @@ on the host (offloaded state and masters); ``terms``: ``[(bucket, Term)]`` behin
 BUCKETS = ("parameter", "gradient", "optimizer", "activation", "workspace")
 
 
-def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu", chunks=None, fused_update=False):
+def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu", chunks=None, fused_update=False,
+              torch=None):
     """The step's memory per device for ``arch`` trained with ``stack`` on ``batch`` sequences
     per data-parallel rank (split into ``stack.micro_batches``); a :class:`Breakdown`.
 
@@ -76,8 +78,20 @@ def breakdown(arch, batch=1, stack=Stack(), mode="tinymem", backend="gpu", chunk
     value and a half layer upcasts its weights while it runs. ``chunks``: the backend whose chunk
     size the optimizer's chunked loops (8-bit Adam's) take, ``backend``'s by default (CuPy
     computes bf16 in float32 as NumPy does, "numpy", but its chunks are the GPU's, "gpu").
+
+    ``mode="torch"`` is another answer: the peak of one plain PyTorch step on one device
+    (:func:`.torch_step.breakdown`, a :class:`~.torch_step.TorchBreakdown`), with ``torch`` its
+    :class:`~..inputs.TorchOptions` (PyTorch's defaults when None); a stack, backend or chunks
+    other than the defaults is refused with it.
     """
     arch = archs.get_arch(arch)
+    if mode == "torch":
+        if (stack, backend, chunks, fused_update) != (Stack(), "gpu", None, False):
+            raise ValueError("mode='torch' plans one plain PyTorch step: its options are torch=TorchOptions(...), "
+                             "not a stack, backend, chunks or fused_update")
+        return torch_step.breakdown(arch, batch, TorchOptions() if torch is None else torch)
+    if torch is not None:
+        raise ValueError(f"torch=TorchOptions(...) goes with mode='torch', not mode={mode!r}")
     return evaluate(arch, batch, resolve(stack, arch, batch, device(backend, chunks, fused_update)), mode)
 
 

@@ -120,6 +120,10 @@ def dequantize_nf4(packed, absmax, size, block=BLOCK, scratch=None):
     if getattr(packed, "dtype", None) != np.uint8:  # wider codes would index past the 256 byte pairs
         raise TypeError(f"dequantize_nf4: packed must be the uint8 array of codes quantize_nf4 returned, got "
                         f"{getattr(packed, 'dtype', type(packed).__name__)}")
+    for name, array in (("packed", packed), ("absmax", absmax)):
+        if getattr(array, "ndim", 1) != 1:  # a reshaped array failed in a broadcast deep below
+            raise ValueError(f"dequantize_nf4: {name} must be the flat array quantize_nf4 returned, "
+                             f"got shape {tuple(array.shape)}")
     stored = 2 * packed.size
     if not is_int(size) or not 0 <= size <= stored:
         raise ValueError(f"dequantize_nf4: size must be an integer from 0 to {stored} (the values the "

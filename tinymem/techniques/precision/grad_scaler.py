@@ -200,9 +200,13 @@ class GradScaler:
         if not self._enabled:
             return
         if new_scale is not None:
+            if isinstance(new_scale, Tensor):
+                if new_scale.size != 1:
+                    raise ValueError("update(new_scale): the scale must be a number or a Tensor of one value, "
+                                     f"got a Tensor of shape {tuple(new_scale.shape)}")
+                new_scale = new_scale.item()
             # 0 would stop training for good, silently; 1e39 is inf in float32
-            self._scale = _scale32("update(new_scale): the scale",
-                                   new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
+            self._scale = _scale32("update(new_scale): the scale", new_scale)
         else:
             found = [s["found_inf"] for s in self._per_optimizer.values() if s["found_inf"] is not None]
             if not found:
