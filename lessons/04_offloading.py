@@ -264,8 +264,8 @@ records["meta"] = RECORDS["meta"]
 for path in exp.plot(records, OUT):
     print("wrote", path)
 for row in records["modes"]:
-    print(f"{row['mode']:<14} {row['seconds'] * 1e3:7.1f} ms measured now, {row['predicted_seconds'] * 1e3:7.1f} ms "
-          f"predicted, device peak {row['peak'] / 2**20:5.2f} MiB")
+    print(f"{row['mode']:<14} {row['q1'] * 1e3:7.1f} ms measured now (lower quartile of the turns), "
+          f"{row['predicted_seconds'] * 1e3:7.1f} ms predicted, device peak {row['peak'] / 2**20:5.2f} MiB")
 
 # %% [markdown]
 # ## Pitfalls

@@ -1,5 +1,5 @@
 """What every lesson shares: quick mode, the folder its figures go to, their footer, and the
-predict-then-reveal moments.
+predict-then-reveal moments (displayed set apart, the answer folded, in a notebook kernel).
 
     TINYMEM_QUICK=1          small sizes (how CI runs every lesson)
     TINYMEM_LESSON_OUT=DIR   where a lesson writes its PNGs (default: lessons/out/, git-ignored)
@@ -15,6 +15,7 @@ import numpy as np
 
 from tinymem import backend
 from tinymem.autograd.tensor import Tensor
+from tinymem.course import kernel
 from tinymem.measure.records import meta
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -24,6 +25,8 @@ OUT = os.environ.get("TINYMEM_LESSON_OUT") or str(HERE / "out")
 FIGURES = HERE.parent / "figures"
 # Machine (the default device's: TINYMEM_DEVICE), versions and date, printed under each figure a lesson draws.
 RECORDS = {"meta": meta(backend.default_device(), QUICK)}
+# In a notebook kernel each figure a cell writes into OUT is shown under that cell.
+kernel.watch_figures(OUT)
 
 
 def _predict_switch():
@@ -40,7 +43,11 @@ PREDICT = _predict_switch()
 def predict(question):
     """Ask the reader to predict before the lesson measures. With ``PREDICT=1`` the lesson waits
     here for Enter (in a notebook, run the cells one at a time instead); when there is nothing
-    to read (standard input closed, as under a pipe or a scheduler), it says so and goes on."""
+    to read (standard input closed, as under a pipe or a scheduler), it says so and goes on.
+    In a notebook kernel the question is displayed set apart, and never waits."""
+    if kernel.active():
+        kernel.show_prediction(question)
+        return
     print(f"\nPREDICT: {question}")
     if PREDICT:
         try:
@@ -82,16 +89,27 @@ def _truth(claim, holds):
                     "(a bool or a NumPy bool)")
 
 
+def _contradicted(claim):
+    return AssertionError(f"the lesson says {claim!r}, and this run contradicts it")
+
+
 def check(claim, holds):
     """A sentence of the lesson, checked on this run: ``holds`` is its predicate's value, True
     or False (a bool or NumPy bool; anything else is refused with a TypeError). A sentence the
     run contradicts stops the lesson (so CI catches prose that went stale)."""
     if not _truth(claim, holds):
-        raise AssertionError(f"the lesson says {claim!r}, and this run contradicts it")
+        raise _contradicted(claim)
     print(f"  checked on this run: {claim}")
 
 
 def reveal(answer, claim, holds):
-    """The measured answer to the last prediction, then the lesson's claim about it, checked."""
-    print(f"MEASURED: {answer}")
-    check(claim, holds)
+    """The measured answer to the last prediction, then the lesson's claim about it, checked. In
+    a notebook kernel both are displayed folded, so that the reader predicts before looking."""
+    if not kernel.active():
+        print(f"MEASURED: {answer}")
+        check(claim, holds)
+        return
+    holds = _truth(claim, holds)
+    kernel.show_answer(answer, claim if holds else None)
+    if not holds:
+        raise _contradicted(claim)

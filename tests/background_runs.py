@@ -12,7 +12,8 @@ minutes. Here the scripts start at collection on a pool as wide as the machine, 
 A test module takes part by defining ``BACKGROUND_FIXTURE`` (the name of the fixture its tests
 read the runs through) and ``background_jobs(root)``: the runs, each ``(key, argv, cwd, env)``,
 where ``key`` is the parameter of the tests that read it. Only the runs of selected tests start,
-so ``pytest tests/planner`` starts nothing and ``pytest -k 03_`` only lesson 03. At the end of the session whatever has not run is cancelled and what is running
+so ``pytest tests/planner`` starts nothing and ``pytest -k 03_`` only lesson 03. A module whose
+tests read another module's runs names that module in ``BACKGROUND_RUNS_OF`` (and uses its fixture). At the end of the session whatever has not run is cancelled and what is running
 is killed (``pytest -x`` stops at once instead of waiting for the scripts).
 """
 import concurrent.futures
@@ -99,6 +100,7 @@ def start(readers):
     parameters name runs of its module reads those (``pytest -k 03_`` starts lesson 03's);
     any other reads all of its module's runs."""
     for module, parameters in readers:
+        module = getattr(module, "BACKGROUND_RUNS_OF", module)
         jobs = _jobs_of(module)
         named = [value for value in parameters if _hashable(value) and value in jobs]
         for key in named or list(jobs):

@@ -1,5 +1,5 @@
 """Shared test parameters: devices, dtypes with their tolerances, the references (PyTorch,
-MPI) and what happens when one is missing (a skip, or a failure under ``CI=true``), and the
+MPI, the course's notebook and site packages) and what happens when one is missing (a skip, or a failure under ``CI=true``), and the
 loading of the exercise checks' answer files."""
 import gc
 import importlib.util
@@ -18,6 +18,7 @@ import background_runs
 import standin_cupy
 import tinymem as tm
 from tinymem import backend
+from tinymem.course import missing_packages
 from tinymem.distributed import launch
 
 # Property tests stay cheap (the whole Hypothesis part of the suite takes seconds) and write no
@@ -46,6 +47,7 @@ CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 requires_torch = pytest.mark.torch  # skipped (or failed under CI=true) without PyTorch
 requires_mpi = pytest.mark.mpi  # skipped (or failed under CI=true) without mpi4py and mpiexec
+requires_course = pytest.mark.course  # skipped (or failed under CI=true) without the course extra
 
 
 def missing_reference(what, install):
@@ -62,6 +64,8 @@ def pytest_runtest_setup(item):
         missing_reference("PyTorch", "pip install .[test]")
     if item.get_closest_marker("mpi") and not launch.mpi_available():
         missing_reference("mpi4py or mpiexec", "pip install .[dist]")
+    if item.get_closest_marker("course") and missing_packages():
+        missing_reference(f"the course's packages ({', '.join(missing_packages())})", "pip install .[course]")
     if item.get_closest_marker("cuda") and not backend.cuda_available():
         pytest.skip("needs CuPy and a GPU")
     # A test about the CPU itself (tracemalloc, RSS, NumPy's behaviour, a CPU-only design)

@@ -69,3 +69,16 @@ def test_the_tests_that_read_runs_are_collected_last():
     readers = [i for i, line in enumerate(ids) if "lesson_runs_in_quick_mode" in line or "prints_an_answer" in line]
     others = [i for i, line in enumerate(ids) if i not in readers]
     assert readers and others and max(others) < min(readers), ids
+
+
+def test_a_module_that_reads_another_modules_runs_starts_those_and_no_second_set():
+    lessons = _module("fake_lessons", [("a", [sys.executable, "-c", "print('ran a')"]),
+                                       ("b", [sys.executable, "-c", "print('ran b')"])])
+    reader = types.ModuleType("fake_site")
+    reader.BACKGROUND_RUNS_OF = lessons  # reads the lessons' runs, as tests/test_course_site.py does
+    try:
+        background_runs.start([(reader, [])])
+        assert background_runs._SUBMITTED == {("fake_lessons", "a"), ("fake_lessons", "b")}
+        assert background_runs.results(lessons)["b"][0].stdout == "ran b\n"
+    finally:
+        background_runs.stop()

@@ -80,6 +80,7 @@ def test_bad_input_is_refused_before_the_step(tmp_path, capsys):
 @pytest.mark.parametrize("argv,said", [
     (["--workload", "transformer", "--sizes", "64,32,30,4,2"], "embed_dim (30) must be divisible by num_heads (4)"),
     (["--workload", "mlp", "--sizes", ""], "mlp sizes need an input and an output size"),
+    (["--workload", "unet", "--sizes", "1,4,8,3,7"], "unet resolution 7 must be divisible by 2**(depth-1) = 4"),
     (["--workload", "", "--sizes", "4,4"], "unknown workload ''"),
 ])
 def test_sizes_no_model_can_have_and_empty_values_are_refused_before_the_step(tmp_path, capsys, argv, said):

@@ -150,7 +150,8 @@ def test_a_script_interrupted_by_ctrl_c_has_its_page_and_pythons_traceback_and_s
     assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 128 + 2  # what a shell shows
     err = capsys.readouterr().err
     assert err.startswith(traceback)
-    assert "the script raised KeyboardInterrupt: exit status 130, as under python; its page shows memory up to then" in err
+    assert ("the script raised KeyboardInterrupt: exit status 130, as under python; its page shows memory up to "
+            "then") in err
     assert '"peak":{"bytes":256' in page.read_text()
 
 
@@ -164,7 +165,8 @@ def test_an_exit_code_whose_str_and_repr_raise_ends_as_under_python(tmp_path, ca
     page = tmp_path / "run.html"
     assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("\ntinymem timeline: the script called sys.exit(<Code instance at 0x") and "Traceback" not in err
+    assert err.startswith("\ntinymem timeline: the script called sys.exit(<Code instance at 0x")
+    assert "Traceback" not in err
     assert err.endswith(">): exit status 1, as under python; its page shows memory up to then\n") and page.exists()
 
 
@@ -212,3 +214,57 @@ def test_the_script_sees_argv0_as_given_and_its_absolute_path_as_file_as_under_p
     assert python == f"['train.py', '--epochs', '1'] {script} __main__\n"
     assert cli.main(["timeline", "--out", "page.html", "--", "python", "train.py", "--epochs", "1"]) == 0
     assert capsys.readouterr().out.startswith(python)
+
+
+def test_a_script_whose_excepthook_raises_shows_what_python_shows_and_has_its_page(tmp_path, capsys):
+    # Before, the hook's error went through the command: no page, a traceback through tinymem.
+    script = tmp_path / "train.py"
+    script.write_text(MAKES_AN_ARRAY + "import sys\ndef hook(*args):\n    raise RuntimeError('hook broke')\n"
+                      "sys.excepthook = hook\nraise ValueError('v')\n")
+    status, shown = _python(script, tmp_path)
+    assert status == 1 and "Error in sys.excepthook:" in shown and "Original exception was:" in shown
+    page = tmp_path / "run.html"
+    assert cli.main(["timeline", "--out", str(page), "--", "python", str(script)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(shown) and "tinymem" not in err[:len(shown)]
+    assert '"peak":{"bytes":256' in page.read_text()
+
+
+def test_an_output_that_is_a_loop_of_symlinks_is_refused_before_the_script_runs(tmp_path, monkeypatch, capsys):
+    # Before, os.stat of it raised out of the command: a traceback through tinymem, exit 1.
+    (tmp_path / "train.py").write_text(MAKES_AN_ARRAY + "open('ran', 'w').close()\n")
+    os.symlink("b.html", tmp_path / "a.html")
+    os.symlink("a.html", tmp_path / "b.html")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["timeline", "--out", "a.html", "--", "python", "train.py"]) == 2
+    assert "cannot write a.html: Too many levels of symbolic links; give another file name" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["a.html", "b.html", "train.py"]
+    assert os.readlink(tmp_path / "a.html") == "b.html"
+
+
+def test_a_script_run_through_a_symlink_imports_beside_its_target_as_under_python(tmp_path, capsys):
+    # python puts the folder of the link's target first on sys.path; before, the link's own folder
+    # was put there, and `import helper` found another module than under python.
+    for folder, name in (("real", "real"), ("other", "other")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "helper.py").write_text(f"X = {name!r}\n")
+    (tmp_path / "real" / "main.py").write_text(MAKES_AN_ARRAY + "import helper\nprint('helper', helper.X)\n")
+    os.symlink("../real/main.py", tmp_path / "other" / "link.py")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(cli.__file__)))
+    python = subprocess.run([sys.executable, str(tmp_path / "other" / "link.py")], env=env, capture_output=True,
+                            text=True, timeout=120).stdout
+    assert python == "helper real\n"
+    assert cli.main(["timeline", "--out", str(tmp_path / "page.html"), "--", "python",
+                     str(tmp_path / "other" / "link.py")]) == 0
+    assert capsys.readouterr().out.startswith(python)
+
+
+@pytest.mark.parametrize("options", [["-u"], ["-X", "dev"], ["-m", "train"]])
+def test_pythons_own_options_are_refused_by_name(tmp_path, monkeypatch, capsys, options):
+    # Before: "give a Python script after --", though one was given, after an option.
+    (tmp_path / "train.py").write_text(MAKES_AN_ARRAY)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["timeline", "--out", "page.html", "--", "python", *options, "train.py"]) == 2
+    assert (f"python's own option {options[0]} is not supported here: give the script right after python, "
+            "e.g. tinymem timeline -- python train.py") in capsys.readouterr().err
+    assert os.listdir(tmp_path) == ["train.py"]

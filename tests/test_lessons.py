@@ -1,4 +1,5 @@
-"""Lessons are tests: every lesson runs as a script in quick mode, and writes only where it should."""
+"""Lessons are tests: every lesson runs in quick mode (once, as a notebook, printing what the script
+prints; as the script where the course's packages are missing), and writes only where it should."""
 import importlib.util
 import os
 import pathlib
@@ -10,6 +11,8 @@ import numpy as np
 import pytest
 
 import background_runs
+from tinymem.course import missing_packages
+from tinymem.course.build import execute_command
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py"))
@@ -25,11 +28,20 @@ BACKGROUND_ORDER = 2  # after the stand-in's runs and the CPU figures, which are
 BACKGROUND_FIXTURE = "lesson_runs"
 
 
+# With the course's packages, each lesson runs once as a notebook: the command prints what the
+# script prints (tinymem/course/execute.py), and the executed notebook is what
+# tests/test_course_site.py renders and opens in Chromium. Without them, as the script (the
+# stand-in's runs in tests/test_standin_runs.py always run the scripts).
+AS_NOTEBOOK = not missing_packages()
+
+
 def background_jobs(root):
-    """Every lesson as a script in quick mode, each in a fresh empty working folder, which the
-    tests then check is still empty (tests/background_runs.py starts them at collection)."""
+    """Every lesson in quick mode, each in a fresh empty working folder, which the tests then
+    check is still empty (tests/background_runs.py starts them at collection); the notebooks go
+    to ``root/notebooks/``."""
     root = pathlib.Path(root)
-    return [(lesson, [sys.executable, str(lesson)], root / lesson.stem / "cwd",
+    return [(lesson, execute_command(lesson, root / "notebooks" / f"{lesson.stem}.ipynb") if AS_NOTEBOOK
+             else [sys.executable, str(lesson)], root / lesson.stem / "cwd",
              lesson_env(TINYMEM_LESSON_OUT=str(root / lesson.stem / "out"))) for lesson in LESSONS]
 
 

@@ -348,15 +348,16 @@ def build_parser():
     tl.add_argument("--snapshot", default=None, help="also write PyTorch's memory snapshot (a .pickle)")
     tl.add_argument("command", nargs=argparse.REMAINDER, help="a script to run instead, after --")
     tl.set_defaults(fn=cmd_timeline)
-    course = sub.add_parser("course", help="the course: grade a class's exercises")
+    course = sub.add_parser("course", help="the course: its site and notebooks, and grading a class's exercises")
     actions = course.add_subparsers(dest="action", required=True)
-    _course_grade_arguments(actions)
+    _course_arguments(actions)
     return parser
 
 
-def _course_grade_arguments(actions):
-    from .course import grade_cli
+def _course_arguments(actions):
+    from .course import build, grade_cli
 
+    build.add_parser(actions)
     grade_cli.add_parser(actions)
 
 

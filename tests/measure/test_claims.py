@@ -1,5 +1,8 @@
-"""Claims as code: a claim is judged only at the sizes it is meant for, and a broken one fails."""
-from tinymem.measure.claims import Claim, evaluate, failed, format_rows
+"""Claims as code: a claim is judged only at the sizes it is meant for, and a broken one fails;
+a slowdown is judged turn by turn and by lower quartiles, which scheduler noise cannot fake."""
+import numpy as np
+
+from tinymem.measure.claims import Claim, evaluate, failed, format_rows, slower_in_turns
 
 RECORDS = {"ratio": 0.25, "speedup": 0.9}
 CLAIMS = [
@@ -31,3 +34,37 @@ def test_a_run_that_could_not_measure_judges_no_claim_and_says_why():
     assert all(r["not_measured"] == "mpi4py or mpiexec missing" for r in rows)
     assert format_rows(rows).count("not measured (mpi4py or mpiexec missing)") == len(CLAIMS)
     assert "not_measured" not in evaluate(CLAIMS, RECORDS, quick=False)[0]
+
+
+def test_a_real_slowdown_holds_though_noise_widens_one_sides_quartiles():
+    """The issue's clean-clone run: the plain step varied 0.084-0.139 s (IQR 38% of its median),
+    the disk step 1.8x as slow. The difference of medians over the wider IQR came to about 2 (the
+    claim asked 3); turn by turn the disk step is the slower every time."""
+    plain = [0.118, 0.084, 0.133, 0.090, 0.125, 0.086, 0.139, 0.095, 0.105, 0.137, 0.088, 0.130, 0.092,
+             0.135, 0.100]
+    disk = [0.152, 0.155, 0.151, 0.160, 0.153, 0.158, 0.154, 0.170, 0.152, 0.156, 0.165, 0.153, 0.157,
+            0.151, 0.159]
+    q1, median, q3 = np.percentile(plain, [25, 50, 75])
+    assert (q3 - q1) / median > 0.38  # as noisy as the issue's plain step
+    assert (np.median(disk) - median) / (q3 - q1) < 3  # the old "3 spreads" test fails it
+    value, holds = slower_in_turns(disk, plain)
+    assert holds and value == f"15/15, {np.percentile(disk, 25) / q1:.3g}x"
+
+
+def test_noise_alone_does_not_make_a_slowdown():
+    rng = np.random.default_rng(4)  # one cost, and preemptions that only add time
+    a, b = 0.1 + rng.exponential(0.03, 15), 0.1 + rng.exponential(0.03, 15)
+    assert not slower_in_turns(a, b)[1] and not slower_in_turns(b, a)[1]
+    # slower in 3 of 5 turns: short of 80%, whatever the lower quartiles
+    assert slower_in_turns([2, 2, 2, 1, 1], [1, 1, 1, 2, 2]) == ("3/5, 1x", False)
+    assert slower_in_turns([2, 2, 2, 1, 3], [1, 1, 1, 2, 1]) == ("4/5, 2x", True)
+
+
+def test_a_run_that_cannot_show_a_claim_says_why_instead_of_failing_it():
+    busy = Claim("busy", "needs a core", lambda r: ("the machine was too busy", None) if r["busy"] else (1.1, True),
+                 modes=("full",))
+    row = evaluate([busy], {"busy": True}, quick=False)[0]
+    assert row["holds"] is None and row["not_measured"] == "the machine was too busy" and failed([row]) == []
+    assert "not measured (the machine was too busy)" in format_rows([row])
+    assert evaluate([busy], {"busy": False}, quick=False)[0]["holds"] is True
+    assert "not_measured" not in evaluate([busy], {"busy": True}, quick=True)[0]  # not judged at quick sizes

@@ -3,7 +3,7 @@ are the ones NumPy's percentiles give."""
 import numpy as np
 import pytest
 
-from tinymem.measure.timing import effect_over_spread, interleaved_samples, interleaved_times, spread
+from tinymem.measure.timing import interleaved_samples, interleaved_times, paired_turns, spread
 
 
 def test_samples_are_taken_in_turns():
@@ -16,13 +16,20 @@ def test_samples_are_taken_in_turns():
     assert interleaved_times({"a": lambda: None}, repeats=2, clock=iter(range(0, 100, 5)).__next__) == {"a": 5}
 
 
-def test_spread_and_effect():
+def test_spread():
     s = spread([4.0, 1.0, 3.0, 2.0, 5.0])
     assert (s["median"], s["q1"], s["q3"], s["iqr"], s["best"], s["n"]) == (3.0, 2.0, 4.0, 2.0, 1.0, 5)
-    # medians 3 and 9, the wider spread is 2 * 2 = 4: 6 / 4
-    assert effect_over_spread([1, 2, 3, 4, 5], [5, 7, 9, 11, 13]) == pytest.approx(6 / 4)
-    assert effect_over_spread([1, 1], [1, 1]) == 0.0 and effect_over_spread([1, 1], [2, 2]) == np.inf
     with pytest.raises(ValueError, match="at least one"):
         spread([])
     with pytest.raises(ValueError, match="repeats"):
         interleaved_samples({"a": lambda: None}, repeats=0)
+
+
+def test_paired_turns_counts_turns_and_takes_lower_quartiles():
+    t = paired_turns([2.0, 3.0, 1.0, 5.0, 4.0], [1.0, 4.0, 0.5, 2.0, 2.0])
+    # slower in turns 0, 2, 3, 4; lower quartiles 2.0 and 1.0
+    assert t == {"turns": 5, "slower": 4, "share": 0.8, "q1_ratio": 2.0}
+    with pytest.raises(ValueError, match="same turns"):
+        paired_turns([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="non-empty"):
+        paired_turns([], [])

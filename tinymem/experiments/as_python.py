@@ -4,9 +4,9 @@
 that a tracking window sees every array it makes. What a user sees must still be what ``python``
 shows them:
 
-- the script runs with its own ``sys.argv`` (``argv[0]`` as given), its folder first on
-  ``sys.path`` and its absolute path as ``__file__`` (Python 3.9+ does so for a script named on
-  the command line);
+- the script runs with its own ``sys.argv`` (``argv[0]`` as given), its folder (a symlink's
+  target's) first on ``sys.path`` and its absolute path as ``__file__`` (Python 3.9+ does so
+  for a script named on the command line);
 - a script that raises prints its traceback (through ``sys.excepthook``, as ``python`` does),
   starting at the script's own frame: tinymem's frames are not shown;
 - the exit status follows CPython's rules for ``SystemExit`` (``_Py_HandleSystemExit``): no
@@ -24,6 +24,7 @@ import os
 import reprlib
 import signal
 import sys
+import traceback
 import types
 
 _LONG = 2 ** 63  # a C long on Linux and macOS: CPython reads the exit code as one
@@ -34,6 +35,9 @@ def script_path(command):
     ``(script, argv)``."""
     if command and os.path.basename(command[0]).startswith("python") and not command[0].endswith(".py"):
         command = command[1:]
+        if command and command[0].startswith("-"):  # -u, -X dev, -m module: this runner takes none
+            raise ValueError(f"python's own option {command[0]} is not supported here: give the script right "
+                             "after python, e.g. tinymem timeline -- python train.py")
     if not command or not command[0].endswith(".py"):
         raise ValueError("give a Python script after --, e.g. tinymem timeline -- python train.py")
     if not os.path.isfile(command[0]):
@@ -56,7 +60,8 @@ def run(script, argv):
     saved_argv, saved_path, saved_folder = sys.argv, list(sys.path), os.getcwd()
     script = os.path.abspath(script)
     sys.argv = list(argv)  # argv[0] as given, as python leaves it (runpy.run_path would not)
-    sys.path.insert(0, os.path.dirname(script))  # as `python script.py`: its folder imports
+    sys.path.insert(0, os.path.dirname(os.path.realpath(script)))  # as `python script.py`: its folder imports
+    # (through a symlink, its target's folder, as python resolves it)
     try:
         _run_as_main(script)
     finally:
@@ -113,7 +118,8 @@ def ending(error):
 def report(error, script=None):
     """Print on stderr what ``python`` prints when ``script`` ends with ``error``: a traceback
     from the script's own frame on (every frame when ``script`` is None), the argument of
-    ``sys.exit("message")``, or nothing."""
+    ``sys.exit("message")``, or nothing. A ``sys.excepthook`` of the script's that raises is shown
+    with the original exception, as python shows them."""
     if isinstance(error, SystemExit):
         if error.code is not None and not isinstance(error.code, int):
             try:
@@ -129,4 +135,10 @@ def report(error, script=None):
             tb = tb.tb_next
     # The hook prints the exception's own __traceback__ (CPython 3.11 ignores its tb argument), so
     # the exception is cut too. tb None (a SyntaxError of the script): no frames, as under python.
-    sys.excepthook(type(error), error.with_traceback(tb), tb)
+    try:
+        sys.excepthook(type(error), error.with_traceback(tb), tb)
+    except Exception as broken:  # noqa: BLE001 - a hook of the script's that raises: python shows both
+        print("Error in sys.excepthook:", file=sys.stderr)
+        traceback.print_exception(broken.with_traceback(broken.__traceback__.tb_next), file=sys.stderr)  # from the hook
+        print("\nOriginal exception was:", file=sys.stderr)
+        sys.__excepthook__(type(error), error, tb)

@@ -40,10 +40,12 @@ STRATEGIES = {"transformer": ("none", "full recompute", "sqrt(n) segments", "sel
 
 
 def _selective_check(records):
-    """Transformer LM: selective's activation reduction and its time overhead / full's."""
+    """Transformer LM: selective's activation reduction and its time overhead / full's, by the
+    lower quartiles of the turns (the cost with a core to itself: other jobs only add time)."""
     rows = {r["strategy"]: r for r in records["models"]["transformer"]["rows"]}
     fewer = 1 / rows["selective"]["memory_ratio"]
-    share = (rows["selective"]["time_ratio"] - 1) / max(rows["full recompute"]["time_ratio"] - 1, 1e-9)
+    none = rows["none"]["step"]["q1"]
+    share = (rows["selective"]["step"]["q1"] - none) / max(rows["full recompute"]["step"]["q1"] - none, 1e-12)
     return {"fewer": fewer, "overhead_share": share}
 
 
@@ -97,7 +99,8 @@ CLAIMS = [
     Claim("selective_bytes", "selective recomputation keeps >= 2x fewer activation bytes than none "
           "on the Transformer LM", lambda r: (_selective_check(r)["fewer"], _selective_check(r)["fewer"] >= 2),
           modes=("full",)),
-    Claim("selective_time", "at a smaller time overhead than full recomputation (its share of full's shown)",
+    Claim("selective_time", "at a smaller time overhead than full recomputation (lower quartiles of turns; "
+          "its share of full's shown)",
           lambda r: (_selective_check(r)["overhead_share"], _selective_check(r)["overhead_share"] < 1),
           modes=("full",)),
 ]

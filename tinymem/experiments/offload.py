@@ -10,7 +10,9 @@ measured in the same run (memcpy for host; disk write and read for disk, with ev
 and evicted from the page cache so that the reads hit the disk itself); and the time the step
 waited for the disk, which prefetch should cut. The steps are timed in turns on one BLAS thread
 (the other core is left to the I/O thread) as the training thread's CPU time plus the time it
-waited for writes and reads, and drawn as medians with their interquartile range.
+waited for writes and reads, and drawn as medians with their interquartile range. The claims
+compare them turn by turn (:func:`..measure.claims.slower_in_turns`) and by lower quartiles,
+which the other jobs of a shared machine cannot push up.
 The sizes are narrow layers and a large batch: many saved bytes per flop, so that the cost of
 moving them stands well above the noise of a shared machine.
 """
@@ -23,8 +25,8 @@ import numpy as np
 from .. import functional as F
 from .. import memory, models, optim, plots, random
 from ..autograd import tensor
-from ..measure.claims import Claim
-from ..measure.timing import effect_over_spread, one_blas_thread, spread
+from ..measure.claims import IN_TURNS, SLOWER_SHARE, Claim, slower_in_turns
+from ..measure.timing import one_blas_thread, paired_turns, spread
 from ..techniques import offload
 
 NAME = "offload"
@@ -32,6 +34,7 @@ ORDER = 40
 FIGURES = ["offload_timeline.png", "offload_tradeoff.png"]
 PAGE_CACHE = False  # every file flushed and evicted: the reads hit the disk itself
 MODES = ("none", "host", "disk", "disk+prefetch")
+CORE_SHARE = 0.8  # the plain step must get this much of a core for the disk prediction to be judged
 MODE_COLORS = {"none": "#4c72b0", "host": "#55a868", "disk": "#c44e52", "disk+prefetch": "#8172b2"}
 TIMELINE_TITLES = {"no offload": "no offload", "activation offload": "activations to disk, prefetch 2",
                    "layer streaming": "layers streamed from the host\n(Adam's state and update there too)"}
@@ -41,7 +44,7 @@ def config(quick):
     """Narrow layers and a large batch: many saved bytes per flop, so transfers show."""
     if quick:
         return {"sizes": [128] + [128] * 8 + [10], "batch": 1024, "repeats": 5}
-    return {"sizes": [256] + [256] * 12 + [10], "batch": 2048, "repeats": 15}
+    return {"sizes": [256] + [256] * 12 + [10], "batch": 2048, "repeats": 25}
 
 
 def make_problem(cfg, device):
@@ -148,25 +151,25 @@ def run(quick=False, device="cpu"):
     directory = tempfile.gettempdir()
     timelines = [_timeline_run(cfg, device, kind, directory) for kind in TIMELINE_TITLES]
     rows, bandwidths = measure_modes(cfg, device, directory)
-    base = spread(rows["none"]["samples"])["median"]
+    # The plain step's lower quartile: its cost with a core to itself, what the bytes add to.
+    base = spread(rows["none"]["samples"])["q1"]
     for mode, row in rows.items():
         row.update({k: v for k, v in spread(row["samples"]).items() if k != "n"})
         row["seconds"] = row["median"]
         place = {"none": None, "host": "host"}.get(mode, "disk")
         row["predicted_seconds"] = (base if place is None else offload.predicted_seconds(
             base, row["bytes_out"], row["bytes_in"], bandwidths, place))
-        row["ratio_to_predicted"] = row["seconds"] / row["predicted_seconds"]
+        row["ratio_to_predicted"] = row["q1"] / row["predicted_seconds"]
         row["stall_median"] = spread(row["stall_samples"])["median"]
     modes = {m: rows[m]["samples"] for m in MODES}
     targets = {"disk_over_predicted": rows["disk"]["ratio_to_predicted"],
-               "prefetch_over_disk": rows["disk+prefetch"]["seconds"] / rows["disk"]["seconds"],
-               "host_over_none": rows["host"]["seconds"] / base,
-               "disk_vs_none_effect_over_spread": effect_over_spread(modes["disk"], modes["none"]),
-               "host_vs_disk_effect_over_spread": effect_over_spread(modes["host"], modes["disk"]),
-               "prefetch_vs_disk_effect_over_spread": effect_over_spread(modes["disk+prefetch"], modes["disk"]),
+               "prefetch_over_disk": paired_turns(modes["disk+prefetch"], modes["disk"])["q1_ratio"],
+               "host_over_none": paired_turns(modes["host"], modes["none"])["q1_ratio"],
+               "disk_over_none": paired_turns(modes["disk"], modes["none"])["q1_ratio"],
                "io_stall_saved_s": rows["disk"]["stall_median"] - rows["disk+prefetch"]["stall_median"],
-               "stall_effect_over_spread": effect_over_spread(rows["disk"]["stall_samples"],
-                                                              rows["disk+prefetch"]["stall_samples"]),
+               # CPU time over wall time of the plain step (median of turns): the share of a core
+               # the training thread got. Below 1, other jobs held the cores, the I/O thread's too.
+               "core_share": float(np.median(np.divide(rows["none"]["samples"], rows["none"]["wall_samples"]))),
                "stream_param_peak_over_two_layers":
                    timelines[2]["param_peak"] / timelines[2]["two_layer_bound"],
                "activation_arrays_in_workspace": timelines[1]["peak_by_bucket"]["workspace"]
@@ -181,10 +184,32 @@ def _mode(r, name):
     return next(m for m in r["modes"] if m["mode"] == name)
 
 
-def _slower(r, a, b, key):
-    """``a`` slower than ``b`` by at least 3 spreads: (effect over spread, holds)."""
-    ratio = r["targets"][key]
-    return ratio, ratio >= 3 and _mode(r, a)["seconds"] > _mode(r, b)["seconds"]
+def _slower(r, a, b, key="samples"):
+    """``a``'s steps (or its I/O waits, ``key="stall_samples"``) slower than ``b``'s, turn by turn."""
+    return slower_in_turns(_mode(r, a)[key], _mode(r, b)[key])
+
+
+def _as_predicted(r):
+    """The disk step's lower quartile over its no-overlap prediction, judged only when the plain
+    step got ``CORE_SHARE`` of a core: the prediction takes the best bandwidths of the run, and an
+    I/O thread that waits for a core of its own writes slower than that (a run on a 2-core machine
+    at load 7, the step getting 39% of a core, measured 1.31; at load 6 with a full core, 1.11)."""
+    share = r["targets"]["core_share"]
+    if share < CORE_SHARE:
+        return (f"the machine was too busy to show it: the plain step got {share:.0%} of a core "
+                f"(CPU / wall time; needs {CORE_SHARE:.0%}), so the I/O thread had none of its own"), None
+    ratio = r["targets"]["disk_over_predicted"]
+    return ratio, abs(ratio - 1) <= 0.25
+
+
+def _same_bytes(r):
+    """The bytes each offload mode moved out in one step (MB), and whether they are one number
+    that the disk modes also read back: the time the modes differ by is then bandwidth and
+    overlap, not work."""
+    moved = [m for m in r["modes"] if m["mode"] != "none"]
+    out = {m["bytes_out"] for m in moved}
+    back = all(m["bytes_in"] == m["bytes_out"] for m in moved if m["mode"].startswith("disk"))
+    return max(out) / 1e6, len(out) == 1 and back and min(out) > 0
 
 
 CLAIMS = [
@@ -193,21 +218,25 @@ CLAIMS = [
     Claim("streaming_two_layers", "streaming keeps at most two layers' weights on the device",
           lambda r: (r["targets"]["stream_param_peak_over_two_layers"],
                      r["targets"]["stream_param_peak_over_two_layers"] <= 1)),
-    Claim("disk_costs_time", "a step with activations on disk is slower than without offload, by >= 3 spreads (IQR)",
-          lambda r: _slower(r, "disk", "none", "disk_vs_none_effect_over_spread"), modes=("full",)),
-    Claim("host_cheaper_than_disk", "offload to host costs less time than offload to disk, by >= 3 spreads",
-          lambda r: _slower(r, "disk", "host", "host_vs_disk_effect_over_spread"), modes=("full",)),
-    Claim("prefetch_not_faster_than_none", "disk + prefetch is not faster than no offload (medians)",
-          lambda r: (_mode(r, "disk+prefetch")["seconds"] / _mode(r, "none")["seconds"],
-                     _mode(r, "disk+prefetch")["seconds"] >= _mode(r, "none")["seconds"]), modes=("full",)),
-    Claim("disk_as_predicted", "the disk step takes within 25% of the time predicted from bytes and bandwidths",
-          lambda r: (r["targets"]["disk_over_predicted"], abs(r["targets"]["disk_over_predicted"] - 1) <= 0.25),
-          modes=("full",)),
-    Claim("prefetch_hides_io", "prefetch cuts the time the step waits for the disk, by >= 3 spreads",
-          lambda r: (r["targets"]["stall_effect_over_spread"], r["targets"]["stall_effect_over_spread"] >= 3
-                     and r["targets"]["io_stall_saved_s"] > 0), modes=("full",)),
-    Claim("prefetch_faster", "disk + prefetch steps are faster than disk without prefetch, by >= 3 spreads",
-          lambda r: _slower(r, "disk", "disk+prefetch", "prefetch_vs_disk_effect_over_spread"), modes=("full",)),
+    Claim("same_bytes_moved", "host, disk and disk + prefetch move the same bytes out of the device, and the disk "
+          "modes read all of them back (counted; MB per step)", _same_bytes),
+    Claim("disk_costs_time", f"a step with activations on disk is slower than without offload, {IN_TURNS}",
+          lambda r: _slower(r, "disk", "none"), modes=("full",)),
+    Claim("host_cheaper_than_disk", f"offload to host costs less time than offload to disk, {IN_TURNS}",
+          lambda r: _slower(r, "disk", "host"), modes=("full",)),
+    # A claim that something is *not* faster holds unless the test of "faster" passes: prefetch
+    # leaves a few per cent of the step (the wait that remains) and noise of that size either way.
+    Claim("prefetch_not_faster_than_none",
+          f"disk + prefetch is not faster than no offload: not in >= {SLOWER_SHARE:.0%} of paired interleaved "
+          "turns and by lower quartiles (shown: turns it was faster, none's lower quartile over its own)",
+          lambda r: (lambda v, faster: (v, not faster))(*_slower(r, "none", "disk+prefetch")), modes=("full",)),
+    Claim("disk_as_predicted", "the disk step takes within 25% of the time predicted from bytes, bandwidths and "
+          f"the plain step (lower quartiles; judged when the step got >= {CORE_SHARE:.0%} of a core, so that the "
+          "I/O thread could have the other)", _as_predicted, modes=("full",)),
+    Claim("prefetch_hides_io", f"prefetch cuts the time the step waits for the disk, {IN_TURNS}",
+          lambda r: _slower(r, "disk", "disk+prefetch", "stall_samples"), modes=("full",)),
+    Claim("prefetch_faster", f"disk + prefetch steps are faster than disk without prefetch, {IN_TURNS}",
+          lambda r: _slower(r, "disk", "disk+prefetch"), modes=("full",)),
 ]
 
 
@@ -246,7 +275,7 @@ def _plot_tradeoff(records, outdir):
                     fmt="o", color=c, ms=7, capsize=4, label=r["mode"])
         if r["mode"] != "none":
             ax.scatter([peak], [r["predicted_seconds"] * 1e3], facecolors="none", edgecolors=c, s=90, lw=1.5)
-    ax.scatter([], [], facecolors="none", edgecolors="k", s=90, label="predicted, no overlap")
+    ax.scatter([], [], facecolors="none", edgecolors="k", s=90, label="predicted, no overlap\n(from none's lower quartile)")
     ax.set_xlim(0, max(r["peak"] for r in rows) / 2**20 * 1.15)
     ax.set_ylim(0, max(max(r["q3"], r["predicted_seconds"]) for r in rows) * 1e3 * 1.35)
     ax.set_xlabel(f"peak {plots.device_label(records)} memory (MiB, ledger)")
@@ -264,11 +293,14 @@ def _plot_tradeoff(records, outdir):
                  f"read {bw['disk_read'] / 1e6:.0f} MB/s (no page cache)")
     t = records["targets"]
     wall = {r["mode"]: spread(r["wall_samples"])["median"] * 1e3 for r in rows if "wall_samples" in r}
-    note = (f"What to see: the disk step costs {_mode(records, 'disk')['seconds'] / _mode(records, 'none')['seconds']:.2f}x "
-            f"the plain step ({t['disk_vs_none_effect_over_spread']:.1f} spreads) and {t['disk_over_predicted']:.2f}x "
-            f"the no-overlap prediction; prefetch hides part of the wait ({1e3 * t['io_stall_saved_s']:.0f} ms, "
-            f"{t['stall_effect_over_spread']:.1f} spreads) at the price of a few arrays more on the device. Time here is "
+    disk = paired_turns(_mode(records, "disk")["samples"], _mode(records, "none")["samples"])
+    wait = paired_turns(_mode(records, "disk")["stall_samples"], _mode(records, "disk+prefetch")["stall_samples"])
+    note = (f"What to see: the disk step costs {disk['q1_ratio']:.2f}x the plain step (lower quartiles; slower in "
+            f"{disk['slower']} of {disk['turns']} turns) and {t['disk_over_predicted']:.2f}x the no-overlap "
+            f"prediction; prefetch hides part of the wait ({1e3 * t['io_stall_saved_s']:.0f} ms, shorter in "
+            f"{wait['slower']} of {wait['turns']} turns) at the price of a few arrays more on the device. Time here is "
             "the training thread's CPU time plus its wait for I/O"
             + (": wall-clock medians on this shared machine were " + ", ".join(f"{m} {v:.0f} ms" for m, v in wall.items())
-               if wall else "") + ".")
+               if wall else "")
+            + (f" (the plain step got {t['core_share']:.0%} of a core)" if "core_share" in t else "") + ".")
     return plots.save(fig, records, outdir, FIGURES[1], note=note)

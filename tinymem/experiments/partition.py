@@ -19,17 +19,22 @@ import numpy as np
 from .. import plots
 from ..distributed import calculator, launch
 from ..distributed.worker import STRATEGIES, parse_result
-from ..measure.claims import Claim
+from ..measure.claims import IN_TURNS, SLOWER_SHARE, Claim, slower_in_turns
+from ..measure.timing import paired_turns
 
 NAME = "partition"
 ORDER = 70
 REQUIRES = "mpi"  # without mpi4py and mpiexec the run records why, and its claims are not measured
 FIGURES = ["partition_memory.png", "partition_traffic.png", "partition_collectives.png"]
+# A 64-B message between two ranks that each hold a core takes microseconds (7 us for MPI's
+# all-reduce here, idle). When even MPI's fastest quarter of calls takes a scheduler slice, the
+# ranks waited for cores, not for each other: small-buffer timings then measure the scheduler
+# (at load 18-20 on 2 cores: 2.7 ms for MPI, 2.8 ms for the ring, the ring slower in 51 of 100 turns).
+SCHEDULER_SLICE = 1e-3
 LABELS = {"dp": "DP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "gpipe": "GPipe",
           "1f1b": "1F1B"}
 MODEL_BUCKETS = ("parameter", "gradient", "optimizer")
 KIND_COLORS = {"all_reduce": "#4c72b0", "reduce_scatter": "#dd8452", "all_gather": "#55a868"}
-SEPARATION = 3.0  # a time difference counts when it is this many times the larger IQR
 
 
 def config(quick):
@@ -63,18 +68,19 @@ def run(quick=False, device="cpu"):
 
 
 def timing_summary(result):
-    """Median and quartiles of each (kind, size, algorithm), and whether ring and MPI differ beyond the noise."""
+    """Median and quartiles of each (kind, size, algorithm); ring against MPI turn by turn
+    (:func:`..measure.timing.paired_turns`: ``q1_ratio``, ``ring_slower_share``), and whether one
+    was the slower in at least ``SLOWER_SHARE`` of the turns (``separated``)."""
     rows = []
     for row in result["rows"]:
         stats = {}
         for name, samples in row["seconds"].items():
             q1, median, q3 = np.percentile(samples, [25, 50, 75])
             stats[name] = {"median": float(median), "q1": float(q1), "q3": float(q3)}
-        spread = max(s["q3"] - s["q1"] for s in stats.values())
-        effect = stats["ring"]["median"] - stats["mpi"]["median"]
+        turns = paired_turns(row["seconds"]["ring"], row["seconds"]["mpi"])
         rows.append(dict(row, stats=stats, ratio=stats["ring"]["median"] / stats["mpi"]["median"],
-                         separation=abs(effect) / spread if spread else float("inf"),
-                         separated=bool(abs(effect) >= SEPARATION * spread)))
+                         q1_ratio=turns["q1_ratio"], ring_slower_share=turns["share"],
+                         separated=bool(max(turns["share"], 1 - turns["share"]) >= SLOWER_SHARE)))
     return dict(result, rows=rows)
 
 
@@ -129,13 +135,27 @@ def _textbook(records):
     return worst, worst <= 1e-3
 
 
-def _timing(kind, which):
+def _collective(records, kind, which):
+    rows = [r for r in records["collectives"]["rows"] if r["kind"] == kind]
+    return rows[0] if which == "smallest" else rows[-1]
+
+
+def _ring_slower_when_small(records):
+    """The ring's 64-B all-reduce against MPI's, turn by turn; not judged when MPI's own calls
+    took a scheduler slice (:data:`SCHEDULER_SLICE`): the machine was too busy to show it."""
+    row = _collective(records, "all_reduce", "smallest")
+    mpi = row["stats"]["mpi"]["q1"]
+    if mpi >= SCHEDULER_SLICE:
+        load = records["collectives"].get("load_average", ["?"])[0]
+        return (f"the machine was too busy to show it: MPI's own {row['bytes']}-B all-reduce took {1e3 * mpi:.1f} "
+                f"ms (lower quartile; load average {load:.3g}), the ranks waiting for cores"), None
+    return slower_in_turns(row["seconds"]["ring"], row["seconds"]["mpi"])
+
+
+def _q1_ratio_within(kind, which, low, high):
     def check(records):
-        rows = [r for r in records["collectives"]["rows"] if r["kind"] == kind]
-        row = rows[0] if which == "smallest" else rows[-1]
-        if which == "smallest":
-            return row["ratio"], row["ratio"] > 1 and row["separated"]
-        return row["ratio"], 0.8 <= row["ratio"] <= 1.25
+        ratio = _collective(records, kind, which)["q1_ratio"]
+        return ratio, low <= ratio <= high
     return check
 
 
@@ -164,11 +184,21 @@ CLAIMS = [
           lambda r: (_four(r)["1f1b"]["activation_peak"] / _four(r)["gpipe"]["activation_peak"],
                      _four(r)["1f1b"]["activation_peak"] / _four(r)["gpipe"]["activation_peak"] <= 0.6)),
     Claim("ring_slower_when_small",
-          "at 64 B the ring all-reduce (2 Sendrecv steps from Python) is slower than MPI's, by more "
-          "than 3x the IQR (ring/MPI median time)", _timing("all_reduce", "smallest"), modes=("full",)),
+          f"at 64 B the ring all-reduce (2 Sendrecv steps from Python) is slower than MPI's, {IN_TURNS}; "
+          f"judged when MPI's own takes < {SCHEDULER_SLICE * 1e3:g} ms (else the ranks wait for cores)",
+          _ring_slower_when_small, modes=("full",)),
+    # Once "the all-reduce within 0.8-1.25x: both bandwidth-bound". MPICH's all-reduce is not
+    # bound by the bytes alone: at 16 MiB the ring's beat it in 29 of 30 turns (0.79-0.89x, run
+    # after run; at 64 MiB 0.48x), while the all-gather, which only copies, stays level. So "level"
+    # is claimed of the copying, and of the all-reduce only that the Python steps cost nothing.
     Claim("ring_par_when_large",
-          "at 16 MiB the ring all-reduce is within 0.8-1.25x of MPI's: both are bandwidth-bound "
-          "(ring/MPI median time)", _timing("all_reduce", "largest"), modes=("full",)),
+          "at 16 MiB the ring all-gather (copying, no sum) is within 0.8-1.25x of MPI's: both are bound by "
+          "the bytes (ring/MPI, lower quartiles of paired turns)", _q1_ratio_within("all_gather", "largest", 0.8, 1.25),
+          modes=("full",)),
+    Claim("ring_all_reduce_not_slower_when_large",
+          "at 16 MiB the ring all-reduce is no slower than MPI's (<= 1.25x): its Python steps are lost in the "
+          "copying; MPICH's own sum is slower here (ring/MPI, lower quartiles of paired turns)",
+          _q1_ratio_within("all_reduce", "largest", 0, 1.25), modes=("full",)),
 ]
 
 
@@ -274,7 +304,7 @@ def _collectives_figure(records, outdir):
             high = [r["bytes"] / s["q1"] / 1e6 - b for b, r, s in zip(rate, rows, stats)]
             left.errorbar(sizes, rate, yerr=[low, high], color=color, ls=style, marker="o", ms=3, capsize=2,
                           label=f"{kind.replace('_', '-')}, {'ring' if name == 'ring' else 'MPI built-in'}")
-        ratio = [r["ratio"] for r in rows]
+        ratio = [r["q1_ratio"] for r in rows]
         err_low = [q - r["stats"]["ring"]["q1"] / r["stats"]["mpi"]["q3"] for q, r in zip(ratio, rows)]
         err_high = [r["stats"]["ring"]["q3"] / r["stats"]["mpi"]["q1"] - q for q, r in zip(ratio, rows)]
         right.errorbar(sizes, ratio, yerr=[err_low, err_high], color=color, marker="o", ms=3, capsize=2, lw=1,
@@ -297,12 +327,13 @@ def _collectives_figure(records, outdir):
                    fontsize=8)
     left.legend(loc="upper left")
     right.axhline(1.0, color="k", lw=0.8, ls=":")
-    right.set_ylabel("ring time / MPI built-in time (median)")
-    right.set_title("above 1: the ring is slower. Circled: the medians differ by\n"
-                    f">= {SEPARATION:g}x the larger IQR; bars: quartile over quartile", fontsize=8)
+    right.set_ylabel("ring time / MPI built-in time (lower quartiles)")
+    right.set_title("above 1: the ring is slower. Circled: one is the slower in\n"
+                    f">= {SLOWER_SHARE:.0%} of the paired turns; bars: quartile over quartile", fontsize=8)
     right.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: timings put points anywhere
     fig.suptitle("The ring moves its bytes in 2(N-1) steps from Python: slower than MPI's own call on small "
-                 "buffers, about as fast once copying the bytes dominates (256 KiB and up)", fontsize=9)
+                 "buffers; once copying the bytes dominates (MiB), level in the all-gather and faster where\n"
+                 "MPICH sums (its reduction costs more than NumPy's)", fontsize=9)
     return plots.save(fig, records, outdir, FIGURES[2])
 
 

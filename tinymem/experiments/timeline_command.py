@@ -32,13 +32,14 @@ DEFAULT_SIZES = {"mlp": "64,1024,1024,10", "unet": "1,4,8,3,32", "transformer": 
 def window(body, device=None):
     """Run ``body()`` inside a tracking window: ``(the closed window, the exception that ended
     body or None)``. The window closes either way, so memory up to a failure can be drawn; the
-    exception (``SystemExit`` and a Ctrl-C's ``KeyboardInterrupt`` too) is returned, not raised. Memory: its traceback keeps the
-    failing frames' arrays alive until the caller drops it, as in a process that is failing."""
+    exception (``SystemExit`` and a Ctrl-C's ``KeyboardInterrupt`` too) is returned, not raised.
+    Memory: its traceback keeps the failing frames' arrays alive until the caller drops it, as in
+    a process that is failing."""
     error = None
     with memory.track(measure=False, device=device) as t:
         try:
             body()
-        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - the step's failure, reported by the caller
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - the step's failure
             error = exc
     return t, error
 
@@ -76,6 +77,12 @@ def output_paths(args, inputs):
         if not path or path.endswith(("/", os.sep)):  # realpath("") is this folder; abspath drops the "/"
             raise ValueError(f"cannot write {path!r}: give a file name (e.g. 'out.html'), not an empty path "
                              "or a folder")
+        try:
+            os.stat(path)
+        except FileNotFoundError:  # a new file (or a link to one)
+            pass
+        except OSError as exc:  # a loop of symbolic links
+            raise ValueError(f"cannot write {path}: {exc.strerror}; give another file name") from None
         folder = os.path.dirname(os.path.realpath(path))  # a symlink is written through: its target's folder
         if not os.path.isdir(folder):
             raise ValueError(f"cannot write {path}: the folder {folder} does not exist; create it first")

@@ -7,12 +7,13 @@ bytes alive when the step starts). Beside it, the planner's prediction of the sa
 counts: the ``tinymem`` mode and convention (what tinymem's own engine holds), the ``deepspeed``
 and ``zero-paper`` conventions (model states as DeepSpeed's estimators and the ZeRO paper count
 them, with tinymem's activations), the ``korthikanti`` mode (the paper's saved tensors), and the
-``torch`` mode (what PyTorch holds, op by op, including the cross-entropy backward). Left: each
+``torch`` mode (what PyTorch holds, op by op, including the cross-entropy backward). A
+checkpointed configuration is counted with full recomputation by the other four. Left: each
 prediction over the measured peak, configurations from the smallest model to the largest (100x
-in parameters; dropout, SDPA and AdamW's three implementations among them). Right: the measured
-peak split by bucket, the share the formulas forget (temporaries and gradients in flight)
-apart. Full mode measures 11 configurations in about five minutes of CPU; quick mode three tiny
-ones.
+in parameters; dropout, SDPA, checkpointed blocks and AdamW's three implementations among
+them). Right: the measured peak split by bucket, the share the formulas forget (temporaries
+and gradients in flight) apart. Full mode measures 12 configurations in about six minutes of
+CPU; quick mode three tiny ones.
 """
 from .. import random
 from ..measure.claims import Claim
@@ -46,6 +47,7 @@ FULL = [_config("GPT 0.14M", 2, 64, 4, 64, 512, 4),
         _config("GPT 3.2M, s=16: AdamW foreach", 4, 256, 4, 16, 256, 1, optimizer="foreach"),
         _config("GPT 3.2M, s=16: AdamW fused", 4, 256, 4, 16, 256, 1, optimizer="fused"),
         _config("+ untied, logits dropped", 4, 128, 4, 128, 2048, 4, layout=dict(tied=False), hold_logits=False),
+        _config("+ every block checkpointed", 4, 128, 4, 128, 2048, 4, checkpoint=True),
         _config("LLaMA 1.2M", 4, 128, 4, 128, 2048, 4, layout=LLAMA, ffn=344),
         _config("GPT 5.8M, foreach", 6, 256, 8, 128, 4096, 4, optimizer="foreach"),
         _config("GPT 14M, SDPA, fused", 6, 384, 6, 256, 8192, 4, attention="sdpa", optimizer="fused")]
@@ -74,8 +76,9 @@ def predict(config):
     """``{predictor: {"peak", "moment"}}``: the planner's five counts of ``config``'s step."""
     arch, batch = arch_of(config), config["batch"]
     out = {}
+    stack = Stack("fp32", "Adam", "full" if config["options"]["checkpoint"] else "none")  # every block recomputed
     for name, (mode, convention) in PREDICTORS.items():
-        b = fits.run(arch, batch, Stack("fp32", "Adam"), mode, convention)
+        b = fits.run(arch, batch, stack, mode, convention)
         out[name] = {"peak": b.peak, "moment": b.moment}
     b = torch_step.breakdown(arch, batch, options=TorchOptions(**config["options"]))
     out["torch"] = {"peak": b.peak, "moment": b.moment, "buckets": dict(b.buckets)}

@@ -17,8 +17,8 @@ import numpy as np
 from .. import data, memory, models, optim, plots, random
 from .. import functional as F
 from ..autograd import Tensor, no_grad
-from ..measure.claims import Claim
-from ..measure.timing import effect_over_spread, interleaved_samples, one_blas_thread, spread
+from ..measure.claims import IN_TURNS, Claim, slower_in_turns
+from ..measure.timing import interleaved_samples, one_blas_thread, spread
 
 NAME = "workload_seq_len"
 ORDER = 61
@@ -150,8 +150,7 @@ def _extra_blocks(r):
 def _faster_at_largest(r):
     L = _points(r, "plain")[-1]["L"]
     plain, chunked = _at(r, "plain", L), _at(r, "chunked", L)
-    ratio = effect_over_spread(plain["samples"], chunked["samples"])
-    return ratio, ratio >= 3 and chunked["seconds"] < plain["seconds"]
+    return slower_in_turns(plain["samples"], chunked["samples"])
 
 
 CLAIMS = [
@@ -163,7 +162,7 @@ CLAIMS = [
           lambda r: (lambda v: (v, v <= 0.07))(_at(r, "chunked", 1024)["saved_bytes"] / _at(r, "plain", 1024)["saved_bytes"])),
     Claim("same_output", "chunked attention gives plain attention's output (max abs difference < 1e-5)",
           lambda r: (lambda v: (v, v < 1e-5))(max(p["max_abs_difference"] for p in r["attention"]))),
-    Claim("chunked_faster_at_largest_L", "at the largest L chunked attention is faster than plain, by >= 3 spreads (IQR)",
+    Claim("chunked_faster_at_largest_L", f"at the largest L chunked attention is faster than plain, {IN_TURNS}",
           _faster_at_largest, modes=("full",)),
     Claim("lm_beats_unigram", "the tiny LM's validation loss is below the unigram baseline",
           lambda r: (r["lm"]["val_loss"] - r["lm"]["unigram_loss"], r["lm"]["val_loss"] < r["lm"]["unigram_loss"])),

@@ -12,7 +12,10 @@ model to rise above the noise is marked ``("full",)`` and is not judged at quick
     ]
 
 A run that could not measure (records with ``"skipped": reason``, e.g. no MPI) judges no claim:
-each row says ``not_measured`` with the reason, instead of failing on the missing numbers.
+each row says ``not_measured`` with the reason, instead of failing on the missing numbers. A
+check that finds its run unable to show the claim (say, a machine too busy to give a thread the
+core the claim needs) returns ``(reason, None)``: that row too is ``not_measured``, with the reason,
+rather than failed or loosened until it passes.
 
 ``evaluate(CLAIMS, records, quick)`` gives one row per claim; ``tinymem figures`` prints them as a
 table, writes them into the family's JSON under ``"claims"``, puts failed ones in the figure's
@@ -20,6 +23,14 @@ footer and, with ``--strict``, exits non-zero when one fails. Memory and time: n
 """
 import math
 from dataclasses import dataclass, field
+
+from .timing import paired_turns
+
+SLOWER_SHARE = 0.8
+# The estimator every "A is slower than B" claim names, in its text. With 15 turns, 12 or more
+# slower turns come by chance (no difference: each turn a coin toss) with probability 1.8%.
+IN_TURNS = (f"in >= {SLOWER_SHARE:.0%} of paired interleaved turns and by lower quartiles "
+            "(shown: those turns, ratio of lower quartiles)")
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,15 @@ def _plain(value):
     return number if math.isfinite(number) else str(number)
 
 
+def slower_in_turns(slow, fast, share=SLOWER_SHARE):
+    """``(value, holds)`` of the claim "``slow`` takes longer than ``fast``", both timed in the same
+    turns: it holds when ``slow`` took longer in at least ``share`` of the turns and its lower
+    quartile is the higher (:func:`.timing.paired_turns`). ``value`` reads "14/15, 1.78x" (slower
+    turns / turns, ratio of lower quartiles). Claims that use it say :data:`IN_TURNS`."""
+    t = paired_turns(slow, fast)
+    return f"{t['slower']}/{t['turns']}, {t['q1_ratio']:.3g}x", t["share"] >= share and t["q1_ratio"] > 1
+
+
 def evaluate(claims, records, quick):
     """One row per claim: name, text, mode, measured value, and ``holds`` (True, False, or None
     when the claim is not meant to hold at this run's sizes, or was not measured: then the row's
@@ -57,10 +77,14 @@ def evaluate(claims, records, quick):
             continue
         try:
             value, holds = claim.check(records)
-            holds = bool(holds)
+            holds = None if holds is None else bool(holds)
         except Exception as exc:  # a claim that cannot be computed has not been shown
             value, holds = f"{type(exc).__name__}: {exc}", False
         judged = mode in claim.modes
+        if holds is None and judged:  # this run could not show it: the check says why
+            rows.append({"name": claim.name, "text": claim.text, "mode": mode, "value": "-", "holds": None,
+                         "judged_in": list(claim.modes), "not_measured": str(value)})
+            continue
         rows.append({"name": claim.name, "text": claim.text, "mode": mode, "value": _plain(value),
                      "holds": holds if judged else None, "judged_in": list(claim.modes)})
     return rows

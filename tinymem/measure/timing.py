@@ -1,5 +1,6 @@
-"""Timing helpers shared by the benchmarks and the figure sweeps: timings taken in turns, and
-their median and interquartile range (the spread a figure draws as its error bars)."""
+"""Timing helpers shared by the benchmarks and the figure sweeps: timings taken in turns, their
+median and interquartile range (the spread a figure draws as its error bars), and
+:func:`paired_turns`, the comparison of two such timings that every timing claim uses."""
 import contextlib
 import time
 
@@ -63,15 +64,25 @@ def spread(samples):
             "best": float(min(samples)), "n": len(samples)}
 
 
-def effect_over_spread(a, b):
-    """``|median(a) - median(b)| / max(iqr(a), iqr(b))`` for two lists of timings: how many
-    spreads apart the two are. At 3 or more the difference is not the machine's noise; with no
-    spread at all (identical timings) it is ``inf`` when the medians differ."""
-    sa, sb = spread(a), spread(b)
-    effect, noise = abs(sa["median"] - sb["median"]), max(sa["iqr"], sb["iqr"])
-    if noise == 0:
-        return float("inf") if effect else 0.0
-    return effect / noise
+def paired_turns(slow, fast):
+    """How two timings taken in the same turns compare, by statistics that a shared machine's
+    scheduler cannot fake: ``{"turns", "slower", "share", "q1_ratio"}``.
+
+    ``slow[i]`` and ``fast[i]`` must come from turn ``i`` of :func:`interleaved_samples` (or any
+    loop that times them side by side). ``slower`` counts the turns in which ``slow`` took longer
+    (``share`` = slower / turns): drift of the machine hits both sides of a turn alike, and a job
+    that preempts one side flips one turn, however long it lasts. ``q1_ratio`` is the lower
+    quartile of ``slow`` over that of ``fast``: other jobs only ever add time, so the fast
+    quarter of the turns is the cost with a core to itself, where a median or an IQR drifts with
+    the load. (The "spreads" test, difference of medians over the larger IQR, fails a real effect
+    as soon as noise widens one side's IQR: once 2.2 spreads for a step 1.8x as slow.)
+    """
+    if len(slow) != len(fast) or len(slow) == 0:
+        raise ValueError(f"paired_turns needs two equally long, non-empty lists of turns; got {len(slow)} "
+                         f"and {len(fast)} timings (time both in the same turns)")
+    slower = sum(a > b for a, b in zip(slow, fast))
+    return {"turns": len(slow), "slower": int(slower), "share": slower / len(slow),
+            "q1_ratio": spread(slow)["q1"] / spread(fast)["q1"]}
 
 
 def one_blas_thread():

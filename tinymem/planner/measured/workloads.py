@@ -139,6 +139,13 @@ class UNetWorkload(Workload):
     name, sizes_help = "unet", "in_channels,classes,base,depth,resolution (e.g. 1,4,8,3,32)"
     n_sizes, schedules = 5, ("none", "block")
 
+    def __init__(self, sizes, device=None):
+        super().__init__(sizes, device)
+        depth, res = self.sizes[3:]
+        if res % 2 ** (depth - 1):  # else the step's forward fails (models.UNet halves it depth-1 times)
+            raise ValueError(f"unet resolution {res} must be divisible by 2**(depth-1) = {2 ** (depth - 1)}; "
+                             f"unet sizes are {self.sizes_help}")
+
     @property
     def n_blocks(self):
         return 2 * self.sizes[3] - 1

@@ -51,7 +51,7 @@ EPILOG = """examples:
   tinymem plan --arch llama2-70b --tensor-parallel 8 --pipeline 4 --data-parallel 2   one 3D layout
   tinymem plan --arch llama3-8b --inference --context 32768    weights, KV cache, workspace of generation
   tinymem plan --config config.json --gpus 1 --json            a Hugging Face or nanoGPT config; bytes as JSON
-  tinymem plan --arch gpt2 --layers 2 --seq 128 --batch 4 --verify-torch foreach   the torch mode against PyTorch
+  tinymem plan --arch gpt2 --layers 2 --hidden 256 --heads 4 --seq 128 --verify-torch foreach   torch mode vs PyTorch
   tinymem plan --model mlp --sizes 64,256,256,10 --batch 32 --budget 4MB   probe a tinymem model here
 
 exit codes:
