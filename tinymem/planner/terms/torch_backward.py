@@ -59,8 +59,7 @@ class Step(Forward):
             return dx
         dx = new(tag + ".dx", "in_flight", "gradient of the residual stream", "4·N·h", Nh)
         new(tag + ".dw", "gradient", "norm weight gradient", "4·h", 4 * d.h)
-        if d.bias:
-            new(tag + ".db", "gradient", "norm bias gradient", "4·h", 4 * d.h)
+        new(tag + ".db", "gradient", "norm bias gradient", "4·h", 4 * d.h)  # a LayerNorm has one (the Arch's)
         t.free(grad, x, tag + ".mean", tag + ".rstd")
         return dx
 
