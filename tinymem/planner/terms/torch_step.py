@@ -19,8 +19,8 @@ dropout p (the Arch's ``tied`` and ``dropout``), the device.
 
 Measured on the CPU (``tests/measure/test_torch_mode.py``: within 1% in fp32, 3% under bf16
 autocast). Not modelled
-(refused): bf16 autocast of LLaMA layers, and of SDPA with dropout on the CPU (its math
-kernel computes in float32), grouped-query attention, experts. SDPA with dropout on the CPU in
+(refused): bf16 autocast of SDPA with dropout on the CPU (its math kernel computes in
+float32), grouped-query attention, experts. SDPA with dropout on the CPU in
 fp32 runs PyTorch's math kernel (:class:`~.torch_ops.Forward`'s fallback: the scaled q and k,
 an additive float mask, ``_safe_softmax``'s masks), written as such. On CUDA the prediction is the
 CPU's program with the CUDA differences below, and it is **unmeasured** (``measured=False``):
