@@ -85,7 +85,8 @@ def test_a_missing_unknown_or_impossible_field_is_refused_by_name(config, messag
     assert str(error.value).startswith("config.json: ") and message in str(error.value), str(error.value)
 
 
-@pytest.mark.parametrize("text,message", [("{", "not JSON (Expecting property name"), ("[1, 2]", "got a list")])
+@pytest.mark.parametrize("text,message", [("{", "not JSON (Expecting property name"), ("[1, 2]", "got a list"),
+                                          ('{"n_layer": 2, "n_embd": 64, "n_layer": 3}', "field n_layer twice")])
 def test_a_file_that_is_no_config_is_refused_naming_it(tmp_path, text, message):
     path = _file(tmp_path, text)
     with pytest.raises(ValueError, match=r"config\.json: ") as error:

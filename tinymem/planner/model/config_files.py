@@ -64,10 +64,26 @@ def read(path):
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
     try:
-        config = json.loads(text)
+        config = json.loads(text, object_pairs_hook=_once)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})") from None
+    except _Twice as exc:  # json.loads keeps the last silently: which one the author meant is unknown
+        raise ValueError(f"{path}: it gives the field {exc} twice: keep the one meant") from None
     return parse(config, str(path))
+
+
+class _Twice(Exception):
+    """A JSON object that names one field twice (its name is the message)."""
+
+
+def _once(pairs):
+    """The object of ``pairs``; :class:`_Twice` for a name given twice."""
+    config = {}
+    for name, value in pairs:
+        if name in config:
+            raise _Twice(name)
+        config[name] = value
+    return config
 
 
 def parse(config, source="config"):
