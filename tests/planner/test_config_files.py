@@ -78,6 +78,7 @@ def test_grouped_query_heads_and_an_untied_llama_head_are_read():
     ({"n_layer": 2}, "no model_type field, and no block_size"),
     (dict(NANOGPT, n_embd=100), "n_embd 100 is not divisible by n_head 6"),
     (dict(NANOGPT, bias=1), "bias must be true or false, got 1"),
+    (dict(GPT2, architectures=[{"GPT2LMHeadModel": 1}], model_type=None), "architectures[0] must be a class name"),
 ])
 def test_a_missing_unknown_or_impossible_field_is_refused_by_name(config, message):
     with pytest.raises(ValueError) as error:

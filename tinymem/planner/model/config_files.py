@@ -112,7 +112,11 @@ def family(config, source="config"):
     when ``block_size`` is there."""
     kind = config.get("model_type")
     if kind is None and isinstance(config.get("architectures"), list) and config["architectures"]:
-        kind = ARCHITECTURES.get(config["architectures"][0], config["architectures"][0])
+        first = config["architectures"][0]
+        if not isinstance(first, str):
+            raise ValueError(f"{source}: architectures[0] must be a class name such as 'GPT2LMHeadModel', "
+                             f"got {first!r}")
+        kind = ARCHITECTURES.get(first, first)
     if kind is None and "block_size" in config:
         return "nanogpt"
     if kind in ("gpt2", "llama"):
