@@ -54,6 +54,8 @@ def test_grouped_query_heads_and_an_untied_llama_head_are_read():
     config = dict(LLAMA2_7B, num_hidden_layers=80, hidden_size=8192, num_attention_heads=64, num_key_value_heads=8,
                   intermediate_size=28672)
     assert config_files.parse(config).arch == get_arch("llama2-70b")._replace(name="config (llama)")
+    null = config_files.parse(dict(LLAMA2_7B, num_key_value_heads=None))  # LlamaConfig reads null as the heads
+    assert null.arch == get_arch("llama2-7b")._replace(name="config (llama)")
 
 
 @pytest.mark.parametrize("config,message", [
@@ -78,6 +80,7 @@ def test_grouped_query_heads_and_an_untied_llama_head_are_read():
     ({"n_layer": 2}, "no model_type field, and no block_size"),
     (dict(NANOGPT, n_embd=100), "n_embd 100 is not divisible by n_head 6"),
     (dict(NANOGPT, bias=1), "bias must be true or false, got 1"),
+    (dict(GPT2, n_layer=None), "n_layer must be a positive integer, got None"),
     (dict(GPT2, architectures=[{"GPT2LMHeadModel": 1}], model_type=None), "architectures[0] must be a class name"),
 ])
 def test_a_missing_unknown_or_impossible_field_is_refused_by_name(config, message):

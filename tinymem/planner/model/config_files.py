@@ -146,7 +146,9 @@ class _Fields:
 
     def size(self, name, default=MISSING):
         value = self.get(name, default)
-        if value is not None and (not is_int(value) or value < 1):
+        if value is None and default is not MISSING:  # null is the family's default, as its code reads it
+            value = default
+        if (value is not None or default is MISSING) and (not is_int(value) or value < 1):
             raise ValueError(f"{self.source}: {name} must be a positive integer, got {value!r}")
         return value
 
