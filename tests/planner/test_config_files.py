@@ -42,6 +42,14 @@ def test_the_published_gpt2_and_llama2_configs_are_the_presets_of_the_same_name(
     assert "_name_or_path" in llama.ignored and "rope_scaling" in llama.ignored and llama.defaults == {}
 
 
+def test_the_published_gpt2_medium_config_with_openai_gpts_special_token_fields_is_read():
+    medium = dict(GPT2, n_embd=1024, n_head=16, n_layer=24, n_special=0, predict_special_tokens=True)
+    config = config_files.parse(medium, "config.json")
+    assert config.arch == get_arch("gpt2")._replace(name="config.json (gpt2)", layers=24, hidden=1024, heads=16,
+                                                    dropout=0.1)
+    assert parameter_count(config.arch) == 354_823_168 and "predict_special_tokens" in config.ignored
+
+
 def test_a_nanogpt_config_is_a_tied_gpt_with_its_dropout_and_bias():
     config = config_files.parse(NANOGPT, "ckpt/config.json")
     assert config.family == "nanogpt" and config.ignored == [] and config.defaults == {}
@@ -68,7 +76,7 @@ def test_grouped_query_heads_and_an_untied_llama_head_are_read():
     (dict(GPT2, attn_pdrop=0.0), "resid_pdrop, embd_pdrop and attn_pdrop differ"),
     (dict(GPT2, resid_pdrop=1.0, embd_pdrop=1.0, attn_pdrop=1.0), "resid_pdrop must be a probability in [0, 1)"),
     (dict(GPT2, add_cross_attention=True), "add_cross_attention is True"),
-    (dict(GPT2, n_special=3), "unknown field n_special"),
+    (dict(GPT2, n_special=3), "n_special is 3; the planner counts gpt2's layer with 0"),
     (dict(LLAMA2_7B, num_key_value_heads=5), "num_key_value_heads 5 does not divide num_attention_heads 32"),
     (dict(LLAMA2_7B, head_dim=256), "head_dim 256 is not hidden_size / num_attention_heads = 128"),
     (dict(LLAMA2_7B, attention_bias=True), "attention_bias is True"),
@@ -112,8 +120,8 @@ def test_plan_config_prints_what_it_read_and_ignored_and_plans_that_model(tmp_pa
 @pytest.mark.parametrize("args,message", [
     (["--config", "{path}", "--arch", "gpt2"], "--arch and --config both name the model: give one"),
     (["--config", "{path}", "--heads", "5"], "config.json (gpt2) overridden by --heads 5: hidden size 768 is not"),
-    (["--config", "{bad}"], "config.json: unknown field n_special"),
-    (["--config", "{bad}", "--inference"], "config.json: unknown field n_special"),
+    (["--config", "{bad}"], "config.json: n_special is 1"),
+    (["--config", "{bad}", "--inference"], "config.json: n_special is 1"),
 ])
 def test_plan_refuses_a_bad_config_in_one_line_and_prints_nothing(tmp_path, capsys, args, message):
     (tmp_path / "bad").mkdir()

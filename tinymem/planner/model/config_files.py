@@ -41,9 +41,11 @@ IGNORED = frozenset((
     "torch_dtype", "dtype", "transformers_version", "architectures", "model_type", "use_cache", "pretraining_tp",
     "tokenizer_class", "id2label", "label2id", "task_specific_params", "summary_type", "summary_use_proj",
     "summary_activation", "summary_proj_to_labels", "summary_first_dropout", "scale_attn_weights",
-    "scale_attn_by_inverse_layer_idx", "n_ctx", "return_dict", "output_hidden_states", "output_attentions"))
+    "scale_attn_by_inverse_layer_idx", "n_ctx", "return_dict", "output_hidden_states", "output_attentions",
+    "predict_special_tokens"))
 MUST_BE = {"add_cross_attention": False, "is_encoder_decoder": False, "reorder_and_upcast_attn": False,
-           "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0}
+           "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
+           "n_special": 0}  # OpenAI GPT's extra token rows, left at 0 in the published gpt2-medium/large/xl files
 ARCHITECTURES = {"GPT2LMHeadModel": "gpt2", "GPT2Model": "gpt2", "LlamaForCausalLM": "llama", "LlamaModel": "llama"}
 FAMILIES = ("gpt2", "llama", "nanogpt")
 MISSING = object()
