@@ -111,6 +111,12 @@ def test_the_options_are_refused_at_the_door_naming_the_field():
     with pytest.raises(ValueError, match="unknown word 'adam'"):
         parse_torch("sdpa,adam")
     assert parse_torch("fused, sdpa,no-hold-logits,cuda") == TorchOptions("fused", False, "sdpa", device="cuda")
+    for words, message in (("foreach,fused", "'foreach' and 'fused' both set the optimizer"),
+                           ("sdpa,math", "'sdpa' and 'math' both set the attention"),
+                           ("hold-logits,no-hold-logits", "'hold-logits' and 'no-hold-logits' both set the hold_logits")):
+        with pytest.raises(ValueError, match=message):  # before, the last word won without a word
+            parse_torch(words)
+    assert parse_torch("foreach,foreach") == TorchOptions("foreach")  # said twice is said once
     assert resolve_torch(TorchOptions(), GPT, 1).optimizer == "for-loop"  # PyTorch's default on the CPU
     assert resolve_torch(TorchOptions(device="cuda"), GPT, 1).optimizer == "foreach"
     with pytest.raises(ValueError, match="mode='torch'"):
