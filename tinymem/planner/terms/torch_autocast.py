@@ -19,7 +19,7 @@ in fp32 (each bf16 operand upcast for its product), and attention casts the rota
 back to bf16 (saved by SDPA, or copied by matmul). A checkpointed block's weight casts stay in
 autocast's cache to the forward's end; its recomputation casts again.
 
-Measured on the CPU (``tests/measure/test_torch_mode.py``: within 3%).
+Measured on the CPU (``tests/measure/test_torch_mode_measured.py``: within 3%).
 """
 from .torch_backward import Step
 

@@ -17,7 +17,7 @@ checkpointed (``torch.utils.checkpoint(use_reentrant=False)``: each block's RNG 
 block recomputed up to its last saving op as its backward begins), tied or untied embeddings and
 dropout p (the Arch's ``tied`` and ``dropout``), the device.
 
-Measured on the CPU (``tests/measure/test_torch_mode.py``: within 1% in fp32, 3% under bf16
+Measured on the CPU (``tests/measure/test_torch_mode_measured.py``: within 1% in fp32, 3% under bf16
 autocast). Not modelled
 (refused): bf16 autocast of SDPA with dropout on the CPU (its math kernel computes in
 float32), grouped-query attention, experts. SDPA with dropout on the CPU in
