@@ -52,6 +52,9 @@ def test_a_tied_table_adds_its_two_gradients_out_of_place():
     assert list(end.values()) == [Vh, Vh, Vh]
     assert named(untied, "end of backward", "token table gradient (dense)") == Vh
     assert named(untied, "end of backward", "tied table: head + embedding gradients, added out of place") == 0
+    # the addends wait in flight, the sum is the engine's until AccumulateGrad makes it the .grad
+    assert tied.moments["end of backward"]["in_flight"] >= 2 * Vh
+    assert tied.moments["optimizer step"]["gradient"] == 4 * sum(torch_step.parameter_sizes(GPT))
 
 
 def test_cpu_dropout_saves_float_noise_and_cuda_a_bool_mask():
