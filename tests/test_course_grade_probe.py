@@ -157,3 +157,35 @@ def test_a_results_file_replaced_by_a_folder_costs_only_that_row(tmp_path):
     rows = grading.grade(tmp_path / "class", tmp_path / "grades.csv", only=["00"], timeout=20, memory_mb=3072,
                          echo=lambda line: None)
     assert rows[0]["ex00"].startswith("error: no check ran (exit status 1: ")
+
+
+def test_a_file_the_teacher_cannot_read_costs_only_that_row(tmp_path, monkeypatch):
+    """A file or a lessons/exercises/ folder that the teacher's user cannot read (mode 000 from a
+    zip; this test runs as any user, root too, so the refusals are made here). Before, copytree's
+    shutil.Error or PermissionError stopped the batch before anyone was graded: no CSV."""
+    import shutil
+
+    copyfile = shutil.copyfile
+
+    def unreadable(source, *args, **kwargs):
+        if os.path.basename(source) == "locked.py":
+            raise PermissionError(13, "Permission denied", source)
+        return copyfile(source, *args, **kwargs)
+
+    closed, scandir = student(tmp_path / "class", "closed"), os.scandir
+
+    def unlisted(path="."):  # the folder itself cannot be listed (mode 000)
+        if not isinstance(path, int) and os.fspath(path) == str(closed):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return scandir(path)
+
+    (student(tmp_path / "class", "locked") / "locked.py").write_text("")
+    student(tmp_path / "class", "next")
+    monkeypatch.setattr(shutil, "copyfile", unreadable)
+    monkeypatch.setattr(os, "scandir", unlisted)
+    rows = grading.grade(tmp_path / "class", tmp_path / "grades.csv", only=["00"], timeout=20, memory_mb=3072,
+                         echo=lambda line: None)
+    assert [(r["student"], r["ex00"]) for r in rows] == [
+        ("closed", "error: lessons/exercises/ could not be copied (Permission denied)"),
+        ("locked", "error: lessons/exercises/locked.py could not be copied ([Errno 13] Permission denied)"),
+        ("next", "passed")]

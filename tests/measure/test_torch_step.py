@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tinymem.measure import torch_step
+from tinymem.measure import torch_profile, torch_step
 from tinymem.measure.torch_step import measure_torch_step
 
 pytestmark = pytest.mark.torch
@@ -208,7 +208,22 @@ def test_the_step_is_drawn_by_the_timeline_page_and_the_snapshot_at_its_peak(tmp
         assert pickle.load(f)["segments"][0]["allocated_size"] == r.peak
 
 
-def test_a_storage_made_before_profiling_and_freed_unseen_is_reported_and_two_steps_see_it():
+def _frees_of_unseen_blocks_dropped(records):
+    """``torch_profile._records`` as torch reports a free of a block made before profiling: not
+    at all. (Torch does report it, with a stale size, when an earlier profile in the process saw a
+    block at the same address freed after profiling stopped: its size table keeps the entry.)"""
+    def dropped(*args):
+        allocations, ops = records(*args)
+        seen, kept = set(), []
+        for a in allocations:
+            if a[2] > 0 or a[1] in seen:
+                kept.append(a)
+                seen.add(a[1])
+        return kept, ops
+    return dropped
+
+
+def test_a_storage_made_before_profiling_and_freed_unseen_is_reported_and_two_steps_see_it(monkeypatch):
     import torch
     lin, opt = _sgd_linear(torch, 2, 2)  # 24 bytes
     lin.register_buffer("table", torch.zeros(1000))
@@ -217,7 +232,9 @@ def test_a_storage_made_before_profiling_and_freed_unseen_is_reported_and_two_st
         del lin.table
         lin.register_buffer("table", torch.zeros(1000))
 
-    once = measure_torch_step(step, model=lin, optimizer=opt, steps=1)
+    with monkeypatch.context() as m:  # the old buffer's free unreported, whatever earlier tests profiled
+        m.setattr(torch_profile, "_records", _frees_of_unseen_blocks_dropped(torch_profile._records))
+        once = measure_torch_step(step, model=lin, optimizer=opt, steps=1)
     assert once.baseline == 24 + 4000 and once.missed_free_bytes == 4000
     assert "4,000 B made before profiling were freed unseen" in once.note
     twice = measure_torch_step(step, model=lin, optimizer=opt, steps=2)

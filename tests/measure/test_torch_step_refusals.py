@@ -89,3 +89,14 @@ def test_a_device_that_holds_none_of_the_models_parameters_is_refused():
     assert ran == []
     lin, opt = _sgd_linear(torch, 2, 2)
     assert measure_torch_step(lambda: None, model=lin, optimizer=opt, device="cpu").peak == 24
+
+
+def test_exporting_a_step_that_allocated_nothing_is_refused_in_its_own_terms(tmp_path):
+    import torch
+    lin, opt = _sgd_linear(torch, 2, 2)
+    r = measure_torch_step(lambda: None, model=lin, optimizer=opt)
+    assert (r.peak, r.baseline, r.events, r.op_at_peak) == (24, 24, [], "(step start)")
+    for export in (r.export_page, r.export_snapshot):
+        with pytest.raises(ValueError, match=r"the measured step allocated nothing \(peak = baseline = 24 B\)"):
+            export(tmp_path / "step.out")
+    assert list(tmp_path.iterdir()) == []

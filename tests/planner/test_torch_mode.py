@@ -52,6 +52,9 @@ def test_a_tied_table_adds_its_two_gradients_out_of_place():
     assert list(end.values()) == [Vh, Vh, Vh]
     assert named(untied, "end of backward", "token table gradient (dense)") == Vh
     assert named(untied, "end of backward", "tied table: head + embedding gradients, added out of place") == 0
+    # the addends wait in flight, the sum is the engine's until AccumulateGrad makes it the .grad
+    assert tied.moments["end of backward"]["in_flight"] >= 2 * Vh
+    assert tied.moments["optimizer step"]["gradient"] == 4 * sum(torch_step.parameter_sizes(GPT))
 
 
 def test_cpu_dropout_saves_float_noise_and_cuda_a_bool_mask():
@@ -79,6 +82,16 @@ def test_autocast_saves_bf16_casts_and_the_loss_reads_fp32_logits():
     assert inputs == 2 * N * h * (2 * L + 1)  # the inputs of c_attn, c_fc and the head: the norms' outputs
 
 
+def test_autocast_sdpa_saves_the_bf16_casts_of_the_rotated_q_and_k():
+    llama = custom(2, 48, 4, 20, 100, ffn=72, **LLAMA)
+    result = torch_step.breakdown(llama, 2, TorchOptions(precision="bf16-autocast", attention="sdpa"))
+    N, h, L = 40, 48, 2
+    assert named(result, "loss backward", "rotated q or k cast to bf16") == L * 2 * 2 * N * h
+    assert named(result, "loss backward", "rotary q or k (fp32)") == 0  # let go once cast
+    fp32 = torch_step.breakdown(llama, 2, TorchOptions(attention="sdpa"))
+    assert named(fp32, "loss backward", "rotary q or k") == L * 2 * 4 * N * h  # saved as they are
+
+
 def test_the_buckets_at_the_peak_add_up_to_it_and_name_their_moment():
     for arch, options in ((GPT, TorchOptions()), (custom(3, 64, 4, 32, 32, ffn=96, **LLAMA), TorchOptions(
             attention="sdpa", checkpoint=True, optimizer="foreach"))):
@@ -92,8 +105,6 @@ def test_the_options_are_refused_at_the_door_naming_the_field():
         torch_step.breakdown(GPT, 2, TorchOptions(optimizer="sgd"))
     with pytest.raises(ValueError, match="TorchOptions.hold_logits"):
         torch_step.breakdown(GPT, 2, TorchOptions(hold_logits="yes"))
-    with pytest.raises(ValueError, match="bf16 autocast of LLaMA"):
-        torch_step.breakdown(custom(2, 48, 4, 20, 100, ffn=72, **LLAMA), 2, TorchOptions(precision="bf16-autocast"))
     with pytest.raises(ValueError, match="SDPA with dropout under bf16 autocast"):
         torch_step.breakdown(GPT._replace(dropout=0.1), 2, TorchOptions(attention="sdpa", precision="bf16-autocast"))
     with pytest.raises(ValueError, match="grouped-query"):
@@ -103,6 +114,12 @@ def test_the_options_are_refused_at_the_door_naming_the_field():
     with pytest.raises(ValueError, match="unknown word 'adam'"):
         parse_torch("sdpa,adam")
     assert parse_torch("fused, sdpa,no-hold-logits,cuda") == TorchOptions("fused", False, "sdpa", device="cuda")
+    for words, message in (("foreach,fused", "'foreach' and 'fused' both set the optimizer"),
+                           ("sdpa,math", "'sdpa' and 'math' both set the attention"),
+                           ("hold-logits,no-hold-logits", "'hold-logits' and 'no-hold-logits' both set the hold_logits")):
+        with pytest.raises(ValueError, match=message):  # before, the last word won without a word
+            parse_torch(words)
+    assert parse_torch("foreach,foreach") == TorchOptions("foreach")  # said twice is said once
     assert resolve_torch(TorchOptions(), GPT, 1).optimizer == "for-loop"  # PyTorch's default on the CPU
     assert resolve_torch(TorchOptions(device="cuda"), GPT, 1).optimizer == "foreach"
     with pytest.raises(ValueError, match="mode='torch'"):

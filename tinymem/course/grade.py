@@ -113,7 +113,8 @@ def _stage(folder, stage):
     """Copy a student's exercises into ``stage``: ``(problem, left_out)``, problem None or why
     their row cannot be graded, left_out the names not copied. Only plain files and folders are
     copied: a link may point at the reference answers (or anywhere), and a named pipe would
-    block the copy, so neither is the student's own file."""
+    block the copy, so neither is the student's own file. A file the teacher's user cannot read
+    makes the row an error, not the batch's."""
     source = folder / LAYOUT
     if source.is_symlink() or not source.is_dir():
         return f"error: this folder has no {LAYOUT}/ (the grader expects STUDENT/{LAYOUT}/exNN.py)", []
@@ -128,7 +129,12 @@ def _stage(folder, stage):
         left_out.extend(odd)
         return {*odd, "__pycache__"}
 
-    shutil.copytree(source, stage, ignore=ignore)
+    try:
+        shutil.copytree(source, stage, ignore=ignore)
+    except OSError as exc:  # a file the teacher's user cannot read: this row, not the batch
+        path, reason = exc.args[0][0][::2] if isinstance(exc, shutil.Error) else (exc.filename, exc.strerror)
+        name = pathlib.Path(os.fspath(path)).relative_to(source).as_posix().removeprefix(".")
+        return f"error: {LAYOUT}/{name} could not be copied ({str(reason).split(':')[0]})", left_out
     return None, left_out
 
 

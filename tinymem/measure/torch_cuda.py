@@ -61,8 +61,9 @@ def _trace_peak(snapshot, device_index, start):
 @contextlib.contextmanager
 def allocator_record(torch, device):
     """Yield an :class:`AllocatorRecord` filled in when the block ends (on 'cuda'; on the CPU it
-    stays empty). Synchronizes before and after, so the block's kernels are inside it, and
-    leaves the memory history as it found it: off."""
+    stays empty). Synchronizes before and after, so the block's kernels are inside it. It resets
+    the allocator's peak statistics and leaves the memory history off and cleared: a history the
+    caller was recording is lost (torch has no public way to ask whether one is on)."""
     record = AllocatorRecord()
     if device != "cuda":
         yield record

@@ -16,7 +16,9 @@ importing this file imports no torch):
 
 The profiler reports a block's free only if it saw the block's allocation: a block allocated
 before profiling began and freed while it runs leaves no record (torch warns "Memory block of
-unknown size was allocated before the profiling started"). The measurement profiles the step
+unknown size was allocated before the profiling started"), unless an earlier profile in the
+process left a size for that address in torch's table (a block it saw, freed after it stopped):
+then the free is reported and the replay takes it as seen, in the block's own bytes. The measurement profiles the step
 before the measured one too, so what that step leaves (gradients, new optimizer state) is seen
 from birth. A storage older than that, freed in the measured step, is counted freed when the
 allocator hands its address out again, or, if it never does and the step's objects no longer

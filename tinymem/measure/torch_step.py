@@ -101,12 +101,18 @@ class TorchStepMemory:
 
     def export_page(self, path, title="one PyTorch training step"):
         """Write the step as tinymem's timeline page: memory stacked by bucket, the phases, the peak."""
-        self.recording().export_page(path, title)
+        self._drawable().export_page(path, title)
 
     def export_snapshot(self, path, at="end"):
         """Write the step as PyTorch's memory snapshot (``at`` 'end' or 'peak'), for pytorch.org/memory_viz.
         The addresses are laid out by tinymem's first-fit model, not the allocator's."""
-        self.recording().export_snapshot(path, at)
+        self._drawable().export_snapshot(path, at)
+
+    def _drawable(self):
+        if not self.events:  # the Tracker's own refusal would tell the user to fix a with-block
+            raise ValueError(f"the measured step allocated nothing (peak = baseline = {self.peak:,d} B): "
+                             "there is no timeline to draw; export a step that makes tensors")
+        return self.recording()
 
     def __str__(self):
         rows = "\n".join(f"  {b:<11}{n:>16,d} B" for b, n in self.buckets.items() if n)
