@@ -1,6 +1,7 @@
 """Shared test parameters: devices, dtypes with their tolerances, the references (PyTorch,
 MPI, the course's notebook and site packages) and what happens when one is missing (a skip, or a failure under ``CI=true``), and the
 loading of the exercise checks' answer files."""
+import functools
 import gc
 import importlib.util
 import os
@@ -37,9 +38,19 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda), "standin"]
 # One tolerance per dtype, written down once (relative, absolute).
 TOL = {"float64": (1e-7, 1e-9), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3)}
 
-# Found, not imported: importing PyTorch is 1.7 of the 2.3 CPU seconds this file costs, and every
-# process that runs only checks without PyTorch (tinymem course grade starts one per student) would pay it.
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+
+@functools.lru_cache(maxsize=None)
+def have_torch():
+    """Whether PyTorch imports, asked when the first torch test is set up, not at start-up:
+    importing it is 1.7 of the 2.3 CPU seconds this file costs, and a process that runs only
+    checks without PyTorch (tinymem course grade starts one per student) need not pay it. An
+    import, not a search for the package: a torch that is there but cannot import is missing."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 # A reference that is missing skips its tests on a laptop, but fails them in CI: a run that
 # quietly skipped every PyTorch comparison would pass while checking nothing.
@@ -60,7 +71,7 @@ def missing_reference(what, install):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    if item.get_closest_marker("torch") and not HAVE_TORCH:
+    if item.get_closest_marker("torch") and not have_torch():
         missing_reference("PyTorch", "pip install .[test]")
     if item.get_closest_marker("mpi") and not launch.mpi_available():
         missing_reference("mpi4py or mpiexec", "pip install .[dist]")
