@@ -1,5 +1,5 @@
 """Checks for lesson 14's exercises, held against the planner's torch mode (which
-tests/measure/test_torch_mode.py holds against measured PyTorch steps)."""
+tests/measure/test_torch_mode_measured.py holds against measured PyTorch steps)."""
 import random
 
 import pytest

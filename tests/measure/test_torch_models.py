@@ -9,7 +9,8 @@ pytestmark = pytest.mark.torch
 
 
 @pytest.mark.parametrize("arch", [custom(2, 48, 4, 20, 100, tied=True), custom(2, 48, 4, 20, 100),
-                                  custom(3, 64, 4, 16, 50, ffn=96, **LLAMA)], ids=["gpt-tied", "gpt-untied", "llama"])
+                                  custom(2, 40, 5, 30, 77, bias=False), custom(3, 64, 4, 16, 50, ffn=96, **LLAMA)],
+                         ids=["gpt-tied", "gpt-untied", "gpt-no-bias", "llama"])
 def test_the_model_has_the_planners_parameters_in_adamws_order(arch):
     from tinymem.measure import torch_models
 

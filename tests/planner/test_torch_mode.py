@@ -79,6 +79,16 @@ def test_autocast_saves_bf16_casts_and_the_loss_reads_fp32_logits():
     assert inputs == 2 * N * h * (2 * L + 1)  # the inputs of c_attn, c_fc and the head: the norms' outputs
 
 
+def test_autocast_sdpa_saves_the_bf16_casts_of_the_rotated_q_and_k():
+    llama = custom(2, 48, 4, 20, 100, ffn=72, **LLAMA)
+    result = torch_step.breakdown(llama, 2, TorchOptions(precision="bf16-autocast", attention="sdpa"))
+    N, h, L = 40, 48, 2
+    assert named(result, "loss backward", "rotated q or k cast to bf16") == L * 2 * 2 * N * h
+    assert named(result, "loss backward", "rotary q or k (fp32)") == 0  # let go once cast
+    fp32 = torch_step.breakdown(llama, 2, TorchOptions(attention="sdpa"))
+    assert named(fp32, "loss backward", "rotary q or k") == L * 2 * 4 * N * h  # saved as they are
+
+
 def test_the_buckets_at_the_peak_add_up_to_it_and_name_their_moment():
     for arch, options in ((GPT, TorchOptions()), (custom(3, 64, 4, 32, 32, ffn=96, **LLAMA), TorchOptions(
             attention="sdpa", checkpoint=True, optimizer="foreach"))):
@@ -92,8 +102,6 @@ def test_the_options_are_refused_at_the_door_naming_the_field():
         torch_step.breakdown(GPT, 2, TorchOptions(optimizer="sgd"))
     with pytest.raises(ValueError, match="TorchOptions.hold_logits"):
         torch_step.breakdown(GPT, 2, TorchOptions(hold_logits="yes"))
-    with pytest.raises(ValueError, match="bf16 autocast of LLaMA"):
-        torch_step.breakdown(custom(2, 48, 4, 20, 100, ffn=72, **LLAMA), 2, TorchOptions(precision="bf16-autocast"))
     with pytest.raises(ValueError, match="SDPA with dropout under bf16 autocast"):
         torch_step.breakdown(GPT._replace(dropout=0.1), 2, TorchOptions(attention="sdpa", precision="bf16-autocast"))
     with pytest.raises(ValueError, match="grouped-query"):

@@ -86,7 +86,7 @@ class MLP(nn.Module):
 
 
 def norm(arch, llama):
-    return nn.RMSNorm(arch.hidden, eps=1e-6) if llama else nn.LayerNorm(arch.hidden, bias=arch.bias)
+    return nn.RMSNorm(arch.hidden, eps=1e-6) if llama else nn.LayerNorm(arch.hidden)  # the Arch: always a bias
 
 
 class Block(nn.Module):

@@ -202,9 +202,6 @@ def resolve_torch(options, arch, batch):
         raise ValueError(f"{arch.name}: a LLaMA trains without dropout in the torch mode, got {arch.dropout}")
     if archs.kv_heads(arch) != arch.heads or arch.experts != 1:
         raise ValueError(f"{arch.name}: grouped-query attention and experts are not in the torch mode")
-    if options.precision == "bf16-autocast" and llama:
-        raise ValueError(f"{arch.name}: bf16 autocast of LLaMA layers is not in the torch mode (RMSNorm and rotary "
-                         "positions mix dtypes their own way): give precision='fp32', or GPT layers")
     if options.precision == "bf16-autocast" and options.attention == "sdpa" and arch.dropout and options.device == "cpu":
         raise ValueError("SDPA with dropout under bf16 autocast runs PyTorch's math kernel in float32 on the CPU, "
                          "not in the torch mode: give dropout 0, attention='math' or precision='fp32'")

@@ -14,9 +14,12 @@ Backward: the residual stream's fp32 gradient is cast to bf16 for each branch (2
 backward makes bf16 dx, dW and db, then the casts' backward turn them into fp32 (dW into .grad,
 dx when its input was cast); dlogits is cast to bf16 (2·N·V) before the head's backward.
 
-Measured on the CPU for GPT layers (``tests/measure/test_torch_mode.py``: within 3%). A checkpointed
-block's weight casts stay in autocast's cache to the forward's end; its recomputation casts
-again. LLaMA layers under autocast are not written (RMSNorm and rotary positions mix dtypes their own way): refused.
+LLaMA layers: RMSNorm computes in fp32; the bf16 q and k times the fp32 rotary tables compute
+in fp32 (each bf16 operand upcast for its product), and attention casts the rotated q and k
+back to bf16 (saved by SDPA, or copied by matmul). A checkpointed block's weight casts stay in
+autocast's cache to the forward's end; its recomputation casts again.
+
+Measured on the CPU (``tests/measure/test_torch_mode_measured.py``: within 3%).
 """
 from .torch_backward import Step
 
@@ -48,6 +51,43 @@ class AutocastStep(Step):
                                        f"2·{self.sym(out)}", 2 * out))
         self.casts[tag] = [new(tag + ".wcast", "activation", "weight cast to bf16 (saved)",
                                f"2·{self.sym(inp)}·{self.sym(out)}", 2 * inp * out)]
+
+    def rotate(self, p, n, sdpa):
+        """bf16 q or k times the fp32 cos and sin: computed in fp32 (the bf16 operand upcast for
+        each product), so the rotated q or k is fp32."""
+        new, t, Nh = self.new, self.t, 4 * self.d.N * self.d.h
+        for step, name in (("c", "rotary x·cos"), ("neg", ""), ("cat", ""), ("s", "rotary rotate_half·sin")):
+            if step == "neg":
+                new(p + n + "neg", "temporary", "rotary -x2 (bf16)", "2·N·h/2", Nh // 4)
+            elif step == "cat":
+                new(p + n + "cat", "temporary", "rotary rotate_half (bf16)", "2·N·h", Nh // 2)
+                t.free(p + n + "neg")
+            else:
+                new(p + n + step + ".up", "temporary", "bf16 operand upcast", "4·N·h", Nh)
+                new(p + n + step, "temporary", name, "4·N·h", Nh)
+                t.free(p + n + step + ".up", *([p + n + "cat"] if step == "s" else []))
+        new(p + n + "r", "temporary", "rotary q or k (fp32)", "4·N·h", Nh)
+        t.free(p + n + "s", p + n + "c", p + n)
+
+    def matmul_casts(self, p, bucket):
+        cNh = 2 * self.d.N * self.d.h
+        return [self.new(p + n + "cast", bucket, "rotated q or k cast to bf16", "2·N·h", cNh) for n in "qk"]
+
+    def kept_norm(self, x):
+        return []  # released in the forward: only its bf16 casts were saved
+
+    def sdpa_saved(self, p):
+        return [p + "qcast", p + "kcast", p + "v"]
+
+    def rotary_backward(self, tag, grad):
+        """The bf16 gradient back to fp32 (the cast's backward), through the rotation in fp32, and
+        to q's bf16 dtype."""
+        Nh = 4 * self.d.N * self.d.h
+        up = self.new(tag + ".dr32", "in_flight", "rotary gradient (fp32)", "4·N·h", Nh)
+        self.t.free(grad)
+        out = self.new(tag + ".dr", "in_flight", "rotary gradient cast to bf16", "2·N·h", Nh // 2)
+        self.t.free(up)
+        return out
 
     def release(self, x):
         self.t.free(x)  # a norm's fp32 output: only its bf16 casts are saved

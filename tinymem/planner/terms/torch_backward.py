@@ -59,8 +59,7 @@ class Step(Forward):
             return dx
         dx = new(tag + ".dx", "in_flight", "gradient of the residual stream", "4·N·h", Nh)
         new(tag + ".dw", "gradient", "norm weight gradient", "4·h", 4 * d.h)
-        if d.bias:
-            new(tag + ".db", "gradient", "norm bias gradient", "4·h", 4 * d.h)
+        new(tag + ".db", "gradient", "norm bias gradient", "4·h", 4 * d.h)  # a LayerNorm has one (the Arch's)
         t.free(grad, x, tag + ".mean", tag + ".rstd")
         return dx
 
@@ -94,6 +93,19 @@ class Step(Forward):
         """What Linear ``tag`` saved of its input ``x`` (fp32: ``x`` itself)."""
         return x
 
+    def kept_norm(self, x):
+        """A norm's output, if its Linears saved it (fp32): ``[x]``."""
+        return [x]
+
+    def sdpa_saved(self, p):
+        """What SDPA saved of a LLaMA's q, k and v (fp32: the rotated q and k, and v)."""
+        return [p + "qr", p + "kr", p + "v"]
+
+    def rotary_backward(self, tag, grad):
+        """The gradient of q or k through rotary positions, as q's Linear receives it (fp32:
+        written as the same tensor: its temporaries are never the step's peak)."""
+        return grad
+
     def branch_gradient(self, tag, grad):
         """The residual stream's gradient as a branch receives it (fp32: the same tensor,
         shared with the stream)."""
@@ -125,14 +137,14 @@ class Step(Forward):
         g = self.dropout_backward(p + "mdrop", g2, d.N * d.h, "N·h", shared=g2 == grad)
         if d.llama:
             dp = self.linear_backward(p + "mlp", g, p + "prod", "f", f, (h, "h"), free_grad=g != grad)
-            new(p + "dsilu", "in_flight", "gradient of silu·up", "4·N·f", 4 * d.N * f)
-            new(p + "dup", "in_flight", "gradient of silu·up", "4·N·f", 4 * d.N * f)
+            new(p + "dsilu", "in_flight", "gradient of silu·up", f"{c}·N·f", c * d.N * f)
+            new(p + "dup", "in_flight", "gradient of silu·up", f"{c}·N·f", c * d.N * f)
             t.free(dp, p + "silu", p + "up")
             dx_up = self.linear_backward(p + "up", p + "dup", p + "ln2.out", "h", h, (f, "f"), free_saved=False)
-            new(p + "dgate", "in_flight", "silu gradient", "4·N·f", 4 * d.N * f)
+            new(p + "dgate", "in_flight", "silu gradient", f"{c}·N·f", c * d.N * f)
             t.free(p + "dsilu", p + "gate")
             dx_gate = self.linear_backward(p + "gate", p + "dgate", p + "ln2.out", "h", h, (f, "f"), free_saved=False)
-            t.free(dx_gate, p + "ln2.out")  # added into dx_up in place
+            t.free(dx_gate, *self.kept_norm(p + "ln2.out"))  # added into dx_up in place
             dln = dx_up
         else:
             dg = self.linear_backward(p + "mlp", g, p + "gelu", "f", f, (h, "h"), free_grad=g != grad)
@@ -148,7 +160,7 @@ class Step(Forward):
         if self.flash:
             for n in "qkv":
                 new(p + "d" + n, "in_flight", "SDPA input gradients", f"{c}·N·h", Nh)
-            saved = [p + "qr", p + "kr", p + "v"] if d.llama else [p + "qkv"]
+            saved = self.sdpa_saved(p) if d.llama else [p + "qkv"]
             t.free(dy, *saved, p + "lse", p + "y")
         else:
             dyc = new(p + "dyc", "in_flight", "attention output gradient (reshaped)", f"{c}·N·h", Nh)
@@ -178,6 +190,7 @@ class Step(Forward):
         if d.llama:
             dx = None
             for n, g in zip("qkv", grads):
+                g = self.rotary_backward(p + n, g) if n != "v" else g
                 out = self.linear_backward(p + n, g, p + "ln1.out", "h", h, (h, "h"), free_saved=False)
                 if dx is not None:
                     t.free(out)  # added into the first in place
@@ -187,7 +200,7 @@ class Step(Forward):
             t.free(*grads)
             dx = self.linear_backward(p + "qkv", p + "dqkv", p + "ln1.out", "h", h, (3 * h, "3h"))
         if d.llama:
-            t.free(p + "ln1.out")
+            t.free(*self.kept_norm(p + "ln1.out"))
         dx0 = self.norm_backward(p + "ln1", dx, x)
         t.free(dx1, *([p + "rng"] if self.o.checkpoint else []))
         return dx0

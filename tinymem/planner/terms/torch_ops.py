@@ -80,7 +80,7 @@ class Forward:
             new(tag + ".rstd", "activation", "RMSNorm 1/rms", "4·N", 4 * d.N)
             self.t.free(tag + ".ms", tag + ".sq")
             new(tag + ".xhat", "activation", "RMSNorm x/rms", "4·N·h", 4 * d.N * d.h)
-            return new(tag + ".out", "activation", "RMSNorm output", "4·N·h", 4 * d.N * d.h)
+            return new(tag + ".out", self.norm_bucket, "RMSNorm output", "4·N·h", 4 * d.N * d.h)
         out = new(tag + ".out", self.norm_bucket, "LayerNorm output", "4·N·h", 4 * d.N * d.h)
         new(tag + ".mean", "activation", "LayerNorm mean", "4·N", 4 * d.N)
         new(tag + ".rstd", "activation", "LayerNorm 1/std", "4·N", 4 * d.N)
@@ -98,19 +98,13 @@ class Forward:
         sdpa = self.flash
         if d.llama:
             q, k, v = (self.linear(p + n, ln1, d.h, d.h, f"{n} projection", "temporary") for n in "qkv")
-            for n in "qk":  # x·cos + cat(-x2, x1)·sin: cos, sin buffers saved, nothing new
-                new(p + n + "c", "temporary", "rotary x·cos", "4·N·h", Nh)
-                new(p + n + "neg", "temporary", "rotary -x2", "2·N·h", Nh // 2)
-                new(p + n + "cat", "temporary", "rotary rotate_half", "4·N·h", Nh)
-                t.free(p + n + "neg")
-                new(p + n + "s", "temporary", "rotary rotate_half·sin", "4·N·h", Nh)
-                t.free(p + n + "cat")
-                new(p + n + "r", "activation" if sdpa else "temporary", "rotary q or k", "4·N·h", Nh)
-                t.free(p + n + "s", p + n + "c", p + n)
+            for n in "qk":
+                self.rotate(p, n, sdpa)
             qkv = [p + "qr", p + "kr", p + "v"]
         else:
             qkv = [self.linear(p + "qkv", ln1, d.h, 3 * d.h, "c_attn output (q, k, v)",
                                "activation" if sdpa else "temporary")]
+        casts = self.matmul_casts(p, "activation" if sdpa else "temporary") if d.llama else []
         if sdpa:  # CPU flash: q, k, v, the output and the log-sum-exp saved
             y = new(p + "y", "activation", "SDPA output (c_proj's input)", f"{c}·N·h", cNh)
             new(p + "lse", "activation", "SDPA log-sum-exp", "4·a·B·s", 4 * d.a * d.B * d.s)
@@ -134,6 +128,7 @@ class Forward:
             new(p + "qc", "activation", "q copied by matmul", f"{c}·N·h", cNh)
             new(p + "kc", "activation", "kᵀ copied by matmul", f"{c}·N·h", cNh)
             new(p + "sc", "temporary", "attention scores", f"{c}·a·B·s²", aBss)
+            t.free(*casts)
             new(p + "scale", "activation", "1/sqrt(d) scalar", "8", 8)
             new(p + "scaled", "temporary", "scaled scores", f"{c}·a·B·s²", aBss)
             t.free(p + "sc")
@@ -154,6 +149,8 @@ class Forward:
         proj = self.linear(p + "o", y, d.h, d.h, "attention projection output", "temporary")
         if not sdpa:
             t.free(*qkv)
+        elif casts:  # the rotated q and k: SDPA saved their bf16 casts
+            t.free(*qkv[:2])
         self.release(ln1)
         proj = self.dropout(p + "rdrop", proj, d.N * d.h, "N·h")
         x1 = self.residual(p + "x1", proj)
@@ -161,9 +158,9 @@ class Forward:
         if d.llama:
             Nf = 4 * d.N * d.f
             self.linear(p + "gate", ln2, d.h, d.f, "gate output", "activation")
-            new(p + "silu", "activation", "silu output", "4·N·f", Nf)
+            new(p + "silu", "activation", "silu output", f"{c}·N·f", c * d.N * d.f)
             self.linear(p + "up", ln2, d.h, d.f, "up output", "activation")
-            new(p + "prod", "activation", "silu·up", "4·N·f", Nf)
+            new(p + "prod", "activation", "silu·up", f"{c}·N·f", c * d.N * d.f)
         else:
             fc = self.linear(p + "fc", ln2, d.h, d.f, "c_fc output", "activation")
             new(p + "gelu", "activation", "GELU output", f"{c}·N·f", c * d.N * d.f)
@@ -206,6 +203,23 @@ class Forward:
         """The symbol of a width: h, 3h, f or V."""
         d = self.d
         return {d.h: "h", 3 * d.h: "3h", d.f: "f", d.V: "V"}.get(n, str(n))
+
+    def rotate(self, p, n, sdpa):
+        """Rotary positions on q or k the Hugging Face way, ``x·cos + cat(-x2, x1)·sin``: the cos
+        and sin buffers saved, nothing new; the projection let go."""
+        new, t, Nh = self.new, self.t, 4 * self.d.N * self.d.h
+        new(p + n + "c", "temporary", "rotary x·cos", "4·N·h", Nh)
+        new(p + n + "neg", "temporary", "rotary -x2", "2·N·h", Nh // 2)
+        new(p + n + "cat", "temporary", "rotary rotate_half", "4·N·h", Nh)
+        t.free(p + n + "neg")
+        new(p + n + "s", "temporary", "rotary rotate_half·sin", "4·N·h", Nh)
+        t.free(p + n + "cat")
+        new(p + n + "r", "activation" if sdpa else "temporary", "rotary q or k", "4·N·h", Nh)
+        t.free(p + n + "s", p + n + "c", p + n)
+
+    def matmul_casts(self, p, bucket):
+        """Attention's casts of the rotated q and k (none in fp32)."""
+        return []
 
     def release(self, x):
         """A norm's output once its Linears ran: saved by them (fp32), so kept."""

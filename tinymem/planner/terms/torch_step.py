@@ -17,10 +17,10 @@ checkpointed (``torch.utils.checkpoint(use_reentrant=False)``: each block's RNG 
 block recomputed up to its last saving op as its backward begins), tied or untied embeddings and
 dropout p (the Arch's ``tied`` and ``dropout``), the device.
 
-Measured on the CPU (``tests/measure/test_torch_mode.py``: within 1% in fp32, 3% under bf16
+Measured on the CPU (``tests/measure/test_torch_mode_measured.py``: within 1% in fp32, 3% under bf16
 autocast). Not modelled
-(refused): bf16 autocast of LLaMA layers, and of SDPA with dropout on the CPU (its math
-kernel computes in float32), grouped-query attention, experts. SDPA with dropout on the CPU in
+(refused): bf16 autocast of SDPA with dropout on the CPU (its math kernel computes in
+float32), grouped-query attention, experts. SDPA with dropout on the CPU in
 fp32 runs PyTorch's math kernel (:class:`~.torch_ops.Forward`'s fallback: the scaled q and k,
 an additive float mask, ``_safe_softmax``'s masks), written as such. On CUDA the prediction is the
 CPU's program with the CUDA differences below, and it is **unmeasured** (``measured=False``):

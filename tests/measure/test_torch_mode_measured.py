@@ -51,6 +51,10 @@ AUTOCAST = [  # bf16 autocast: within 3%
     (dict(layers=2, hidden=32, heads=4, seq=64, vocab=32, dropout=0.1), 4, dict(optimizer="fused"), "loss backward"),
     (dict(layers=2, hidden=48, heads=4, seq=20, vocab=100, tied=True), 2, dict(checkpoint=True, optimizer="fused"),
      "block backward (first layer)"),
+    (dict(layers=2, hidden=32, heads=4, seq=128, vocab=16, ffn=64, **LLAMA), 4, dict(optimizer="fused"),
+     "block backward (last layer)"),
+    (dict(layers=3, hidden=64, heads=4, seq=32, vocab=32, ffn=96, **LLAMA), 4, dict(attention="sdpa", optimizer="fused"),
+     "head backward"),
 ]
 
 
@@ -62,7 +66,7 @@ def measured(arch, batch, options):
     return measure_torch_step(run.step, model=run.model, optimizer=run.optimizer, steps=2, inputs=run.inputs)
 
 
-FAST = {"fp32-0", "fp32-3", "fp32-6", "fp32-9", "fp32-10", "fp32-11", "bf16-0", "bf16-3"}  # every option
+FAST = {"fp32-0", "fp32-3", "fp32-6", "fp32-10", "fp32-11", "bf16-0", "bf16-3", "bf16-4"}  # every option
 
 
 def params():
