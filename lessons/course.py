@@ -25,8 +25,10 @@ OUT = os.environ.get("TINYMEM_LESSON_OUT") or str(HERE / "out")
 FIGURES = HERE.parent / "figures"
 # Machine (the default device's: TINYMEM_DEVICE), versions and date, printed under each figure a lesson draws.
 RECORDS = {"meta": meta(backend.default_device(), QUICK)}
-# In a notebook kernel each figure a cell writes into OUT is shown under that cell.
+# In a notebook kernel each figure a cell writes into OUT is shown under that cell, and a
+# warning a cell raises is shown without the kernel's temporary file name.
 kernel.watch_figures(OUT)
+kernel.plain_warnings()
 
 
 def _predict_switch():

@@ -145,7 +145,7 @@ def test_every_lesson_page_shows_its_figures_and_folds_its_answers_in_chromium(b
         shown = [o.data.get("text/html", "") for o in outputs if o.output_type == "display_data"]
         asked = sum('class="tinymem-predict"' in h for h in shown)
         answered = sum('class="tinymem-measured"' in h for h in shown)
-        assert page["images"] and all(width > 0 for _, width in page["images"]), (name, page["images"])
+        assert all(width > 0 for _, width in page["images"]), (name, page["images"])  # each one loaded
         assert len(page["images"]) == figures, (name, len(page["images"]), figures)
         assert page["errors"] == 0 and not page["traceback"], name
         assert answered > 0, f"{name}: its notebook shows no folded answer"

@@ -100,3 +100,27 @@ def test_a_lesson_that_is_not_there_is_refused_and_nothing_is_written(tmp_path):
                           capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert done.returncode == 2 and "missing.py' is not a file" in done.stderr
     assert not list(tmp_path.iterdir())
+
+
+WARNS = '''# %% [markdown]
+# # Lesson 96 - a lesson that warns
+
+# %%
+import warnings
+import course
+warnings.warn("label '1' sits on the data", UserWarning)
+'''
+
+
+@requires_course
+def test_a_warning_in_a_notebook_does_not_name_the_kernels_temporary_file(tmp_path):
+    import nbformat
+
+    lesson = tmp_path / "96_warns.py"
+    lesson.write_text(WARNS)
+    run = _run(execute_command(lesson, tmp_path / "96.ipynb"), tmp_path, tmp_path / "out")
+    assert run.returncode == 0, run.stderr
+    shown = "".join(o.get("text", "") for c in nbformat.read(tmp_path / "96.ipynb", as_version=4).cells
+                    for o in c.get("outputs", []))
+    assert shown == "UserWarning: label '1' sits on the data\n"  # not /tmp/ipykernel_PID/HASH.py:3: UserWarning
+    assert run.stderr == shown

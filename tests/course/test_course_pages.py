@@ -130,3 +130,59 @@ def test_build_refuses_an_unknown_lesson_number_and_writes_nothing(tmp_path, cap
     assert not (tmp_path / "site").exists()
     assert cli.main(["course", "build", "--notebooks", str(tmp_path / "none"), "--out", str(tmp_path / "s")]) == 2
     assert "is not a folder of executed notebooks" in capsys.readouterr().err and not (tmp_path / "s").exists()
+
+
+@requires_course
+def test_a_folder_of_malformed_or_foreign_notebooks_is_refused_by_name(tmp_path):
+    import nbformat
+
+    from tinymem.course import site
+
+    for name, text in [("00_not_json", "{not json"), ("00_not_a_notebook", '{"cells": 3}'),
+                       ("00_a_list", "[]"), ("00_no_cells", '{"nbformat": 4}')]:
+        folder = _write(tmp_path / name, {})
+        (folder / f"{name}.ipynb").write_text(text)
+        with pytest.raises(site.SiteError, match=rf"{name}.ipynb is not a notebook nbformat reads"):
+            site.render(folder, tmp_path / "site", readme=folder / "README.md")
+    foreign = _notebook("Lesson 0")
+    foreign.cells = [c for c in foreign.cells if c.cell_type == "code"]
+    nbformat.validate(foreign)
+    folder = _write(tmp_path / "foreign", {"05_other": foreign})
+    with pytest.raises(site.SiteError, match=r"05_other.ipynb has no markdown cell"):
+        site.render(folder, tmp_path / "site", readme=folder / "README.md")
+    assert not (tmp_path / "site").exists() and not list(tmp_path.glob(".site*"))
+
+
+@requires_course
+def test_html_in_a_lessons_markdown_is_shown_as_text_and_runs_nothing(tmp_path):
+    from tinymem.course import site
+
+    notebook = _notebook("Lesson 0")
+    notebook.cells[1].source += ('\n\nA <script>alert("md")</script> tag, <img src=x onerror="alert(2)">.'
+                                 "\n\n<details open><summary>raw</summary>inside</details>\n")
+    notebooks = _write(tmp_path / "nb", {"00_first": notebook})
+    page = site.render(notebooks, tmp_path / "site", readme=notebooks / "README.md")[0].read_text()
+    assert "<script>alert" not in page and "onerror=" not in page.replace("onerror=&quot;", "")
+    assert "&lt;script&gt;alert" in page and "&lt;details open&gt;" in page and "<details open" not in page
+    assert page.count('<details class="tinymem-measured"') == 1  # the output's own HTML is kept
+
+
+@requires_course
+def test_a_site_that_cannot_take_the_previous_ones_place_leaves_it_whole(tmp_path, monkeypatch):
+    from tinymem.course import site
+
+    notebooks = _write(tmp_path / "nb", {"00_first": _notebook("Lesson 0")})
+    site.render(notebooks, tmp_path / "site", readme=notebooks / "README.md")
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "site").rglob("*"))
+    replace = site.os.replace
+
+    def fails_into_place(source, target):
+        if ".building" in str(source):  # the new site, into place
+            raise OSError(28, "No space left on device")
+        return replace(source, target)
+
+    monkeypatch.setattr(site.os, "replace", fails_into_place)
+    with pytest.raises(OSError, match="No space left"):
+        site.render(notebooks, tmp_path / "site", readme=notebooks / "README.md")
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "site").rglob("*")) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nb", "site"]  # no staging, aside or jupyter_execute/

@@ -85,3 +85,13 @@ def test_the_torch_mode_predicts_the_measured_peak(sizes, batch, options, moment
     assert predicted.moment == moment
     assert predicted.buckets["parameter"] == step.buckets["parameter"]
     assert predicted.buckets["optimizer"] == step.buckets["optimizer"]
+
+
+def test_a_tied_tables_two_gradients_are_in_flight_at_the_end_of_backward_as_measured():
+    """The head's and the embedding's V x h gradients wait for their out-of-place sum: neither is
+    the .grad yet (--verify-torch prints these buckets side by side)."""
+    arch, options = custom(1, 128, 8, 16, 1000, tied=True), TorchOptions(optimizer="fused", hold_logits=False)
+    predicted, step = torch_step.breakdown(arch, 1, options), measured(arch, 1, options)
+    assert predicted.moment == "end of backward" and predicted.peak == step.peak
+    assert {b: predicted.buckets[b] for b in ("gradient", "in_flight")} == \
+        {b: step.buckets[b] for b in ("gradient", "in_flight")}

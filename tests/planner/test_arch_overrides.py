@@ -45,6 +45,8 @@ def test_the_overridden_model_is_the_one_planned(capsys):
     (["--heads", "7"], "gpt2 overridden by --heads 7: hidden size 768 is not divisible by 7 heads"),
     (["--ffn", "0"], "gpt2 overridden by --ffn 0: ffn must be a positive integer"),
     (["--layers", "-1", "--inference"], "gpt2 overridden by --layers -1: layers must be a positive integer"),
+    (["--seq", "0"], "--seq must be a positive integer, got 0"),
+    (["--seq", "-3", "--mode", "torch"], "--seq must be a positive integer, got -3"),
 ])
 def test_an_impossible_override_is_refused_naming_its_flag_and_writes_nothing(capsys, flags, message):
     code, out, err = _plan(capsys, "--arch", "gpt2", *flags)

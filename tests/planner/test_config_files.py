@@ -42,6 +42,14 @@ def test_the_published_gpt2_and_llama2_configs_are_the_presets_of_the_same_name(
     assert "_name_or_path" in llama.ignored and "rope_scaling" in llama.ignored and llama.defaults == {}
 
 
+def test_the_published_gpt2_medium_config_with_openai_gpts_special_token_fields_is_read():
+    medium = dict(GPT2, n_embd=1024, n_head=16, n_layer=24, n_special=0, predict_special_tokens=True)
+    config = config_files.parse(medium, "config.json")
+    assert config.arch == get_arch("gpt2")._replace(name="config.json (gpt2)", layers=24, hidden=1024, heads=16,
+                                                    dropout=0.1)
+    assert parameter_count(config.arch) == 354_823_168 and "predict_special_tokens" in config.ignored
+
+
 def test_a_nanogpt_config_is_a_tied_gpt_with_its_dropout_and_bias():
     config = config_files.parse(NANOGPT, "ckpt/config.json")
     assert config.family == "nanogpt" and config.ignored == [] and config.defaults == {}
@@ -54,6 +62,8 @@ def test_grouped_query_heads_and_an_untied_llama_head_are_read():
     config = dict(LLAMA2_7B, num_hidden_layers=80, hidden_size=8192, num_attention_heads=64, num_key_value_heads=8,
                   intermediate_size=28672)
     assert config_files.parse(config).arch == get_arch("llama2-70b")._replace(name="config (llama)")
+    null = config_files.parse(dict(LLAMA2_7B, num_key_value_heads=None))  # LlamaConfig reads null as the heads
+    assert null.arch == get_arch("llama2-7b")._replace(name="config (llama)")
 
 
 @pytest.mark.parametrize("config,message", [
@@ -66,7 +76,7 @@ def test_grouped_query_heads_and_an_untied_llama_head_are_read():
     (dict(GPT2, attn_pdrop=0.0), "resid_pdrop, embd_pdrop and attn_pdrop differ"),
     (dict(GPT2, resid_pdrop=1.0, embd_pdrop=1.0, attn_pdrop=1.0), "resid_pdrop must be a probability in [0, 1)"),
     (dict(GPT2, add_cross_attention=True), "add_cross_attention is True"),
-    (dict(GPT2, n_special=3), "unknown field n_special"),
+    (dict(GPT2, n_special=3), "n_special is 3; the planner counts gpt2's layer with 0"),
     (dict(LLAMA2_7B, num_key_value_heads=5), "num_key_value_heads 5 does not divide num_attention_heads 32"),
     (dict(LLAMA2_7B, head_dim=256), "head_dim 256 is not hidden_size / num_attention_heads = 128"),
     (dict(LLAMA2_7B, attention_bias=True), "attention_bias is True"),
@@ -78,6 +88,8 @@ def test_grouped_query_heads_and_an_untied_llama_head_are_read():
     ({"n_layer": 2}, "no model_type field, and no block_size"),
     (dict(NANOGPT, n_embd=100), "n_embd 100 is not divisible by n_head 6"),
     (dict(NANOGPT, bias=1), "bias must be true or false, got 1"),
+    (dict(GPT2, n_layer=None), "n_layer must be a positive integer, got None"),
+    (dict(GPT2, architectures=[{"GPT2LMHeadModel": 1}], model_type=None), "architectures[0] must be a class name"),
 ])
 def test_a_missing_unknown_or_impossible_field_is_refused_by_name(config, message):
     with pytest.raises(ValueError) as error:
@@ -85,7 +97,8 @@ def test_a_missing_unknown_or_impossible_field_is_refused_by_name(config, messag
     assert str(error.value).startswith("config.json: ") and message in str(error.value), str(error.value)
 
 
-@pytest.mark.parametrize("text,message", [("{", "not JSON (Expecting property name"), ("[1, 2]", "got a list")])
+@pytest.mark.parametrize("text,message", [("{", "not JSON (Expecting property name"), ("[1, 2]", "got a list"),
+                                          ('{"n_layer": 2, "n_embd": 64, "n_layer": 3}', "field n_layer twice")])
 def test_a_file_that_is_no_config_is_refused_naming_it(tmp_path, text, message):
     path = _file(tmp_path, text)
     with pytest.raises(ValueError, match=r"config\.json: ") as error:
@@ -107,8 +120,8 @@ def test_plan_config_prints_what_it_read_and_ignored_and_plans_that_model(tmp_pa
 @pytest.mark.parametrize("args,message", [
     (["--config", "{path}", "--arch", "gpt2"], "--arch and --config both name the model: give one"),
     (["--config", "{path}", "--heads", "5"], "config.json (gpt2) overridden by --heads 5: hidden size 768 is not"),
-    (["--config", "{bad}"], "config.json: unknown field n_special"),
-    (["--config", "{bad}", "--inference"], "config.json: unknown field n_special"),
+    (["--config", "{bad}"], "config.json: n_special is 1"),
+    (["--config", "{bad}", "--inference"], "config.json: n_special is 1"),
 ])
 def test_plan_refuses_a_bad_config_in_one_line_and_prints_nothing(tmp_path, capsys, args, message):
     (tmp_path / "bad").mkdir()

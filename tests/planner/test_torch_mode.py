@@ -52,6 +52,9 @@ def test_a_tied_table_adds_its_two_gradients_out_of_place():
     assert list(end.values()) == [Vh, Vh, Vh]
     assert named(untied, "end of backward", "token table gradient (dense)") == Vh
     assert named(untied, "end of backward", "tied table: head + embedding gradients, added out of place") == 0
+    # the addends wait in flight, the sum is the engine's until AccumulateGrad makes it the .grad
+    assert tied.moments["end of backward"]["in_flight"] >= 2 * Vh
+    assert tied.moments["optimizer step"]["gradient"] == 4 * sum(torch_step.parameter_sizes(GPT))
 
 
 def test_cpu_dropout_saves_float_noise_and_cuda_a_bool_mask():
@@ -111,6 +114,12 @@ def test_the_options_are_refused_at_the_door_naming_the_field():
     with pytest.raises(ValueError, match="unknown word 'adam'"):
         parse_torch("sdpa,adam")
     assert parse_torch("fused, sdpa,no-hold-logits,cuda") == TorchOptions("fused", False, "sdpa", device="cuda")
+    for words, message in (("foreach,fused", "'foreach' and 'fused' both set the optimizer"),
+                           ("sdpa,math", "'sdpa' and 'math' both set the attention"),
+                           ("hold-logits,no-hold-logits", "'hold-logits' and 'no-hold-logits' both set the hold_logits")):
+        with pytest.raises(ValueError, match=message):  # before, the last word won without a word
+            parse_torch(words)
+    assert parse_torch("foreach,foreach") == TorchOptions("foreach")  # said twice is said once
     assert resolve_torch(TorchOptions(), GPT, 1).optimizer == "for-loop"  # PyTorch's default on the CPU
     assert resolve_torch(TorchOptions(device="cuda"), GPT, 1).optimizer == "foreach"
     with pytest.raises(ValueError, match="mode='torch'"):

@@ -33,7 +33,8 @@ def test_verify_torch_prints_the_torch_mode_beside_the_measured_step(capsys, mon
 
 @pytest.mark.parametrize("args,message", [
     (["--arch", "gpt2", "--verify-torch"], "--verify-torch runs gpt2 on this CPU, and its step would peak at"),
-    (TINY + ["--verify-torch", "adam"], "--torch: unknown word 'adam'"),
+    (TINY + ["--verify-torch", "adam"], "--verify-torch: unknown word 'adam'"),  # the flag it came in
+    (TINY + ["--verify-torch", "foreach,fused"], "--verify-torch: 'foreach' and 'fused' both set the optimizer"),
     (TINY + ["--verify-torch", "cuda"], "--verify-torch runs the step on this machine's CPU"),
     (["--arch", "llama2-70b", "--layers", "1", "--hidden", "256", "--heads", "32", "--seq", "16", "--vocab", "100",
       "--verify-torch"], "grouped-query attention and experts are not in the torch mode"),

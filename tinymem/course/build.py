@@ -13,18 +13,22 @@ names its cell. ``--notebooks DIR`` renders notebooks already executed there (th
 shares its lesson runs this way) instead of running the lessons.
 """
 import concurrent.futures
+import math
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LESSONS = ROOT / "lessons"
 QUICK_TIMEOUT_S, FULL_TIMEOUT_S = 600, 3600  # one lesson, all its cells
+KERNEL_GRACE_S = 60  # on top: starting and stopping its kernel
 
 
 def lessons(only=None):
@@ -52,24 +56,29 @@ def lesson_env(quick, out):
     return env
 
 
-def execute_command(lesson, notebook):
-    """The command that executes ``lesson`` into ``notebook`` and prints its transcript."""
-    return [sys.executable, "-m", "tinymem.course.execute", str(lesson), "--notebook", str(notebook)]
+def execute_command(lesson, notebook, timeout_s=None):
+    """The command that executes ``lesson`` into ``notebook`` and prints its transcript; its
+    cells may run ``timeout_s`` seconds in all (default: execute's, 600)."""
+    limit = ["--timeout", repr(float(timeout_s))] if timeout_s is not None else []
+    return [sys.executable, "-m", "tinymem.course.execute", str(lesson), "--notebook", str(notebook), *limit]
 
 
 def _run_one(lesson, notebooks, figures, quick, timeout_s):
     """Execute one lesson in a scratch folder: ``(lesson, seconds, None or the failure's text)``."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"tinymem-{lesson.stem}-") as scratch:
-        process = subprocess.Popen(execute_command(lesson, notebooks / f"{lesson.stem}.ipynb"), cwd=scratch,
-                                   env=lesson_env(quick, figures / lesson.stem), text=True,
+        command = execute_command(lesson, notebooks / f"{lesson.stem}.ipynb", timeout_s)
+        process = subprocess.Popen(command, cwd=scratch, env=lesson_env(quick, figures / lesson.stem), text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         try:
-            _, err = process.communicate(timeout=timeout_s)
+            # The cells' own limit names the cell that ran out; this one catches a kernel that hangs
+            # starting or stopping.
+            _, err = process.communicate(timeout=timeout_s + KERNEL_GRACE_S)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)  # the kernel notices its parent died and exits
             process.communicate()
-            return lesson, time.perf_counter() - started, f"lessons/{lesson.name} ran past {timeout_s:g} s"
+            hung = f"lessons/{lesson.name} ran past {timeout_s + KERNEL_GRACE_S:g} s (its kernel hung)"
+            return lesson, time.perf_counter() - started, hung
     failure = None
     if process.returncode != 0:
         failure = err.strip().splitlines()[-1] if err.strip() else f"exit code {process.returncode}"
@@ -92,7 +101,7 @@ def build(out, quick=False, only=None, jobs=None, timeout_s=None, source_url=Non
     lesson that failed, and writes no page then."""
     from . import site
 
-    out = pathlib.Path(out)
+    out = pathlib.Path(out).resolve()  # each lesson runs in a scratch folder: a relative path would land there
     if notebooks is None:
         chosen = lessons(only)
         notebooks = out / "notebooks"
@@ -116,12 +125,43 @@ def build(out, quick=False, only=None, jobs=None, timeout_s=None, source_url=Non
     return site.render(notebooks, out / "site", source_url=source_url)
 
 
+def _out_refusal(out):
+    """Why ``--out`` may not be written, or None: the build replaces ``out/site`` and
+    ``out/notebooks``, so it never goes into the checkout (but under course_site/, git-ignored),
+    over a site or notebooks of someone else's, nor into a folder that is not one."""
+    out = out.resolve()
+    if out in (ROOT, *ROOT.parents) or (out.is_relative_to(ROOT) and not out.is_relative_to(ROOT / "course_site")):
+        return (f"--out {out} would write into the course's own files: choose a folder outside {ROOT} "
+                "(or under its course_site/)")
+    if out.exists() and not out.is_dir():
+        return f"--out {out} is a file, not a folder: choose a folder"
+    site, notebooks = out / "site", out / "notebooks"
+    if (site.exists() and not (site / ".buildinfo").is_file()) or (  # Sphinx writes .buildinfo
+            notebooks.is_dir() and any(p.suffix not in (".ipynb", ".tmp") for p in notebooks.iterdir())):
+        return (f"--out {out} holds a site/ or notebooks/ folder this command did not write, which the build "
+                "would replace: choose another folder")
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"--out {out}: {existing} is not writable: choose a folder you can write"
+    return None
+
+
 def _refusal(args):
     """What is wrong with the arguments, or None: checked before anything runs or is written."""
     if args.jobs is not None and args.jobs < 1:
         return f"--jobs {args.jobs} must be 1 or more"
-    if args.timeout is not None and args.timeout <= 0:
-        return f"--timeout {args.timeout:g} must be a positive number of seconds"
+    if args.timeout is not None and not 0 < args.timeout < math.inf:  # NaN fails both
+        return f"--timeout {args.timeout:g} must be a positive, finite number of seconds"
+    bad = [n for n in args.only or [] if not re.fullmatch(r"\d{1,2}", n)]
+    if bad:
+        return f"--only {' '.join(map(repr, bad))}: give lesson numbers, e.g. --only 01 06"
+    if args.source_url is not None and urllib.parse.urlsplit(args.source_url).scheme not in ("http", "https"):
+        return f"--source-url {args.source_url!r} must be an http:// or https:// address"
+    from ..cli_help import default_out
+
+    out_refused = _out_refusal(pathlib.Path(args.out or default_out("course_site", args.quick)))
+    if out_refused:
+        return out_refused
     if args.notebooks is not None and not pathlib.Path(args.notebooks).is_dir():
         return f"--notebooks {args.notebooks} is not a folder of executed notebooks"
     try:

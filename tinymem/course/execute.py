@@ -23,6 +23,7 @@ import pathlib
 import re
 import sys
 import tempfile
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SETUP_TAG = "remove-cell"  # myst-nb leaves a cell with this tag off the page
@@ -124,15 +125,21 @@ def _failed_cell(notebook):
 
 def execute(lesson, timeout_s=600, kernel_log=None):
     """Run ``lesson`` (a percent script) top to bottom in a fresh kernel in the current folder;
-    returns the executed notebook. Raises :class:`LessonFailed` when a cell raises, runs past
-    ``timeout_s`` or kills the kernel; the exception's ``notebook`` holds the outputs so far."""
+    returns the executed notebook. Raises :class:`LessonFailed` when a cell raises, when the
+    lesson runs past ``timeout_s`` (its cells together: each cell gets the time left) or when the
+    kernel dies; the exception's ``notebook`` holds the outputs so far."""
     import nbclient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     lesson = pathlib.Path(lesson)
     notebook = read_lesson(lesson)
+    deadline = time.monotonic() + timeout_s
+    # nbclient reads a time of 0 or less as no limit: the last cell gets at least a millisecond.
     client = nbclient.NotebookClient(notebook, timeout=timeout_s, kernel_name="python3",
+                                     timeout_func=lambda cell: max(deadline - time.monotonic(), 1e-3),
                                      resources={"metadata": {"path": os.getcwd()}})
+    running = {}  # the cell the kernel was last given: the one to name if time runs out or the kernel dies
+    client.on_cell_execute = lambda cell, cell_index: running.update(index=cell_index)
     name, failure = _shown(lesson), None
     try:
         # The kernel's own standard error (its start-up notices) goes to a log, not into the lesson's.
@@ -143,9 +150,7 @@ def execute(lesson, timeout_s=600, kernel_log=None):
         failure = LessonFailed(f"{at} raised {exc.ename}: {exc.evalue}")
         failure.kernel_died = False
     except (CellTimeoutError, DeadKernelError) as exc:
-        running = next((i for i, c in enumerate(notebook.cells) if c.cell_type == "code"
-                        and c.get("execution_count") is None), None)
-        at = where(name, notebook, running) if running is not None else name
+        at = where(name, notebook, running["index"]) if running else name
         failure = LessonFailed(f"{at}: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}")
         failure.kernel_died = isinstance(exc, DeadKernelError)
     coalesce_streams(notebook)
@@ -178,7 +183,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tinymem.course.execute", description=__doc__.split("\n\n")[0])
     parser.add_argument("lesson", help="a lesson's percent script, e.g. lessons/01_gradient_checkpointing.py")
     parser.add_argument("--notebook", required=True, help="where to write the executed .ipynb")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds one cell may run (default 600)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds the lesson may run (default 600)")
     args = parser.parse_args(argv)
     if not pathlib.Path(args.lesson).is_file():
         parser.error(f"lesson {args.lesson!r} is not a file: name a lessons/NN_*.py script")

@@ -84,3 +84,23 @@ def watch_figures(folder):
         seen.update(now)
 
     shell.events.register("post_run_cell", show_new)
+
+
+def plain_warnings():
+    """Show a warning a cell raises as ``Category: message``. In a kernel, Python names the
+    cell's code after IPython's temporary file (``/tmp/ipykernel_PID/HASH.py:3``), which means
+    nothing to a reader and is gone once the kernel stops; a warning from a module keeps its
+    ``file:line``. Installed once per kernel."""
+    import warnings
+
+    if _shell() is None or getattr(warnings.formatwarning, "tinymem_plain", False):
+        return
+    shown = warnings.formatwarning
+
+    def plain(message, category, filename, lineno, line=None):
+        if pathlib.Path(filename).parent.name.startswith("ipykernel_"):  # a cell's code
+            return f"{category.__name__}: {message}\n"
+        return shown(message, category, filename, lineno, line)
+
+    plain.tinymem_plain = True
+    warnings.formatwarning = plain

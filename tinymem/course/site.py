@@ -44,6 +44,37 @@ html_theme = "alabaster"
 html_theme_options = {"show_relbars": True, "page_width": "1100px", "sidebar_width": "260px"}
 html_sidebars = {"**": ["navigation.html", "relations.html", "searchbox.html"]}
 '''
+# Then: the checkout's tinymem, for the transform below (Sphinx runs in a process of its own).
+CONF_SETUP = '''
+import sys
+sys.path.insert(0, {root!r})
+from tinymem.course.site import markdown_html_as_text
+
+
+def setup(app):
+    app.connect("doctree-read", markdown_html_as_text)
+'''
+
+
+def markdown_html_as_text(app, doctree):
+    """Sphinx's ``doctree-read`` hook: raw HTML that MyST passed through from a lesson's markdown
+    (``<script>``, ``<details open>``) is shown as the text it is, never run or rendered. Only a
+    cell's outputs stay HTML: the site's own predictions and folded answers, escaped when made
+    (:mod:`tinymem.course.kernel`)."""
+    from docutils import nodes
+
+    for raw in list(doctree.findall(nodes.raw)):
+        in_output = any("cell_output" in a.get("classes", []) for a in _ancestors(raw))
+        if raw.get("format") == "html" and not in_output:
+            text = raw.astext()
+            inline = isinstance(raw.parent, nodes.TextElement)
+            raw.replace_self(nodes.Text(text) if inline else nodes.literal_block(text, text, language="text"))
+
+
+def _ancestors(node):
+    while node.parent is not None:
+        node = node.parent
+        yield node
 
 
 class SiteError(Exception):
@@ -148,6 +179,23 @@ def _expected(notebook):
     return figures, answers
 
 
+def _read(path):
+    """The lesson notebook at ``path``, valid nbformat v4 with a markdown cell (its title), or
+    :class:`SiteError` naming the file (``--notebooks`` may name any folder)."""
+    try:
+        notebook = nbformat.read(path, as_version=4)
+        nbformat.validate(notebook)
+    # Not JSON or an unknown version (ValueError), or JSON of another shape, which nbformat meets
+    # with AttributeError or TypeError before its schema does.
+    except (ValueError, TypeError, AttributeError, nbformat.ValidationError) as exc:
+        raise SiteError(f"{path} is not a notebook nbformat reads ({type(exc).__name__}: "
+                        f"{str(exc).strip().splitlines()[0][:200]}): give the notebooks `tinymem course build` "
+                        "wrote") from None
+    if not any(c["cell_type"] == "markdown" for c in notebook["cells"]):
+        raise SiteError(f"{path} has no markdown cell, so no title: it is not a lesson's notebook")
+    return notebook
+
+
 def _copy(path, to):
     to.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(path, to)
@@ -158,13 +206,13 @@ def _sources_of_site(src, notebooks, names, readme, source_url, root):
     the notebooks to download (with the exercises notebooks, ``exercises_NN.ipynb``, found
     beside them), the source pages. Returns ``{name: (figures, folded answers)}``
     that each page must show."""
-    (src / "conf.py").write_text(CONF)
+    (src / "conf.py").write_text(CONF + CONF_SETUP.format(root=str(ROOT)))
     expected, sources = {}, []
     exercises = {p.name for p in pathlib.Path(notebooks).glob("exercises_[0-9][0-9].ipynb")}
     for file in exercises:
         _copy(pathlib.Path(notebooks) / file, src / "_extra" / "notebooks" / file)
     for name in names:
-        notebook = nbformat.read(pathlib.Path(notebooks) / f"{name}.ipynb", as_version=4)
+        notebook = _read(pathlib.Path(notebooks) / f"{name}.ipynb")
         errors = [o for c in notebook["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
         if errors:
             raise SiteError(f"{name}.ipynb holds an error ({errors[0]['ename']}: {errors[0]['evalue']}): "
@@ -201,11 +249,13 @@ def render(notebooks, out, readme=ROOT / "lessons" / "README.md", source_url=Non
         raise SiteError(f"no executed lesson notebooks (NN_*.ipynb) in {notebooks}: "
                         "run `tinymem course build` to execute the lessons first")
     out = pathlib.Path(out)
-    staging = out.with_name(f".{out.name}.building")
+    # Sphinx writes building/html; myst-nb its copies of the outputs beside that, building/jupyter_execute.
+    building = out.with_name(f".{out.name}.building")
+    staging = building / "html"
     with tempfile.TemporaryDirectory(prefix="tinymem-site-") as tmp:
         expected = _sources_of_site(pathlib.Path(tmp), notebooks, names, readme, source_url, root)
         out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(building, ignore_errors=True)
         # -W: a warning (an image not found, a cell Sphinx cannot render) fails the build, named.
         done = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", "-W", "--keep-going",
                                tmp, str(staging)], capture_output=True, text=True, cwd=tmp)
@@ -213,13 +263,28 @@ def render(notebooks, out, readme=ROOT / "lessons" / "README.md", source_url=Non
         if done.returncode != 0:
             raise SiteError(f"Sphinx failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
         _check_pages(staging, expected)
-    except SiteError:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    shutil.rmtree(staging / ".doctrees", ignore_errors=True)
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(staging, out)
+        shutil.rmtree(staging / ".doctrees", ignore_errors=True)
+        _swap(staging, out)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
     return [out / "lessons" / f"{name}.html" for name in names]
+
+
+def _swap(staging, out):
+    """Put the new site ``staging`` in the place of ``out`` by two renames: the previous site is
+    moved aside whole, never deleted file by file while a reader has it open, and put back if the
+    new one cannot take its place."""
+    aside = out.with_name(f".{out.name}.previous")
+    shutil.rmtree(aside, ignore_errors=True)
+    if out.exists():
+        os.replace(out, aside)
+    try:
+        os.replace(staging, out)
+    except OSError:
+        if aside.exists():
+            os.replace(aside, out)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _check_pages(site, expected):

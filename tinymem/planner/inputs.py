@@ -209,18 +209,23 @@ def resolve_torch(options, arch, batch):
     return options._replace(optimizer=options.optimizer or default)
 
 
-def parse_torch(text):
-    """A :class:`TorchOptions` from comma-separated words (the ``--torch`` flag): for-loop,
-    foreach, fused, math, sdpa, hold-logits, no-hold-logits, checkpoint, fp32, bf16-autocast,
-    cpu, cuda. An unknown word is refused, naming it."""
+def parse_torch(text, flag="--torch"):
+    """A :class:`TorchOptions` from comma-separated words (the ``flag``: --torch or
+    --verify-torch): for-loop, foreach, fused, math, sdpa, hold-logits, no-hold-logits,
+    checkpoint, fp32, bf16-autocast, cpu, cuda. An unknown word is refused, naming it and the
+    flag, and so are two words that set one option differently (``foreach,fused``): which one
+    was meant is unknown."""
     words = {"for-loop": ("optimizer", "for-loop"), "foreach": ("optimizer", "foreach"),
              "fused": ("optimizer", "fused"), "math": ("attention", "math"), "sdpa": ("attention", "sdpa"),
              "hold-logits": ("hold_logits", True), "no-hold-logits": ("hold_logits", False),
              "checkpoint": ("checkpoint", True), "fp32": ("precision", "fp32"),
              "bf16-autocast": ("precision", "bf16-autocast"), "cpu": ("device", "cpu"), "cuda": ("device", "cuda")}
-    fields = {}
+    fields, said = {}, {}
     for word in filter(None, (w.strip() for w in str(text).split(","))):
         if word not in words:
-            raise ValueError(f"--torch: unknown word {word!r}; choose from {', '.join(words)}")
-        fields.__setitem__(*words[word])
+            raise ValueError(f"{flag}: unknown word {word!r}; choose from {', '.join(words)}")
+        field, value = words[word]
+        if fields.get(field, value) != value:
+            raise ValueError(f"{flag}: {said[field]!r} and {word!r} both set the {field}: give one")
+        fields[field], said[field] = value, word
     return TorchOptions(**fields)

@@ -41,9 +41,11 @@ IGNORED = frozenset((
     "torch_dtype", "dtype", "transformers_version", "architectures", "model_type", "use_cache", "pretraining_tp",
     "tokenizer_class", "id2label", "label2id", "task_specific_params", "summary_type", "summary_use_proj",
     "summary_activation", "summary_proj_to_labels", "summary_first_dropout", "scale_attn_weights",
-    "scale_attn_by_inverse_layer_idx", "n_ctx", "return_dict", "output_hidden_states", "output_attentions"))
+    "scale_attn_by_inverse_layer_idx", "n_ctx", "return_dict", "output_hidden_states", "output_attentions",
+    "predict_special_tokens"))
 MUST_BE = {"add_cross_attention": False, "is_encoder_decoder": False, "reorder_and_upcast_attn": False,
-           "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0}
+           "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
+           "n_special": 0}  # OpenAI GPT's extra token rows, left at 0 in the published gpt2-medium/large/xl files
 ARCHITECTURES = {"GPT2LMHeadModel": "gpt2", "GPT2Model": "gpt2", "LlamaForCausalLM": "llama", "LlamaModel": "llama"}
 FAMILIES = ("gpt2", "llama", "nanogpt")
 MISSING = object()
@@ -64,10 +66,26 @@ def read(path):
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
     try:
-        config = json.loads(text)
+        config = json.loads(text, object_pairs_hook=_once)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})") from None
+    except _Twice as exc:  # json.loads keeps the last silently: which one the author meant is unknown
+        raise ValueError(f"{path}: it gives the field {exc} twice: keep the one meant") from None
     return parse(config, str(path))
+
+
+class _Twice(Exception):
+    """A JSON object that names one field twice (its name is the message)."""
+
+
+def _once(pairs):
+    """The object of ``pairs``; :class:`_Twice` for a name given twice."""
+    config = {}
+    for name, value in pairs:
+        if name in config:
+            raise _Twice(name)
+        config[name] = value
+    return config
 
 
 def parse(config, source="config"):
@@ -96,7 +114,11 @@ def family(config, source="config"):
     when ``block_size`` is there."""
     kind = config.get("model_type")
     if kind is None and isinstance(config.get("architectures"), list) and config["architectures"]:
-        kind = ARCHITECTURES.get(config["architectures"][0], config["architectures"][0])
+        first = config["architectures"][0]
+        if not isinstance(first, str):
+            raise ValueError(f"{source}: architectures[0] must be a class name such as 'GPT2LMHeadModel', "
+                             f"got {first!r}")
+        kind = ARCHITECTURES.get(first, first)
     if kind is None and "block_size" in config:
         return "nanogpt"
     if kind in ("gpt2", "llama"):
@@ -126,7 +148,9 @@ class _Fields:
 
     def size(self, name, default=MISSING):
         value = self.get(name, default)
-        if value is not None and (not is_int(value) or value < 1):
+        if value is None and default is not MISSING:  # null is the family's default, as its code reads it
+            value = default
+        if (value is not None or default is MISSING) and (not is_int(value) or value < 1):
             raise ValueError(f"{self.source}: {name} must be a positive integer, got {value!r}")
         return value
 

@@ -2,6 +2,7 @@
 explicit sizes, with the sizes given overriding the first two."""
 from collections import namedtuple
 
+from ...checks import positive_int
 from ..model import architectures, config_files
 from . import arguments
 
@@ -18,6 +19,8 @@ def model_from(args):
     own :func:`~.architectures.check`, whose refusals start with that name and so name the flag.
     ``--seq`` is the training context, as every mode's header says. A ValueError refuses the
     flags; nothing is printed here."""
+    if args.seq is not None:  # the Arch's own check would blame "gpt2: seq", a field, not the flag given
+        positive_int("--seq", args.seq)
     if not (args.arch or args.config):
         missing = [f"--{n}" for n in ("layers", "hidden", "heads", "seq", "vocab") if getattr(args, n) is None]
         if missing:

@@ -21,7 +21,7 @@ def plan_torch(args, model, usable, print_table):
         options = parse_torch(args.torch or "")
         result = torch_step.breakdown(arch, batch, options)
         if args.verify_torch is not None:
-            verify_torch.options_of(args.torch, arch, batch)  # refused here, before anything is built
+            verify_torch.options_of(args.torch, arch, batch, "--torch")  # refused here, before anything is built
     except ValueError as exc:
         print(f"tinymem plan: {exc}", file=sys.stderr)
         return 2

@@ -15,11 +15,11 @@ from ..terms import torch_step
 LIMIT = 2e9  # bytes: a step the CPU of a laptop runs in a minute
 
 
-def options_of(words, arch, batch):
+def options_of(words, arch, batch, flag="--verify-torch"):
     """The resolved :class:`~..inputs.TorchOptions` of ``--verify-torch``'s ``words`` (comma
-    separated; "" for PyTorch's defaults), refused (ValueError) as the torch mode refuses them,
-    or when the step would peak above :data:`LIMIT`. Builds nothing."""
-    options = resolve_torch(parse_torch(words or ""), arch, batch)
+    separated; "" for PyTorch's defaults; ``flag``, the flag they came in), refused (ValueError)
+    as the torch mode refuses them, or when the step would peak above :data:`LIMIT`. Builds nothing."""
+    options = resolve_torch(parse_torch(words or "", flag), arch, batch)
     if options.device != "cpu":
         raise ValueError("--verify-torch runs the step on this machine's CPU: leave 'cuda' out of its words")
     peak = torch_step.evaluate(arch, batch, options).peak

@@ -144,7 +144,7 @@ class AutocastStep(Step):
             new(tag + ".dx", "in_flight", "input gradient", f"4·N·{rows_in}", 4 * d.N * inp)
             t.free(dx)
             dx = tag + ".dx"
-        new(tag + ".dW", "gradient", f"{what} gradients", f"4·{rows_in}·{out[1]}", 4 * inp * out[0])
+        new(tag + ".dW", self.grad_bucket(tag), f"{what} gradients", f"4·{rows_in}·{out[1]}", 4 * inp * out[0])
         t.free(tag + ".dW16")
         if bias:
             new(tag + ".db", "gradient", "bias gradients", f"4·{out[1]}", 4 * out[0])

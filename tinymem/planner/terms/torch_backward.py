@@ -78,7 +78,7 @@ class Step(Forward):
         d, new, w = self.d, self.new, width
         bias = d.bias if bias is None else bias
         weight_first = not bias if weight_first is None else weight_first
-        bucket, dtype = ("gradient", "") if w == 4 else ("in_flight", " (bf16)")
+        bucket, dtype = (self.grad_bucket(tag), "") if w == 4 else ("in_flight", " (bf16)")
         dw = (tag + ".dW" + suffix, bucket, f"{what} gradients{dtype}", f"{w}·{rows_in}·{out[1]}", w * inp * out[0])
         if weight_first:
             new(*dw)
@@ -88,6 +88,11 @@ class Step(Forward):
         if bias:
             new(tag + ".db" + suffix, bucket, f"bias gradients{dtype}", f"{w}·{out[1]}", w * out[0])
         return dx
+
+    def grad_bucket(self, tag):
+        """Where Linear ``tag``'s fp32 weight gradient goes: the .grad, except a tied head's,
+        which waits in flight for the embedding's to be added to it (:meth:`embedding_backward`)."""
+        return "in_flight" if tag == "head" and self.d.tied else "gradient"
 
     def saved_input(self, tag, x):
         """What Linear ``tag`` saved of its input ``x`` (fp32: ``x`` itself)."""
@@ -215,11 +220,13 @@ class Step(Forward):
             new("pos.dW", "gradient", "position table gradient", "4·s·h", 4 * d.s * d.h)
             t.free("pos.sum", "positions")
         Vh = 4 * d.V * d.h
-        new("tok.dW", "temporary" if d.tied else "gradient", "token table gradient (dense)", "4·V·h", Vh)
+        new("tok.dW", "in_flight" if d.tied else "gradient", "token table gradient (dense)", "4·V·h", Vh)
         t.free(grad)
-        if d.tied:
-            new("tied.sum", "gradient", "tied table: head + embedding gradients, added out of place", "4·V·h", Vh)
+        if d.tied:  # the two addends wait in flight; their sum is the engine's, the .grad once AccumulateGrad runs
+            new("tied.sum", "temporary", "tied table: head + embedding gradients, added out of place", "4·V·h", Vh)
             t.free("tok.dW", "head.dW")
+            t.free("tied.sum")  # AccumulateGrad takes the sum as the .grad: the same bytes, a gradient now
+            new("tied.dW", "gradient", "tied table gradient", "4·V·h", Vh)
         t.free("loss")
 
     # -- the update ----------------------------------------------------------------------------
