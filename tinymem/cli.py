@@ -79,7 +79,7 @@ def cmd_figures(args):
     if skipped and not names:
         print("nothing left to run: use --device cpu for these families", file=sys.stderr)
         return 2
-    written, failures, done, broken = [], [], [], []
+    written, failures, unmeasured, done, broken = [], [], [], [], []
     last = {n: progress.last_seconds(outdir, n, args.quick) for n in names}
     for index, name in enumerate(tqdm(names, desc="figure families", unit="family"), 1):
         module = found[name]
@@ -104,6 +104,7 @@ def cmd_figures(args):
             broken.append(name)
             continue
         failures += [(name, row) for row in claims.failed(records["claims"])]
+        unmeasured += [(name, row) for row in records["claims"] if row.get("not_measured")]
         if records["claims"]:
             tqdm.write(f"claims of {name}:\n" + claims.format_rows(records["claims"], color=sys.stdout.isatty()))
     for path in written:
@@ -111,6 +112,11 @@ def cmd_figures(args):
     if broken:
         print(f"{len(broken)} figure famil{'y' if len(broken) == 1 else 'ies'} failed (traceback above): "
               f"{', '.join(broken)}", file=sys.stderr)
+    if unmeasured:  # not a failure (--strict passes it), but never left to scroll away
+        print(f"{len(unmeasured)} claim(s) not measured by this run (not failures; --strict passes them):",
+              file=sys.stderr)
+        for name, row in unmeasured:
+            print(f"  {name}: {row['text']} ({row['not_measured']})", file=sys.stderr)
     if failures:
         red, reset = ("\033[31m", "\033[0m") if sys.stderr.isatty() else ("", "")
         print(f"{red}{len(failures)} claim(s) do not hold:", file=sys.stderr)
@@ -307,7 +313,8 @@ def build_parser():
     fig.add_argument("--device", default=None, help="cpu or cuda (default: $TINYMEM_DEVICE or cpu)")
     fig.add_argument("--out", default=None, help="output folder (default figures/, figures/cuda/ on a GPU; "
                      "their quick/ subfolder with --quick)")
-    fig.add_argument("--strict", action="store_true", help="exit non-zero when a claim of a figure does not hold")
+    fig.add_argument("--strict", action="store_true", help="exit non-zero when a claim of a figure does not hold (one this run could "
+                     "not measure is listed, not failed)")
     fig.add_argument("--replot", action="store_true",
                      help="redraw from the JSON in OUT/data (no sweep), judging the claims again")
     fig.add_argument("--claims-table", action="store_true",

@@ -25,6 +25,14 @@ def test_timing_summary_separates_when_one_is_slower_in_most_turns():
     assert far["stats"]["mpi"] == pytest.approx({"q1": q1, "median": median, "q3": q3})
 
 
+def test_turns_that_tie_do_not_make_ring_and_mpi_apart():
+    """Before, MPI's share was 1 - ring's, which counted a tied turn as MPI the slower: two
+    timings equal in every turn (a clock too coarse to tell them) were marked apart."""
+    same = [2e-5, 3e-5, 2e-5, 4e-5, 2e-5]
+    row = partition.timing_summary({"rows": [timing_row("all_reduce", 64, same, same)]})["rows"][0]
+    assert row["ring_slower_share"] == 0 and not row["separated"]
+
+
 def test_large_buffer_claims_judge_the_copying_and_the_sum_apart():
     """MPICH's all-reduce at 16 MiB is slower than the ring's (its sum is), in every turn: the
     all-reduce claim says only that the ring is no slower; level is claimed of the all-gather."""

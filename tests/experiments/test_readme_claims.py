@@ -65,3 +65,16 @@ def test_replot_redraws_from_the_records_and_judges_the_claims_again(tmp_path):
     assert any(r["name"] == "stacked_reduction" and r["holds"] is False for r in written["claims"])
     assert written["meta"] == records["meta"]  # the measurement's machine and date, not today's
     assert (tmp_path / "stack_waterfall.png").stat().st_size > 10_000
+
+
+def test_a_claim_the_run_could_not_measure_is_listed_at_the_end_and_strict_passes_it(tmp_path, capsys):
+    """offload's committed run was too busy to judge disk_as_predicted: --strict exits 0 (not a
+    failure, as the README says) and the run's last lines name it with its reason; before, it
+    was only in offload's table, which the later families' output scrolls away."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "offload.json").write_text(committed_text("figures/data/offload.json"))
+    assert cli.main(["figures", "--replot", "--only", "offload", "--out", str(tmp_path), "--strict"]) == 0
+    rows = [r for r in read_records(str(tmp_path), "offload")["claims"] if r.get("not_measured")]
+    assert [r["name"] for r in rows] == ["disk_as_predicted"]
+    end = capsys.readouterr().err.split("1 claim(s) not measured by this run (not failures; --strict passes them):")
+    assert len(end) == 2 and f"offload: {rows[0]['text']} ({rows[0]['not_measured']})" in end[1]

@@ -1,6 +1,7 @@
 """Claims as code: a claim is judged only at the sizes it is meant for, and a broken one fails;
 a slowdown is judged turn by turn and by lower quartiles, which scheduler noise cannot fake."""
 import numpy as np
+import pytest
 
 from tinymem.measure.claims import Claim, evaluate, failed, format_rows, slower_in_turns
 
@@ -68,3 +69,12 @@ def test_a_run_that_cannot_show_a_claim_says_why_instead_of_failing_it():
     assert "not measured (the machine was too busy)" in format_rows([row])
     assert evaluate([busy], {"busy": False}, quick=False)[0]["holds"] is True
     assert "not_measured" not in evaluate([busy], {"busy": True}, quick=True)[0]  # not judged at quick sizes
+
+
+@pytest.mark.parametrize("share", [0, -0.5, 1.5, float("nan"), "0.8", None, True])
+def test_slower_in_turns_refuses_a_share_outside_0_to_1_by_name(share):
+    """Before, share=0 or -0.5 claimed "slower" whatever the turns, 1.5 or NaN never did, and "0.8"
+    raised a bare TypeError."""
+    with pytest.raises(ValueError, match=r"share must be a number in \(0, 1\]"):
+        slower_in_turns([2.0, 2.0, 2.0], [1.0, 1.0, 1.0], share=share)
+    assert slower_in_turns([2.0, 2.0, 2.0], [1.0, 1.0, 1.0], share=1) == ("3/3, 2x", True)

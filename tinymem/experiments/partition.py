@@ -78,9 +78,10 @@ def timing_summary(result):
             q1, median, q3 = np.percentile(samples, [25, 50, 75])
             stats[name] = {"median": float(median), "q1": float(q1), "q3": float(q3)}
         turns = paired_turns(row["seconds"]["ring"], row["seconds"]["mpi"])
+        mpi_slower = paired_turns(row["seconds"]["mpi"], row["seconds"]["ring"])["share"]  # a tie is neither's
         rows.append(dict(row, stats=stats, ratio=stats["ring"]["median"] / stats["mpi"]["median"],
                          q1_ratio=turns["q1_ratio"], ring_slower_share=turns["share"],
-                         separated=bool(max(turns["share"], 1 - turns["share"]) >= SLOWER_SHARE)))
+                         separated=bool(max(turns["share"], mpi_slower) >= SLOWER_SHARE)))
     return dict(result, rows=rows)
 
 

@@ -59,6 +59,9 @@ def slower_in_turns(slow, fast, share=SLOWER_SHARE):
     turns: it holds when ``slow`` took longer in at least ``share`` of the turns and its lower
     quartile is the higher (:func:`.timing.paired_turns`). ``value`` reads "14/15, 1.78x" (slower
     turns / turns, ratio of lower quartiles). Claims that use it say :data:`IN_TURNS`."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        raise ValueError(f"slower_in_turns: share must be a number in (0, 1], the least share of turns in "
+                         f"which slow took longer; got {share!r}")
     t = paired_turns(slow, fast)
     return f"{t['slower']}/{t['turns']}, {t['q1_ratio']:.3g}x", t["share"] >= share and t["q1_ratio"] > 1
 

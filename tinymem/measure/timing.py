@@ -2,6 +2,7 @@
 median and interquartile range (the spread a figure draws as its error bars), and
 :func:`paired_turns`, the comparison of two such timings that every timing claim uses."""
 import contextlib
+import math
 import time
 
 import numpy as np
@@ -76,13 +77,37 @@ def paired_turns(slow, fast):
     quarter of the turns is the cost with a core to itself, where a median or an IQR drifts with
     the load. (The "spreads" test, difference of medians over the larger IQR, fails a real effect
     as soon as noise widens one side's IQR: once 2.2 spreads for a step 1.8x as slow.)
+    Refused with a ValueError naming ``slow`` or ``fast``: fewer than two turns, lists of unequal
+    length, and anything but finite numbers of seconds >= 0 (NaN, inf, negative, text, booleans).
     """
-    if len(slow) != len(fast) or len(slow) == 0:
-        raise ValueError(f"paired_turns needs two equally long, non-empty lists of turns; got {len(slow)} "
+    slow, fast = _turns("slow", slow), _turns("fast", fast)
+    if len(slow) != len(fast):
+        raise ValueError(f"paired_turns needs slow and fast timed in the same turns; got {len(slow)} "
                          f"and {len(fast)} timings (time both in the same turns)")
-    slower = sum(a > b for a, b in zip(slow, fast))
-    return {"turns": len(slow), "slower": int(slower), "share": slower / len(slow),
-            "q1_ratio": spread(slow)["q1"] / spread(fast)["q1"]}
+    slower = int(np.sum(slow > fast))
+    q1_slow, q1_fast = spread(slow)["q1"], spread(fast)["q1"]
+    # A wait that prefetch hid completely takes 0 s: a lower quartile of 0 is beaten by any time
+    # and ties with 0 (the ratio is inf or 1, never a ZeroDivisionError or NaN).
+    q1_ratio = q1_slow / q1_fast if q1_fast > 0 else (math.inf if q1_slow > 0 else 1.0)
+    return {"turns": len(slow), "slower": slower, "share": slower / len(slow), "q1_ratio": q1_ratio}
+
+
+def _turns(name, values):
+    """``values`` as a 1-D float array of at least two finite, non-negative timings (seconds), or a
+    ValueError naming ``name``: a NaN, a string or one lone turn would otherwise give a verdict."""
+    turns = np.asarray(values)
+    if turns.dtype.kind not in "iuf":  # not "2.0", not True: a verdict on text or flags is none
+        raise ValueError(f"paired_turns: {name} must be a list of timings in seconds (numbers); got "
+                         f"{values!r:.60} ({turns.dtype})")
+    turns = turns.astype(float)
+    if turns.ndim != 1 or turns.size < 2:
+        raise ValueError(f"paired_turns: {name} must be a flat list of at least two turns (one turn is a coin "
+                         f"toss, with no quartile); got shape {turns.shape}")
+    if not np.all(np.isfinite(turns)) or np.any(turns < 0):
+        raise ValueError(f"paired_turns: {name} holds a timing that is not a finite number of seconds >= 0 "
+                         f"({turns[~(np.isfinite(turns) & (turns >= 0))][:3].tolist()}): drop the failed turn "
+                         f"from both lists")
+    return turns
 
 
 def one_blas_thread():
