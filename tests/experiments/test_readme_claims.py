@@ -68,11 +68,14 @@ def test_replot_redraws_from_the_records_and_judges_the_claims_again(tmp_path):
 
 
 def test_a_claim_the_run_could_not_measure_is_listed_at_the_end_and_strict_passes_it(tmp_path, capsys):
-    """offload's committed run was too busy to judge disk_as_predicted: --strict exits 0 (not a
-    failure, as the README says) and the run's last lines name it with its reason; before, it
-    was only in offload's table, which the later families' output scrolls away."""
+    """A run too busy to judge offload's disk_as_predicted (the committed records with the plain
+    step given 14% of a core, as a loaded run measured): --strict exits 0 (not a failure, as the
+    README says) and the run's last lines name it with its reason; before, it was only in
+    offload's table, which the later families' output scrolls away."""
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "offload.json").write_text(committed_text("figures/data/offload.json"))
+    records = json.loads(committed_text("figures/data/offload.json"))
+    records["targets"]["core_share"] = 0.14
+    (tmp_path / "data" / "offload.json").write_text(json.dumps(records))
     assert cli.main(["figures", "--replot", "--only", "offload", "--out", str(tmp_path), "--strict"]) == 0
     rows = [r for r in read_records(str(tmp_path), "offload")["claims"] if r.get("not_measured")]
     assert [r["name"] for r in rows] == ["disk_as_predicted"]
