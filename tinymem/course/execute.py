@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from ..measure.files import write_atomically
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SETUP_TAG = "remove-cell"  # myst-nb leaves a cell with this tag off the page
 # The notebook's first cell: the lesson imports `course` from the lessons/ folder of the checkout
@@ -167,15 +169,7 @@ def write(notebook, path):
     nbformat.validate(notebook)
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            nbformat.write(notebook, stream)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a notebook is for reading
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    write_atomically(path, lambda f: f.write(nbformat.writes(notebook).encode("utf-8")), suffix=".ipynb")
     return path
 
 
